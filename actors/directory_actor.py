@@ -1,0 +1,108 @@
+"""DirectoryActor: starts turns and finds them again by ``turn_id``.
+
+The directory is the one address a caller, a supervisor or another process needs: it
+creates a TurnActor for each ``StartTurn`` and forwards every command that names a
+``turn_id`` (stop, cancel, approvals, ``StopTool``, ``Subscribe``) to that turn, keeping the
+original sender as the one to answer. For a turn that has ended and gone, a stop or a cancel
+is answered "no effect" (not an error) and anything else ``turn_finished``; an id it never
+saw is ``unknown_turn``. A turn id is never reused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from typing import Any
+
+from thespian.actors import ActorTypeDispatcher, ChildActorExited
+
+from messages import ControlReply, StartTurn
+
+from .plumbing import Hello, Relay, Welcome
+from .turn_actor import TurnActor, TurnEnded
+
+__all__ = ["DIRECTORY_NAME", "DirectoryActor"]
+
+log = logging.getLogger("greenroom.directory")
+
+DIRECTORY_NAME = "greenroom.directory"
+_REMEMBER_ENDED = 10_000
+
+
+class DirectoryActor(ActorTypeDispatcher):
+    """Maps turn ids to TurnActors. Create it with ``globalName=DIRECTORY_NAME``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.turns: dict[str, Any] = {}
+        self.ended: OrderedDict[str, str] = OrderedDict()
+
+    def receiveMsg_Hello(self, msg: Hello, sender: Any) -> None:
+        self.send(sender, Welcome(sender, os.getpid(), os.getsid(0)))
+
+    def receiveMsg_Relay(self, relay: Relay, sender: Any) -> None:
+        self._dispatch(relay.message, relay.reply_to)
+
+    def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
+        self._dispatch(msg, sender)
+
+    def _forward(self, msg: Any, sender: Any) -> None:
+        self._dispatch(msg, sender)
+
+    receiveMsg_StopTurn = _forward
+    receiveMsg_CancelTurn = _forward
+    receiveMsg_ToolApprovalResponse = _forward
+    receiveMsg_RespondToApprovals = _forward
+    receiveMsg_StopTool = _forward
+    receiveMsg_Subscribe = _forward
+
+    def _dispatch(self, msg: Any, reply_to: Any) -> None:
+        if isinstance(msg, StartTurn):
+            if msg.turn_id in self.turns or msg.turn_id in self.ended:
+                return self._reply(reply_to, msg.turn_id, "start_turn", False, "invalid", f"turn id {msg.turn_id} is already in use")
+            addr = self.createActor(TurnActor)
+            self.turns[msg.turn_id] = addr
+            self.send(addr, Relay(msg, reply_to))
+            return
+        turn_id = getattr(msg, "turn_id", None)
+        command = getattr(msg, "kind", type(msg).__name__)
+        if not turn_id:
+            return self._reply(reply_to, "", command, False, "invalid", f"{command} must name a turn_id when sent to the directory")
+        addr = self.turns.get(turn_id)
+        if addr is not None:
+            self.send(addr, Relay(msg, reply_to))
+        elif turn_id in self.ended:
+            if command in ("stop_turn", "cancel_turn"):
+                if getattr(msg, "request_id", None) is not None:
+                    self._reply(reply_to, turn_id, command, True, None, "the turn has already ended", msg.request_id)
+            else:
+                self._reply(reply_to, turn_id, command, False, "turn_finished", f"turn {turn_id} has ended ({self.ended[turn_id]})", getattr(msg, "request_id", None))
+        else:
+            self._reply(reply_to, turn_id, command, False, "unknown_turn", f"no turn {turn_id}", getattr(msg, "request_id", None))
+
+    def _reply(
+        self, to: Any, turn_id: str, command: str, ok: bool, code: str | None, message: str, request_id: str | None = None
+    ) -> None:
+        self.send(
+            to,
+            ControlReply(turn_id=turn_id, request_id=request_id, command=command, ok=ok, code=code, message=message),  # type: ignore[arg-type]
+        )
+
+    def receiveMsg_TurnEnded(self, msg: TurnEnded, sender: Any) -> None:
+        self._remember(msg.turn_id, msg.finish_reason)
+
+    def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
+        for turn_id, addr in list(self.turns.items()):
+            if addr == msg.childAddress:
+                del self.turns[turn_id]
+                if turn_id not in self.ended:
+                    self._remember(turn_id, "lost")
+
+    def _remember(self, turn_id: str, reason: str) -> None:
+        self.ended[turn_id] = reason
+        while len(self.ended) > _REMEMBER_ENDED:
+            self.ended.popitem(last=False)
+
+    def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
+        log.debug("DirectoryActor ignored %r", type(msg).__name__)

@@ -1,0 +1,91 @@
+"""greenroom's exceptions. Errors cross actors as data (``Error`` events, ``ControlReply``),
+never as exception objects; these are raised in the caller's own process.
+
+    GreenroomError
+    ├── ConfigurationError          misuse: a bad tool definition, option or argument
+    │   └── ToolDefinitionError     a tool that cannot be offered or loaded
+    ├── ToolContextError            ToolContext.current() outside a running tool
+    ├── RuntimeClosedError          the Runtime was used after it shut down
+    ├── ControlRejected             the turn refused a command (code: unknown_call, duplicate, ...)
+    ├── TurnTimeout                 a wait on a turn ran out of time
+    ├── StoreError                  the turn store failed
+    │   └── SnapshotError           one turn's record is corrupted or of an unknown version
+    └── TransportAuthError          a frame or a peer failed authentication
+    messages.codec.CodecError       (ValueError) bytes that are not a greenroom message
+
+    ToolCancelled (BaseException)   raised inside a tool by throw_if_requested(); like
+                                    trio.Cancelled it is not an Exception, so a tool's
+                                    ``except Exception`` does not swallow it
+"""
+
+from __future__ import annotations
+
+from messages.codec import CodecError
+
+__all__ = [
+    "CodecError",
+    "ConfigurationError",
+    "ControlRejected",
+    "GreenroomError",
+    "RuntimeClosedError",
+    "SnapshotError",
+    "StoreError",
+    "ToolCancelled",
+    "ToolContextError",
+    "ToolDefinitionError",
+    "TransportAuthError",
+    "TurnTimeout",
+]
+
+
+class GreenroomError(Exception):
+    """Base of every greenroom exception."""
+
+
+class ConfigurationError(GreenroomError):
+    """The library was used in a way it does not support."""
+
+
+class ToolDefinitionError(ConfigurationError):
+    """A tool cannot be offered to a model or loaded by another process."""
+
+
+class ToolContextError(GreenroomError):
+    """``ToolContext.current()`` was called where no tool is running."""
+
+
+class RuntimeClosedError(GreenroomError):
+    """The Runtime has shut down."""
+
+
+class ControlRejected(GreenroomError):
+    """A turn refused a command and changed nothing; ``code`` says why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TurnTimeout(GreenroomError, TimeoutError):
+    """Waiting on a turn took longer than the timeout given."""
+
+
+class StoreError(GreenroomError):
+    """The turn store could not read or write."""
+
+
+class SnapshotError(StoreError):
+    """One turn's stored record cannot be read; other turns are unaffected."""
+
+
+class TransportAuthError(GreenroomError):
+    """A frame or a peer did not authenticate with the deployment's key."""
+
+
+class ToolCancelled(BaseException):
+    """Raised in a tool by ``throw_if_requested()`` once stop or cancel was requested."""
+
+    def __init__(self, mode: str, reason: str) -> None:
+        super().__init__(f"tool call {mode}: {reason}")
+        self.mode = mode
+        self.reason = reason

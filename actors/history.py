@@ -1,0 +1,43 @@
+"""The tool-call pairing rule every history must keep, checked the way providers check it.
+
+An assistant message with ``tool_calls`` must be followed at once by exactly one ``tool``
+message per call (any order within that run of tool messages), and every ``tool`` message
+must answer a call of the assistant message just before its run. The scripted provider
+rejects a request that breaks the rule with HTTP 400, as OpenAI does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from messages import ChatMessage
+
+__all__ = ["history_problems"]
+
+
+def history_problems(messages: Sequence[ChatMessage]) -> list[str]:
+    """Every way ``messages`` breaks the pairing rule; empty when the history is valid."""
+    problems: list[str] = []
+    open_calls: list[str] = []  # calls of the last assistant message not yet answered
+    in_tool_run = False
+    for i, m in enumerate(messages):
+        if m.role == "tool":
+            if not in_tool_run:
+                problems.append(f"message {i}: tool message for {m.tool_call_id!r} does not follow an assistant tool call")
+            elif m.tool_call_id not in open_calls:
+                problems.append(f"message {i}: tool message for {m.tool_call_id!r} answers no open tool call")
+            else:
+                open_calls.remove(m.tool_call_id)
+            continue
+        if open_calls:
+            problems.append(f"message {i}: tool call(s) {', '.join(map(repr, open_calls))} have no tool message")
+        open_calls, in_tool_run = [], False
+        if m.role == "assistant" and m.tool_calls:
+            ids = [c.id for c in m.tool_calls]
+            dupes = sorted({x for x in ids if ids.count(x) > 1})
+            if dupes:
+                problems.append(f"message {i}: duplicate tool call id(s) {', '.join(map(repr, dupes))}")
+            open_calls, in_tool_run = list(dict.fromkeys(ids)), True
+    if open_calls:
+        problems.append(f"end of history: tool call(s) {', '.join(map(repr, open_calls))} have no tool message")
+    return problems

@@ -1,0 +1,113 @@
+"""LLMActor: streams a provider's deltas to the turn that asked, and aborts on request.
+
+Each ``StreamChat`` runs in a worker thread (``providers.streaming.StreamWorker``) so the
+actor keeps handling messages while the stream blocks: an ``AbortStream`` is acted on at
+once, also while the provider stalls. Text that arrived between two wake-ups is sent as one
+``LLMDeltas``; every message about a stream carries its ``stream_id`` and the next ``seq``
+(0, 1, 2, ...), and the last one is exactly one ``LLMCompleted`` or ``LLMFailed`` unless
+the stream was aborted, after which nothing more is sent about it.
+
+The API key is read from this process's environment (``ProviderConfig.api_key_env``) when
+the request is made; it never travels in a message.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
+
+from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, StreamChat
+
+from .plumbing import Inbox
+from .providers.streaming import ProviderClient, StreamWorker
+
+__all__ = ["LLMActor"]
+
+log = logging.getLogger("greenroom.llm")
+
+
+@dataclass
+class _Stream:
+    worker: StreamWorker
+    requester: Any
+    seq: int = 0
+    text: list[str] = field(default_factory=list)
+
+
+class LLMActor(ActorTypeDispatcher):
+    """Streams completions; one worker thread and one HTTP client per stream in flight."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._inbox = Inbox()
+        self._streams: dict[str, _Stream] = {}
+        self._idle: list[ProviderClient] = []
+
+    def receiveMessage(self, message: Any, sender: Any) -> Any:
+        super().receiveMessage(message, sender)
+        return ThespianWatch([self._inbox.fd])
+
+    def receiveMsg_StreamChat(self, msg: StreamChat, sender: Any) -> None:
+        if msg.stream_id in self._streams:
+            return  # a redelivery
+        client = self._idle.pop() if self._idle else ProviderClient()
+        worker = StreamWorker(msg, lambda out, sid=msg.stream_id: self._inbox.put((sid, out)), client)
+        self._streams[msg.stream_id] = _Stream(worker, sender)
+        worker.start()
+
+    def receiveMsg_AbortStream(self, msg: AbortStream, sender: Any) -> None:
+        stream = self._streams.pop(msg.stream_id, None)
+        if stream is not None:
+            stream.worker.abort()  # its client is spent; it is not reused
+
+    def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
+        touched: list[str] = []
+        for stream_id, out in self._inbox.drain():
+            stream = self._streams.get(stream_id)
+            if stream is None:
+                continue  # aborted: drop what was still in flight
+            if stream_id not in touched:
+                touched.append(stream_id)
+            kind = out[0]
+            if kind == "text":
+                stream.text.append(out[1])
+                continue
+            self._flush(stream_id, stream)
+            if kind == "retry":
+                self._send(stream, LLMRetrying, attempt=out[1], delay=out[2], reason=out[3])
+                continue
+            if kind == "done":
+                self._send(stream, LLMCompleted, message=out[1], finish_reason=out[2], usage=out[3])
+            else:
+                self._send(stream, LLMFailed, error_type=out[1], message=out[2])
+            del self._streams[stream_id]
+            self._idle.append(stream.worker.client)
+        for stream_id in touched:
+            stream = self._streams.get(stream_id)
+            if stream is not None:
+                self._flush(stream_id, stream)
+
+    def _flush(self, stream_id: str, stream: _Stream) -> None:
+        if stream.text:
+            text = "".join(stream.text)
+            stream.text.clear()
+            self._send(stream, LLMDeltas, text=text)
+
+    def _send(self, stream: _Stream, cls: type, **fields: Any) -> None:
+        message = cls(stream_id=stream.worker.request.stream_id, seq=stream.seq, **fields)
+        stream.seq += 1
+        self.send(stream.requester, message)
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        for stream in self._streams.values():
+            stream.worker.abort()
+        self._streams.clear()
+        for client in self._idle:
+            client.close()
+        self._idle.clear()
+
+    def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
+        log.debug("LLMActor ignored %r", type(msg).__name__)

@@ -1,0 +1,88 @@
+"""Internal pieces the actor shells share. Not part of the public API.
+
+- ``Inbox``: how a worker thread hands results to its actor. The thread only puts an item
+  on a queue and writes one byte to a pipe; the actor returns ``ThespianWatch([inbox.fd])``
+  from every handler and drains the queue on ``WatchMessage``. Only the actor thread ever
+  calls Thespian (``send`` is not thread-safe).
+- ``Relay``: a message forwarded on behalf of someone else, so that replies and events go
+  to ``reply_to`` rather than to the forwarder. It carries an actor address, so it is a
+  plain picklable class and not part of the msgpack catalogue.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Hello", "Inbox", "Relay", "Welcome"]
+
+
+class Inbox:
+    """A queue a worker thread fills and an actor drains, with a pipe to wake the actor."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._armed = False
+
+    @property
+    def fd(self) -> int:
+        return self._r
+
+    def put(self, item: Any) -> None:
+        """Called from any thread: queue ``item`` and make sure the actor wakes up."""
+        self._q.put(item)
+        if not self._armed:
+            self._armed = True
+            try:
+                os.write(self._w, b"\0")
+            except BlockingIOError:
+                pass  # the pipe is full of wake-ups already
+
+    def drain(self) -> list[Any]:
+        """Called on the actor thread: everything queued so far, in order."""
+        self._armed = False
+        try:
+            while os.read(self._r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        items = []
+        while True:
+            try:
+                items.append(self._q.get_nowait())
+            except queue.Empty:
+                return items
+
+    def close(self) -> None:
+        for fd in (self._r, self._w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@dataclass(frozen=True)
+class Relay:
+    """``message`` forwarded by an intermediary; answer ``reply_to``, not the sender."""
+
+    message: Any
+    reply_to: Any
+
+
+@dataclass(frozen=True)
+class Hello:
+    """Ask an actor for the address it sees you at (used by the Runtime's event pump)."""
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """The answer to ``Hello``: your address, and the answering actor's pid and session."""
+
+    address: Any
+    pid: int
+    sid: int

@@ -1,0 +1,250 @@
+"""One provider stream, run in a worker thread, abortable at once from another thread.
+
+The worker's only outputs go through ``emit`` (the LLMActor queues them and wakes itself
+through a pipe); it never calls Thespian. ``abort()`` shuts down the stream's sockets with
+``SHUT_RDWR``, which frees a reader blocked in ``recv`` within milliseconds, even on a
+stalled stream; the provider sees the connection close.
+
+Retries: a connection error, HTTP 429 (``Retry-After`` honoured) or 5xx that happens before
+the first text reached the turn is retried with the provider's ``RetryPolicy``; each retry
+is emitted first. Once text was emitted, a failure ends the stream: text is never repeated.
+A stream silent for longer than the read timeout fails with ``read_timeout``; one that runs
+past the total timeout fails with ``total_timeout``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from messages import StreamChat
+
+from .anthropic import AnthropicAdapter
+from .base import Adapter, ProviderStreamError
+from .openai import OpenAIAdapter
+from .sse import iter_sse
+
+__all__ = ["ADAPTERS", "ProviderClient", "StreamOutput", "StreamWorker", "backoff_delay"]
+
+ADAPTERS: dict[str, Adapter] = {"openai": OpenAIAdapter(), "anthropic": AnthropicAdapter()}
+
+# What a worker emits: ("text", str) | ("retry", attempt, delay, reason)
+# | ("done", ChatMessage, finish_reason, Usage | None) | ("failed", error_type, message)
+StreamOutput = tuple[Any, ...]
+
+_RETRY_STATUS = {429, 500, 502, 503, 504, 529}
+
+
+def backoff_delay(attempt: int, initial: float, maximum: float, jitter: float, retry_after: float | None) -> float:
+    """Seconds to wait after failed attempt ``attempt`` (1-based)."""
+    delay = min(maximum, initial * (2 ** (attempt - 1)))
+    delay *= 1 - jitter * random.random()
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, maximum))
+    return delay
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+class _Retry(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class ProviderClient:
+    """An ``httpx.Client`` that knows its sockets, so that its stream can be aborted.
+
+    One client serves one stream at a time (the LLMActor keeps idle ones for reuse and
+    drops one that was aborted), so shutting down all its sockets aborts exactly that
+    stream, whether the connection was fresh or reused from the pool.
+    """
+
+    def __init__(self) -> None:
+        self.client = httpx.Client()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def trace(self, name: str, info: dict[str, Any]) -> None:
+        if name != "connection.connect_tcp.complete":
+            return
+        stream = info.get("return_value")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is None:
+            return
+        with self._lock:
+            self._sockets = [s for s in self._sockets if s.fileno() != -1]
+            self._sockets.append(sock)
+            late = self._shut
+        if late:
+            _shutdown(sock)
+
+    def shutdown(self) -> None:
+        """Shut down every socket now (also one still connecting); the client is spent."""
+        with self._lock:
+            self._shut = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shutdown(sock)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class StreamWorker:
+    """Runs one ``StreamChat`` request on a ``ProviderClient`` in a daemon thread."""
+
+    def __init__(self, request: StreamChat, emit: Callable[[StreamOutput], None], client: ProviderClient) -> None:
+        self.request = request
+        self.client = client
+        self._emit = emit
+        self._lock = threading.Lock()
+        self._aborted = threading.Event()
+        self._abort_report: tuple[str, str] | None = None
+        self._sent_text = False
+        self._thread = threading.Thread(target=self._main, name=f"stream {request.stream_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted.is_set()
+
+    def abort(self, report: tuple[str, str] | None = None) -> None:
+        """Abort now. With ``report`` the worker emits it as its failure; otherwise nothing."""
+        with self._lock:
+            if self._aborted.is_set():
+                return
+            self._abort_report = report
+            self._aborted.set()
+        self.client.shutdown()
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        provider = self.request.provider
+        total = provider.timeouts.total
+        timer = None
+        if total is not None:
+            timer = threading.Timer(total, self.abort, args=(("total_timeout", f"the provider stream took longer than {total:g} s"),))
+            timer.daemon = True
+            timer.start()
+        try:
+            self._run()
+        except BaseException as exc:  # the worker must always end with one output
+            if self._aborted.is_set():
+                self._report_abort()
+            else:
+                self._emit(("failed", "internal_error", f"{type(exc).__name__}: {exc}"))
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _report_abort(self) -> None:
+        if self._abort_report is not None:
+            self._emit(("failed",) + self._abort_report)
+
+    def _run(self) -> None:
+        req = self.request
+        provider = req.provider
+        adapter = ADAPTERS[provider.api]
+        api_key = os.environ.get(provider.api_key_env) if provider.api_key_env else None
+        url, headers, body = adapter.build(provider, req.messages, req.tools, api_key)
+        t = provider.timeouts
+        timeout = httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.connect)
+        policy = provider.retry
+        attempt = 0
+        while True:
+            attempt += 1
+            if self._aborted.is_set():
+                return self._report_abort()
+            try:
+                return self._attempt(adapter, url, headers, body, timeout)
+            except _Retry as retry:
+                if self._aborted.is_set():
+                    return self._report_abort()
+                if attempt >= policy.max_attempts:
+                    return self._emit(("failed", "provider_unavailable", f"{retry.reason} (after {attempt} attempts)"))
+                delay = backoff_delay(attempt, policy.initial_delay, policy.max_delay, policy.jitter, retry.retry_after)
+                self._emit(("retry", attempt, delay, retry.reason))
+                if self._aborted.wait(delay):
+                    return self._report_abort()
+
+    def _attempt(self, adapter: Adapter, url: str, headers: dict[str, str], body: dict[str, Any], timeout: httpx.Timeout) -> None:
+        req = self.request
+        try:
+            with self.client.client.stream(
+                "POST", url, headers=headers, json=body, timeout=timeout, extensions={"trace": self.client.trace}
+            ) as response:
+                if response.status_code != 200:
+                    detail = response.read()[:500].decode("utf-8", "replace")
+                    reason = f"the provider answered HTTP {response.status_code}: {detail}"
+                    if response.status_code in _RETRY_STATUS:
+                        raise _Retry(reason, _retry_after(response))
+                    return self._emit(("failed", "http_error", reason))
+                acc = adapter.accumulator(req.stream_id)
+                for ev in iter_sse(response.iter_lines()):
+                    text = acc.feed(ev.event, ev.data)
+                    if self._aborted.is_set():
+                        return self._report_abort()
+                    if text:
+                        self._sent_text = True
+                        self._emit(("text", text))
+                    if acc.done:
+                        break
+                message, finish, usage = acc.result()
+                return self._emit(("done", message, finish, usage))
+        except ProviderStreamError as exc:
+            return self._emit(("failed", exc.error_type, exc.message))
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            if self._aborted.is_set():
+                return self._report_abort()
+            if not self._sent_text:  # nothing reached the turn yet: safe to try again
+                raise _Retry(f"connection to the provider failed: {type(exc).__name__}: {exc}") from None
+            return self._emit(("failed", "stream_broken", f"the provider stream broke: {type(exc).__name__}: {exc}"))
+        except httpx.ReadTimeout:
+            if self._aborted.is_set():
+                return self._report_abort()
+            return self._emit(
+                ("failed", "read_timeout", f"the provider sent nothing for {req.provider.timeouts.read:g} s")
+            )
+        except httpx.HTTPError as exc:
+            if self._aborted.is_set():
+                return self._report_abort()
+            return self._emit(("failed", "stream_broken", f"the provider stream failed: {type(exc).__name__}: {exc}"))

@@ -1,0 +1,519 @@
+"""The embedded runtime: a private Thespian system, turns as handles, nothing left behind.
+
+``Runtime`` starts a ``multiprocTCPBase`` actor system on its own admin port, listening on
+``127.0.0.1`` only and authenticating every frame with a fresh key, and a ``DirectoryActor``
+in it. ``run()`` starts a turn and returns a ``TurnHandle``. On exit everything is shut
+down and every process of the actor system is gone.
+
+The Runtime is safe to use from several threads: commands go through one lock-guarded
+Thespian endpoint, and one pump thread owns the endpoint that receives events and replies
+and hands them to the handles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from thespian.actors import ActorSystem
+
+from messages import (
+    CancelTurn,
+    ChatMessage,
+    ControlReply,
+    Error,
+    Finish,
+    ProviderConfig,
+    RespondToApprovals,
+    StartTurn,
+    StopTool,
+    StopTurn,
+    Subscribe,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
+    ToolSpec,
+    TurnEvent,
+    TurnOptions,
+    Usage,
+    new_turn_id,
+)
+
+from . import transport
+from .directory_actor import DIRECTORY_NAME, DirectoryActor
+from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
+from .plumbing import Hello, Relay, Welcome
+from .tools import Tool, tool_specs
+
+__all__ = ["Runtime", "TurnHandle", "TurnResult", "free_port", "session_processes"]
+
+log = logging.getLogger("greenroom.runtime")
+
+ToolLike = Tool | Callable[..., Any] | ToolSpec
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session ``sid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            found.append(int(entry))
+    return found
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """A turn as of one ``Finish``: its history, why it finished, and what waits."""
+
+    turn_id: str
+    finish_reason: str
+    messages: list[ChatMessage]
+    usage: Usage
+    round: int
+    pending_approvals: list[ToolApprovalRequest] = field(default_factory=list)
+    error: Error | None = None
+
+    @property
+    def text(self) -> str:
+        """The last assistant message's text."""
+        for m in reversed(self.messages):
+            if m.role == "assistant":
+                return m.content or ""
+        return ""
+
+
+class _Waiter:
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reply: ControlReply | None = None
+
+
+class TurnHandle:
+    """A started turn seen from the caller: its events, its result, its controls.
+
+    Events arrive in ``seq`` order. ``events()`` and ``result()`` each keep their own
+    cursor: ``events()`` yields up to and including the next ``Finish`` it has not yielded;
+    ``result()`` returns at the next ``Finish`` it has not returned. So after
+    ``Finish(awaiting_approval)`` you approve and call either again to follow the turn.
+    """
+
+    def __init__(self, runtime: Runtime, turn_id: str) -> None:
+        self.turn_id = turn_id
+        self._rt = runtime
+        self._cond = threading.Condition()
+        self._events: list[TurnEvent] = []
+        self._early: dict[int, TurnEvent] = {}
+        self._cursor = 0
+        self._result_cursor = 0
+        self._waiters: dict[str, _Waiter] = {}
+        self._async_wakers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.rejections: list[ControlReply] = []
+
+    # -- delivery (pump thread) ----------------------------------------------------------
+
+    def _deliver(self, event: TurnEvent) -> None:
+        with self._cond:
+            if event.seq < len(self._events) or event.seq in self._early:
+                return
+            self._early[event.seq] = event
+            while len(self._events) in self._early:
+                self._events.append(self._early.pop(len(self._events)))
+            self._cond.notify_all()
+            wakers, self._async_wakers = self._async_wakers, []
+        for loop, fut in wakers:
+            loop.call_soon_threadsafe(_set_done, fut)
+
+    def _deliver_reply(self, reply: ControlReply) -> None:
+        waiter = self._waiters.pop(reply.request_id, None) if reply.request_id else None
+        if waiter is not None:
+            waiter.reply = reply
+            waiter.event.set()
+        elif not reply.ok:
+            with self._cond:
+                self.rejections.append(reply)
+                self._cond.notify_all()
+
+    # -- reading --------------------------------------------------------------------------
+
+    @property
+    def all_events(self) -> list[TurnEvent]:
+        """Every event received so far, in order (a copy)."""
+        with self._cond:
+            return list(self._events)
+
+    @property
+    def finished(self) -> bool:
+        """True once a terminal ``Finish`` has arrived."""
+        with self._cond:
+            return any(isinstance(e, Finish) and e.terminal for e in self._events)
+
+    def _wait_for_index(self, index: int, timeout: float | None) -> TurnEvent:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while len(self._events) <= index:
+                if self._rt._closed:
+                    raise RuntimeClosedError("the Runtime has shut down")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TurnTimeout(f"turn {self.turn_id}: no event after {timeout} s")
+                self._cond.wait(remaining if remaining is not None else 1.0)
+            return self._events[index]
+
+    def events(self, timeout: float | None = None) -> Iterator[TurnEvent]:
+        """Yield events up to and including the next ``Finish``; ``timeout`` bounds each wait."""
+        while True:
+            event = self._wait_for_index(self._cursor, timeout)
+            self._cursor += 1
+            yield event
+            if isinstance(event, Finish):
+                return
+
+    __iter__ = events
+
+    async def aevents(self, timeout: float | None = None) -> AsyncIterator[TurnEvent]:
+        """``events()`` for asyncio: the same cursor, awaited instead of blocking."""
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._cond:
+                ready = len(self._events) > self._cursor
+                if not ready:
+                    fut: asyncio.Future[None] = loop.create_future()
+                    self._async_wakers.append((loop, fut))
+            if not ready:
+                try:
+                    await asyncio.wait_for(fut, timeout)
+                except asyncio.TimeoutError:
+                    raise TurnTimeout(f"turn {self.turn_id}: no event after {timeout} s") from None
+                continue
+            event = self._events[self._cursor]
+            self._cursor += 1
+            yield event
+            if isinstance(event, Finish):
+                return
+
+    def __aiter__(self) -> AsyncIterator[TurnEvent]:
+        return self.aevents()
+
+    def wait_for(self, predicate: Callable[[TurnEvent], bool], timeout: float = 30.0) -> TurnEvent:
+        """The first event (from the start) that satisfies ``predicate``; waits for it."""
+        index = 0
+        deadline = time.monotonic() + timeout
+        while True:
+            event = self._wait_for_index(index, max(0.0, deadline - time.monotonic()))
+            if predicate(event):
+                return event
+            index += 1
+
+    def result(self, timeout: float | None = None) -> TurnResult:
+        """The turn at its next ``Finish`` not yet returned by ``result()``."""
+        index = self._result_cursor
+        while True:
+            event = self._wait_for_index(index, timeout)
+            index += 1
+            if isinstance(event, Finish):
+                self._result_cursor = index
+                return self._result_at(index)
+
+    def _result_at(self, end: int) -> TurnResult:
+        events = self._events[:end]
+        finish = events[-1]
+        assert isinstance(finish, Finish)
+        requests = {e.call_id: e for e in events if isinstance(e, ToolApprovalRequest)}
+        errors = [e for e in events if isinstance(e, Error)]
+        return TurnResult(
+            turn_id=self.turn_id,
+            finish_reason=finish.finish_reason,
+            messages=list(finish.messages),
+            usage=finish.usage,
+            round=finish.round,
+            pending_approvals=[requests[c] for c in finish.pending_approvals if c in requests],
+            error=errors[-1] if errors and finish.terminal else None,
+        )
+
+    # -- steering -------------------------------------------------------------------------
+
+    def _command(self, make: Callable[[str], Any], timeout: float) -> ControlReply:
+        request_id = uuid.uuid4().hex
+        waiter = _Waiter()
+        self._waiters[request_id] = waiter
+        self._rt._send_to_directory(make(request_id))
+        if not waiter.event.wait(timeout):
+            self._waiters.pop(request_id, None)
+            raise TurnTimeout(f"turn {self.turn_id}: no answer to the command after {timeout} s")
+        assert waiter.reply is not None
+        if not waiter.reply.ok:
+            raise ControlRejected(waiter.reply.code or "invalid", waiter.reply.message)
+        return waiter.reply
+
+    def stop(self, reason: str = "stop requested", timeout: float = 10.0) -> None:
+        """Stop now (idempotent; no effect once the turn has ended)."""
+        if self.finished:
+            return
+        self._command(lambda rid: StopTurn(turn_id=self.turn_id, reason=reason, request_id=rid), timeout)
+
+    def cancel(self, reason: str = "cancel requested", grace: float | None = None, timeout: float = 10.0) -> None:
+        """Cancel at the next safe boundary; a stop after ``grace`` seconds if given."""
+        if self.finished:
+            return
+        self._command(
+            lambda rid: CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace, request_id=rid), timeout
+        )
+
+    def approve(self, call_id: str, reason: str | None = None, timeout: float = 10.0) -> None:
+        """Approve one pending call; ``ControlRejected`` says why if the turn refused."""
+        self.respond([ToolApprovalResponse(call_id=call_id, approved=True, reason=reason)], timeout=timeout)
+
+    def deny(self, call_id: str, reason: str | None = None, timeout: float = 10.0) -> None:
+        """Deny one pending call; its tool message will be ``Rejected: {reason}``."""
+        self.respond([ToolApprovalResponse(call_id=call_id, approved=False, reason=reason)], timeout=timeout)
+
+    def respond(
+        self,
+        responses: Sequence[ToolApprovalResponse],
+        *,
+        deny_rest: bool = False,
+        deny_reason: str | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        """Several decisions in one message; ``deny_rest`` denies every call still undecided."""
+        self._command(
+            lambda rid: RespondToApprovals(
+                turn_id=self.turn_id, responses=list(responses), deny_rest=deny_rest, deny_reason=deny_reason, request_id=rid
+            ),
+            timeout,
+        )
+
+    def stop_tool(self, call_id: str, reason: str = "tool stop requested", timeout: float = 10.0) -> None:
+        """Stop one call; it ends interrupted and the turn goes on."""
+        self._command(lambda rid: StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason, request_id=rid), timeout)
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class Runtime:
+    """An embedded greenroom: its own actor system, its turns, and a clean shutdown.
+
+    ``provider`` is the default for ``run()``; ``admin_port`` defaults to a free port;
+    ``host`` is the only interface anything listens on.
+    """
+
+    def __init__(
+        self,
+        provider: ProviderConfig | None = None,
+        *,
+        admin_port: int | None = None,
+        host: str = "127.0.0.1",
+        key: bytes | None = None,
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.provider = provider
+        self.host = host
+        self.admin_port = admin_port
+        self._key = key
+        self._start_timeout = start_timeout
+        self._asys: ActorSystem | None = None
+        self._exits = contextlib.ExitStack()
+        self._ctl: Any = None
+        self._ctl_lock = threading.Lock()
+        self._pump_ctx: Any = None
+        self._pump: threading.Thread | None = None
+        self._me: Any = None
+        self._directory: Any = None
+        self._handles: dict[str, TurnHandle] = {}
+        self._closed = False
+        self._started = False
+        self.admin_sid: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Runtime:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> Runtime:
+        if self._started:
+            return self
+        self._started = True
+        transport.install(self.host, self._key)
+        if self.admin_port is None:
+            self.admin_port = free_port(self.host)
+        try:
+            self._asys = ActorSystem(
+                "multiprocTCPBase",
+                {"Admin Port": self.admin_port},
+                logDefs=_log_defs(),
+                transientUnique=True,
+            )
+            self._directory = self._asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
+            self._ctl = self._exits.enter_context(self._asys.private())
+            self._pump_ctx = self._exits.enter_context(self._asys.private())
+            welcome = self._pump_ctx.ask(self._directory, Hello(), self._start_timeout)
+            if not isinstance(welcome, Welcome):
+                raise RuntimeError(f"the directory did not answer (got {welcome!r})")
+            self._me = welcome.address
+            self.admin_sid = welcome.sid
+        except BaseException:
+            self.close()
+            raise
+        self._pump = threading.Thread(target=self._pump_loop, name="greenroom-pump", daemon=True)
+        self._pump.start()
+        return self
+
+    def close(self) -> None:
+        """Shut the actor system down and make sure none of its processes remains."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pump is not None and self._me is not None:
+            with contextlib.suppress(Exception), self._ctl_lock:
+                self._ctl.tell(self._me, _Wake())
+            self._pump.join(5)
+        with contextlib.suppress(Exception):
+            self._exits.close()
+        if self._asys is not None:
+            with contextlib.suppress(Exception):
+                self._asys.shutdown()
+        for handle in list(self._handles.values()):
+            with handle._cond:
+                handle._cond.notify_all()
+        self._reap()
+
+    def _reap(self) -> None:
+        """End whatever of the actor system outlived ``shutdown()``, by PID, and reap ours."""
+        sid = self.admin_sid
+        if sid is None:
+            return
+        deadline = time.monotonic() + 5.0
+        while session_processes(sid) and time.monotonic() < deadline:
+            time.sleep(0.02)  # shutdown is asynchronous; poll the process table briefly
+        for pid in session_processes(sid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(sid, os.WNOHANG)  # the admin's first fork is our child
+
+    # -- the pump -------------------------------------------------------------------------
+
+    def _pump_loop(self) -> None:
+        while not self._closed:
+            try:
+                msg = self._pump_ctx.listen(1.0)
+            except Exception:
+                if self._closed:
+                    return
+                log.exception("the event pump failed to receive")
+                continue
+            if msg is None or isinstance(msg, _Wake):
+                continue
+            if isinstance(msg, TurnEvent):
+                handle = self._handles.get(msg.turn_id)
+                if handle is not None:
+                    handle._deliver(msg)
+            elif isinstance(msg, ControlReply):
+                handle = self._handles.get(msg.turn_id)
+                if handle is not None:
+                    handle._deliver_reply(msg)
+
+    def _send_to_directory(self, msg: Any) -> None:
+        if self._closed or self._ctl is None:
+            raise RuntimeClosedError("the Runtime is not running")
+        with self._ctl_lock:
+            self._ctl.tell(self._directory, Relay(msg, self._me))
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def run(
+        self,
+        messages: Sequence[ChatMessage] | str,
+        *,
+        tools: Iterable[ToolLike] = (),
+        provider: ProviderConfig | None = None,
+        options: TurnOptions | None = None,
+        turn_id: str | None = None,
+        system: str | None = None,
+    ) -> TurnHandle:
+        """Start a turn and return its handle. A string is taken as one user message."""
+        if not self._started:
+            self.start()
+        provider = provider or self.provider
+        if provider is None:
+            raise ConfigurationError("no provider: pass provider= to Runtime() or to run()")
+        history = [ChatMessage.user(messages)] if isinstance(messages, str) else list(messages)
+        if system is not None:
+            history.insert(0, ChatMessage.system(system))
+        start = StartTurn(
+            turn_id=turn_id or new_turn_id(),
+            messages=history,
+            tools=tool_specs(tools),
+            provider=provider,
+            options=options or TurnOptions(),
+        )
+        handle = TurnHandle(self, start.turn_id)
+        self._handles[start.turn_id] = handle
+        self._send_to_directory(start)
+        return handle
+
+    def attach(self, turn_id: str, since: int = 0) -> TurnHandle:
+        """A handle on a turn started elsewhere, receiving its events from ``since`` on."""
+        handle = self._handles.get(turn_id)
+        if handle is None:
+            handle = TurnHandle(self, turn_id)
+            self._handles[turn_id] = handle
+        self._send_to_directory(Subscribe(turn_id=turn_id, since=since))
+        return handle
+
+    @property
+    def directory(self) -> Any:
+        """The DirectoryActor's address, for actors that start and steer turns themselves."""
+        return self._directory
+
+    @property
+    def actor_system(self) -> ActorSystem:
+        if self._asys is None:
+            raise RuntimeClosedError("the Runtime is not running")
+        return self._asys
+
+
+class _Wake:
+    """Wakes the pump so it notices the Runtime closing."""
+
+
+def _log_defs() -> dict[str, Any]:
+    """Actors log warnings and errors to stderr; Thespian's own chatter stays quiet."""
+    level = os.environ.get("GREENROOM_LOG_LEVEL", "WARNING").upper()
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "level": level}},
+        "root": {"handlers": ["stderr"], "level": level},
+    }

@@ -1,0 +1,227 @@
+"""TurnActor: owns one turn's loop state and messages; a thin shell over ``TurnRules``.
+
+Every input (a command, a stream message, a tool result, a timer, a child's exit) goes to
+``TurnRules.handle``; the actor carries the returned decisions out, in order: it sends
+events to its subscribers and appends them to its log, spawns a ToolActor per call and an
+LLMActor per turn, sends itself the next step, sets timers, persists snapshots, answers
+commands. It never blocks.
+
+Who is told what:
+
+- events go to every subscriber: the sender of ``StartTurn`` (or the ``reply_to`` of the
+  relay that brought it) and the sender of each ``Subscribe``, which first gets the events
+  it missed;
+- a command with a ``request_id`` gets one ``ControlReply``; a rejected command always
+  gets one, so a supervisor learns why nothing changed;
+- once the turn has ended the actor stays ``linger`` seconds to answer late commands
+  (a stop or cancel then has no effect and is not an error), then exits with its children.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ChildActorExited
+
+from messages import AbortStream, ControlReply, StartTurn, Subscribe, ToolResult, TurnEvent
+
+from .llm_actor import LLMActor
+from .plumbing import Relay
+from .tool_actor import ToolActor
+from .tools import needs_approval
+from .turn_rules import (
+    Abort,
+    Decision,
+    Done,
+    Emit,
+    Interrupt,
+    Persist,
+    Reply,
+    ScheduleStep,
+    SetTimer,
+    Spawn,
+    Stream,
+    StreamLost,
+    TakeStep,
+    TimerFired,
+    ToolLost,
+    TurnRules,
+)
+
+__all__ = ["TurnActor", "TurnEnded"]
+
+log = logging.getLogger("greenroom.turn")
+
+_LINGER = "linger"
+
+
+class TurnEnded:
+    """Told to the actor that relayed ``StartTurn`` (the directory) when the turn ends."""
+
+    def __init__(self, turn_id: str, finish_reason: str) -> None:
+        self.turn_id = turn_id
+        self.finish_reason = finish_reason
+
+
+class TurnActor(ActorTypeDispatcher):
+    """One turn. Send it ``StartTurn``; control it with plain messages."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rules: TurnRules | None = None
+        self.subscribers: list[Any] = []
+        self.log: list[TurnEvent] = []
+        self.manager: Any = None
+        self.llm: Any = None
+        self.tool_actors: dict[str, Any] = {}
+        self.ended = False
+
+    # -- starting and subscribing ---------------------------------------------------------
+
+    def receiveMsg_Relay(self, relay: Relay, sender: Any) -> None:
+        if isinstance(relay.message, StartTurn) and self.manager is None:
+            self.manager = sender
+        self.receiveMessage(relay.message, relay.reply_to)
+
+    def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
+        if self.rules is not None:
+            if msg.turn_id != self.rules.state.turn_id:
+                self._reject(sender, msg.turn_id, "start_turn", "invalid", f"this TurnActor already runs turn {self.rules.state.turn_id}")
+            return
+        self.subscribers = [sender]
+        self.rules = TurnRules.from_start(msg, needs_approval=needs_approval)
+        self._apply(self.rules.start(), sender)
+
+    def receiveMsg_Subscribe(self, msg: Subscribe, sender: Any) -> None:
+        if self.rules is None or msg.turn_id != self.rules.state.turn_id:
+            return self._reject(sender, msg.turn_id, "subscribe", "unknown_turn", f"no turn {msg.turn_id} here")
+        for event in self.log[msg.since :]:
+            self.send(sender, event)
+        if sender not in self.subscribers:
+            self.subscribers.append(sender)
+
+    # -- commands -------------------------------------------------------------------------
+
+    def _command(self, msg: Any, sender: Any) -> None:
+        turn_id = getattr(msg, "turn_id", None)
+        if self.rules is None:
+            return self._reject(sender, turn_id or "", msg.kind, "unknown_turn", "this TurnActor has no turn yet")
+        if turn_id is not None and turn_id != self.rules.state.turn_id:
+            return self._reject(sender, turn_id, msg.kind, "unknown_turn", f"this actor runs turn {self.rules.state.turn_id}, not {turn_id}")
+        self._apply(self.rules.handle(msg), sender)
+
+    receiveMsg_StopTurn = _command
+    receiveMsg_CancelTurn = _command
+    receiveMsg_ToolApprovalResponse = _command
+    receiveMsg_RespondToApprovals = _command
+    receiveMsg_StopTool = _command
+
+    def _reject(self, to: Any, turn_id: str, command: str, code: str, message: str) -> None:
+        self.send(to, ControlReply(turn_id=turn_id, command=command, ok=False, code=code, message=message))  # type: ignore[arg-type]
+
+    # -- the loop's own inputs ------------------------------------------------------------
+
+    def _internal(self, msg: Any, sender: Any) -> None:
+        if self.rules is not None:
+            self._apply(self.rules.handle(msg), sender)
+
+    receiveMsg_TakeStep = _internal
+    receiveMsg_LLMDeltas = _internal
+    receiveMsg_LLMRetrying = _internal
+    receiveMsg_LLMCompleted = _internal
+    receiveMsg_LLMFailed = _internal
+    receiveMsg_ReportProgress = _internal
+
+    def receiveMsg_ToolResult(self, msg: ToolResult, sender: Any) -> None:
+        self._internal(msg, sender)
+        if self.tool_actors.get(msg.call_id) == sender:
+            del self.tool_actors[msg.call_id]
+        self.send(sender, ActorExitRequest())  # its call is recorded: the ToolActor may go
+
+    def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
+        if isinstance(msg.payload, TimerFired):
+            self._internal(msg.payload, sender)
+        elif msg.payload == _LINGER:
+            self.send(self.myAddress, ActorExitRequest())
+
+    def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
+        child = msg.childAddress
+        if child == self.llm:
+            self.llm = None
+            stream_id = self.rules.state.stream_id if self.rules else None
+            if stream_id is not None:
+                self._internal(StreamLost(stream_id, "the LLMActor exited"), sender)
+            return
+        for call_id, addr in list(self.tool_actors.items()):
+            if addr == child:
+                del self.tool_actors[call_id]
+                self._internal(ToolLost(call_id, "its ToolActor exited"), sender)
+
+    def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
+        log.warning("TurnActor: a message could not be handled: %r (%s)", msg.poisonMessage, msg.details)
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        pass  # Thespian stops the children and then this actor
+
+    def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
+        log.debug("TurnActor ignored %r", type(msg).__name__)
+
+    # -- carrying decisions out -----------------------------------------------------------
+
+    def _apply(self, decisions: list[Decision], sender: Any) -> None:
+        assert self.rules is not None
+        state = self.rules.state
+        for d in decisions:
+            if isinstance(d, Emit):
+                self.log.append(d.event)
+                for sub in self.subscribers:
+                    self.send(sub, d.event)
+            elif isinstance(d, Stream):
+                if self.llm is None:
+                    self.llm = self.createActor(LLMActor)
+                self.send(self.llm, d.request)
+            elif isinstance(d, Abort):
+                if self.llm is not None:
+                    self.send(self.llm, AbortStream(stream_id=d.stream_id, reason=d.reason))
+            elif isinstance(d, Spawn):
+                requires = d.run.spec.requires or None
+                addr = self.createActor(ToolActor, targetActorRequirements=requires)
+                self.tool_actors[d.run.call.id] = addr
+                self.send(addr, d.run)
+            elif isinstance(d, Interrupt):
+                addr = self.tool_actors.get(d.message.call_id)
+                if addr is not None:
+                    self.send(addr, d.message)
+                    if d.message.mode == "stop":
+                        del self.tool_actors[d.message.call_id]  # it exits on its own after its grace
+            elif isinstance(d, ScheduleStep):
+                self.send(self.myAddress, TakeStep(state.turn_id))
+            elif isinstance(d, SetTimer):
+                self.wakeupAfter(timedelta(seconds=d.delay), payload=TimerFired(d.name, d.token))
+            elif isinstance(d, Persist):
+                self._persist(d.transition)
+            elif isinstance(d, Reply):
+                if sender is not None and (d.reply.request_id is not None or not d.reply.ok):
+                    self.send(sender, d.reply)
+            elif isinstance(d, Done):
+                self._wind_down()
+
+    def _persist(self, transition: str) -> None:
+        """Snapshots are written by the store (see ``actors.store``); none is configured here."""
+
+    def _wind_down(self) -> None:
+        if self.ended or self.rules is None:
+            return
+        self.ended = True
+        state = self.rules.state
+        if self.manager is not None:
+            self.send(self.manager, TurnEnded(state.turn_id, state.finish_reason or "error"))
+        if self.llm is not None:
+            self.send(self.llm, ActorExitRequest())
+        linger = state.options.linger
+        if state.stop is not None:
+            linger = max(linger, state.options.stop_grace + 0.5)  # let stopped tools finish their grace
+        self.wakeupAfter(timedelta(seconds=linger), payload=_LINGER)
+

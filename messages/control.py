@@ -1,0 +1,153 @@
+"""Commands that start and steer a turn, and the reply to each.
+
+Every command is a plain message that any sender may send: the caller through the
+``Runtime`` facade, a supervisor actor, another process or host (through the directory, by
+``turn_id``). Commands that carry a ``request_id`` are answered with one ``ControlReply`` to
+their sender; a rejected command changes nothing.
+
+Priority comes from the TurnActor's mailbox: cancel > approval-resume > max-rounds > the
+next LLM call. ``StopTurn`` and ``CancelTurn`` are idempotent; the first reason wins.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Message
+from .chat import ChatMessage
+from .llm import ProviderConfig
+from .tool import ToolSpec
+
+__all__ = [
+    "CancelTurn",
+    "ControlReply",
+    "RejectCode",
+    "RespondToApprovals",
+    "StartTurn",
+    "StopTool",
+    "StopTurn",
+    "Subscribe",
+    "ToolApprovalResponse",
+    "TurnOptions",
+    "new_turn_id",
+]
+
+
+def new_turn_id() -> str:
+    """A fresh, unique turn id."""
+    return "turn_" + uuid.uuid4().hex[:16]
+
+
+class TurnOptions(Message):
+    """How a turn runs. Times are seconds.
+
+    ``approval_window`` is how long an approval waits, once every pending call has a
+    decision, before it is committed: a cancel or stop that arrives in that window wins.
+    ``approval_timeout`` denies calls still undecided after it (``Approval timed out``).
+    ``stop_grace`` is how long a stopped tool's process group gets between SIGTERM and
+    SIGKILL. ``linger`` is how long a finished TurnActor stays to answer late commands.
+    """
+
+    kind: Literal["turn_options"] = "turn_options"
+    max_rounds: int = Field(default=10, ge=0)
+    approval_timeout: float | None = Field(default=None, gt=0)
+    approval_window: float = Field(default=0.02, ge=0)
+    stop_grace: float = Field(default=2.0, ge=0)
+    linger: float = Field(default=2.0, ge=0)
+
+
+class StartTurn(Message):
+    """Start a turn. Its events go to the sender (and to later ``Subscribe`` senders)."""
+
+    kind: Literal["start_turn"] = "start_turn"
+    turn_id: str = Field(default_factory=new_turn_id)
+    messages: list[ChatMessage]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    provider: ProviderConfig
+    options: TurnOptions = Field(default_factory=TurnOptions)
+    parent_turn_id: str | None = None
+    root_turn_id: str | None = None
+
+
+class StopTurn(Message):
+    """Stop now: abort the stream, stop every tool, end with ``Finish(stopped)``."""
+
+    kind: Literal["stop_turn"] = "stop_turn"
+    turn_id: str
+    reason: str = "stop requested"
+    request_id: str | None = None
+
+
+class CancelTurn(Message):
+    """Cancel at the next safe boundary; after ``grace`` seconds it becomes a stop."""
+
+    kind: Literal["cancel_turn"] = "cancel_turn"
+    turn_id: str
+    reason: str = "cancel requested"
+    grace: float | None = Field(default=None, ge=0)
+    request_id: str | None = None
+
+
+class ToolApprovalResponse(Message):
+    """A decision on one approval request. Sendable alone (with ``turn_id``) or in a batch."""
+
+    kind: Literal["tool_approval_response"] = "tool_approval_response"
+    call_id: str
+    approved: bool
+    reason: str | None = None
+    turn_id: str | None = None
+    request_id: str | None = None
+
+
+class RespondToApprovals(Message):
+    """Several decisions at once; ``deny_rest`` denies every call still undecided."""
+
+    kind: Literal["respond_to_approvals"] = "respond_to_approvals"
+    turn_id: str
+    responses: list[ToolApprovalResponse] = Field(default_factory=list)
+    deny_rest: bool = False
+    deny_reason: str | None = None
+    request_id: str | None = None
+
+
+class StopTool(Message):
+    """Stop one call now; it ends with an interrupted tool message, the turn goes on."""
+
+    kind: Literal["stop_tool"] = "stop_tool"
+    turn_id: str
+    call_id: str
+    reason: str = "tool stop requested"
+    request_id: str | None = None
+
+
+class Subscribe(Message):
+    """Receive this turn's events from ``since`` (its ``seq``) on, then as they happen."""
+
+    kind: Literal["subscribe"] = "subscribe"
+    turn_id: str
+    since: int = Field(default=0, ge=0)
+
+
+RejectCode = Literal[
+    "unknown_turn",
+    "turn_finished",
+    "unknown_call",
+    "not_waiting",
+    "duplicate",
+    "invalid",
+]
+
+
+class ControlReply(Message):
+    """The answer to a command that carried a ``request_id``; ``ok=False`` changed nothing."""
+
+    kind: Literal["control_reply"] = "control_reply"
+    turn_id: str
+    request_id: str | None = None
+    command: str
+    ok: bool
+    code: RejectCode | None = None
+    message: str = ""

@@ -1,0 +1,151 @@
+"""What happened in a turn, in order.
+
+Every event carries its turn's ``turn_id`` and a ``seq`` that starts at 0 and grows by one
+per event; Thespian does not guarantee delivery order, so receivers order by ``seq``. A
+child turn's events also carry ``parent_turn_id`` and ``root_turn_id``.
+
+A turn's events come in runs, and every run ends with exactly one ``Finish``:
+``awaiting_approval`` ends a run and the turn waits; every other reason is terminal and is
+the turn's last event. Every tool call the model made gets exactly one ``ToolFinished``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Discriminator, Field
+
+from .base import Message
+from .chat import ChatMessage, Usage
+from .tool import ToolOutcome
+
+__all__ = [
+    "Error",
+    "Finish",
+    "FinishReason",
+    "TERMINAL_REASONS",
+    "TextDelta",
+    "ToolApprovalRequest",
+    "ToolCallStarted",
+    "ToolFinished",
+    "ToolProgress",
+    "TurnEvent",
+    "TurnEventUnion",
+    "TurnRetrying",
+    "TurnStarted",
+]
+
+FinishReason = Literal[
+    "stop", "max_rounds", "error", "awaiting_approval", "stopped", "cancelled", "length"
+]
+TERMINAL_REASONS: frozenset[str] = frozenset(
+    {"stop", "max_rounds", "error", "stopped", "cancelled", "length"}
+)
+
+
+class TurnEvent(Message):
+    """Fields every event has. Supervisors may handle ``receiveMsg_TurnEvent`` for all."""
+
+    turn_id: str
+    seq: int
+    parent_turn_id: str | None = None
+    root_turn_id: str | None = None
+
+
+class TurnStarted(TurnEvent):
+    """The TurnActor accepted the turn; always the turn's first event (``seq`` 0)."""
+
+    kind: Literal["turn_started"] = "turn_started"
+
+
+class TextDelta(TurnEvent):
+    """Assistant text as it streams, batched per LLMActor wake-up."""
+
+    kind: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ToolCallStarted(TurnEvent):
+    """A call's ToolActor was spawned and given the call."""
+
+    kind: Literal["tool_call_started"] = "tool_call_started"
+    call_id: str
+    name: str
+    arguments: Any = None
+
+
+class ToolProgress(TurnEvent):
+    """A running tool called ``ToolContext.report_progress``."""
+
+    kind: Literal["tool_progress"] = "tool_progress"
+    call_id: str
+    data: Any = None
+
+
+class ToolFinished(TurnEvent):
+    """A call ended; ``content`` is exactly the tool message appended to the history."""
+
+    kind: Literal["tool_finished"] = "tool_finished"
+    call_id: str
+    name: str
+    outcome: ToolOutcome
+    content: str
+
+
+class ToolApprovalRequest(TurnEvent):
+    """A call that needs a human decision; it does not run until it is approved."""
+
+    kind: Literal["tool_approval_request"] = "tool_approval_request"
+    call_id: str
+    name: str
+    arguments: Any = None
+    description: str = ""
+
+
+class TurnRetrying(TurnEvent):
+    """The provider request failed before its first delta and will be retried."""
+
+    kind: Literal["turn_retrying"] = "turn_retrying"
+    attempt: int
+    delay: float
+    reason: str
+
+
+class Error(TurnEvent):
+    """Something went wrong; ``error_type`` is a stable code, ``message`` is for people."""
+
+    kind: Literal["error"] = "error"
+    error_type: str
+    message: str
+    detail: str | None = None
+
+
+class Finish(TurnEvent):
+    """A run ended. ``messages`` is the history so far; ``pending_approvals`` lists call ids."""
+
+    kind: Literal["finish"] = "finish"
+    finish_reason: FinishReason
+    usage: Usage = Field(default_factory=Usage)
+    round: int = 0
+    messages: list[ChatMessage] = Field(default_factory=list)
+    pending_approvals: list[str] = Field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        return self.finish_reason in TERMINAL_REASONS
+
+
+TurnEventUnion = Annotated[
+    Union[
+        TurnStarted,
+        TextDelta,
+        ToolCallStarted,
+        ToolProgress,
+        ToolFinished,
+        ToolApprovalRequest,
+        TurnRetrying,
+        Error,
+        Finish,
+    ],
+    Discriminator("kind"),
+]

@@ -1,0 +1,143 @@
+"""Provider configuration and the messages between a TurnActor and its LLMActor.
+
+``ProviderConfig`` is plain data that travels in messages and snapshots; it names the
+environment variable that holds the API key and never holds the key itself. The LLMActor
+reads the key from its own process environment when it makes the request.
+
+A stream is addressed by ``stream_id``; every message the LLMActor sends about it carries a
+``seq`` that starts at 0 and grows by one, because Thespian does not guarantee delivery
+order. The receiver applies them in ``seq`` order and drops those of a stream it aborted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from .base import Message
+from .chat import ChatMessage, Usage
+
+__all__ = [
+    "AbortStream",
+    "FinishReasonLLM",
+    "LLMCompleted",
+    "LLMDeltas",
+    "LLMFailed",
+    "LLMRetrying",
+    "ProviderConfig",
+    "RetryPolicy",
+    "StreamChat",
+    "Timeouts",
+]
+
+FinishReasonLLM = Literal["stop", "tool_calls", "length", "content_filter", "unknown"]
+
+
+class Timeouts(Message):
+    """Seconds: to connect, between two reads of the stream, and for the whole request."""
+
+    kind: Literal["timeouts"] = "timeouts"
+    connect: float = Field(default=10.0, gt=0)
+    read: float = Field(default=60.0, gt=0)
+    total: float | None = Field(default=600.0, gt=0)
+
+
+class RetryPolicy(Message):
+    """Bounded exponential backoff with jitter for failures before the first delta.
+
+    Attempt ``n`` (1-based) that failed waits ``min(max_delay, initial_delay * 2**(n-1))``,
+    scaled by a random factor in ``[1 - jitter, 1]``; a ``Retry-After`` header wins when it
+    is longer, capped at ``max_delay``.
+    """
+
+    kind: Literal["retry_policy"] = "retry_policy"
+    max_attempts: int = Field(default=4, ge=1)
+    initial_delay: float = Field(default=0.5, ge=0)
+    max_delay: float = Field(default=8.0, ge=0)
+    jitter: float = Field(default=0.2, ge=0, le=1)
+
+
+class ProviderConfig(Message):
+    """Where and how to reach a model. Holds the *name* of the key's variable, never the key."""
+
+    kind: Literal["provider_config"] = "provider_config"
+    api: Literal["openai", "anthropic"] = "openai"
+    base_url: str
+    model: str
+    api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    max_tokens: int | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _no_secret_headers(self) -> ProviderConfig:
+        for name in self.headers:
+            if name.lower() in {"authorization", "x-api-key", "api-key"}:
+                raise ValueError(
+                    f"header {name!r} carries a secret: name its environment variable in "
+                    "api_key_env instead, so that it never travels in a message"
+                )
+        return self
+
+
+class StreamChat(Message):
+    """Ask the LLMActor to stream one completion. ``tools`` are provider-neutral specs."""
+
+    kind: Literal["stream_chat"] = "stream_chat"
+    stream_id: str
+    provider: ProviderConfig
+    messages: list[ChatMessage]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class LLMDeltas(Message):
+    """Text that arrived since the previous batch (one batch per LLMActor wake-up)."""
+
+    kind: Literal["llm_deltas"] = "llm_deltas"
+    stream_id: str
+    seq: int
+    text: str
+
+
+class LLMRetrying(Message):
+    """The request failed before its first delta and will be tried again after ``delay``."""
+
+    kind: Literal["llm_retrying"] = "llm_retrying"
+    stream_id: str
+    seq: int
+    attempt: int
+    delay: float
+    reason: str
+
+
+class LLMCompleted(Message):
+    """The stream ended normally; ``message`` is the accumulated assistant message."""
+
+    kind: Literal["llm_completed"] = "llm_completed"
+    stream_id: str
+    seq: int
+    message: ChatMessage
+    finish_reason: FinishReasonLLM
+    usage: Usage | None = None
+
+
+class LLMFailed(Message):
+    """The stream ended in an error; ``partial_text`` is the text that had arrived."""
+
+    kind: Literal["llm_failed"] = "llm_failed"
+    stream_id: str
+    seq: int
+    error_type: str
+    message: str
+    partial_text: str = ""
+
+
+class AbortStream(Message):
+    """Abort a stream now: its connection is shut down, later deltas are dropped."""
+
+    kind: Literal["abort_stream"] = "abort_stream"
+    stream_id: str
+    reason: str

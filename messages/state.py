@@ -1,0 +1,91 @@
+"""A turn's state as plain data: what a snapshot holds and what the turn rules work on.
+
+Unlike messages these models are mutable (the rules update them in place); they still hold
+only plain data, so a snapshot encodes with msgpack (``messages.codec.encode_snapshot``).
+``SCHEMA_VERSION`` changes whenever a field changes meaning; decoding a snapshot of an
+unknown version fails fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .chat import ChatMessage, ToolCall, Usage
+from .control import TurnOptions
+from .events import FinishReason
+from .llm import ProviderConfig
+from .tool import ToolOutcome, ToolSpec
+
+__all__ = ["CallState", "CallStatus", "Marker", "Phase", "SCHEMA_VERSION", "TurnState"]
+
+SCHEMA_VERSION = 1
+
+Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "finished"]
+CallStatus = Literal["queued", "pending_approval", "decided", "running", "done"]
+
+
+class _State(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class Marker(_State):
+    """A stop or cancel request: the first one of each kind is kept."""
+
+    kind: Literal["stop", "cancel"]
+    reason: str
+    at: float
+    grace: float | None = None
+
+
+class CallState(_State):
+    """One tool call of the current assistant message and where it is."""
+
+    call: ToolCall
+    arguments: Any = None
+    status: CallStatus = "queued"
+    decision: Literal["approved", "denied"] | None = None
+    decision_reason: str | None = None
+    outcome: ToolOutcome | None = None
+    content: str | None = None
+    attempt: int = 0
+
+
+class TurnState(_State):
+    """Everything a turn needs to go on after a restart, and nothing secret."""
+
+    schema_version: int = SCHEMA_VERSION
+    turn_id: str
+    parent_turn_id: str | None = None
+    root_turn_id: str
+    provider: ProviderConfig
+    tools: list[ToolSpec] = Field(default_factory=list)
+    options: TurnOptions = Field(default_factory=TurnOptions)
+    messages: list[ChatMessage] = Field(default_factory=list)
+    round: int = 0
+    phase: Phase = "created"
+    usage: Usage = Field(default_factory=Usage)
+    next_seq: int = 0
+    streams: int = 0
+    stream_id: str | None = None
+    batch: list[CallState] | None = None
+    paused: bool = False
+    commit_pending: bool = False
+    approval_deadline: float | None = None
+    waiting_since: float | None = None
+    stop: Marker | None = None
+    cancel: Marker | None = None
+    finish_reason: FinishReason | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    def call(self, call_id: str) -> CallState | None:
+        for c in self.batch or ():
+            if c.call.id == call_id:
+                return c
+        return None
+
+    @property
+    def pending_approvals(self) -> list[str]:
+        return [c.call.id for c in self.batch or () if c.status == "pending_approval"]

@@ -1,0 +1,93 @@
+"""Tool specs and the messages between a TurnActor and its ToolActors.
+
+A ``ToolSpec`` is the plain-data face of a tool: its name, description and JSON schema for
+the provider, and ``ref``, the import path (``"package.module:qualname"``) by which an actor
+in another process, or on another host, loads the callable. Every tool call ends with
+exactly one ``ToolResult``; its ``outcome`` is one of ``ToolOutcome``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from .base import Message
+from .chat import ToolCall
+
+__all__ = [
+    "ApprovalMode",
+    "InterruptTool",
+    "ReportProgress",
+    "RunTool",
+    "ToolOutcome",
+    "ToolResult",
+    "ToolSpec",
+]
+
+ToolOutcome = Literal["success", "failed", "denied", "interrupted"]
+ApprovalMode = Literal["never", "always", "predicate"]
+
+
+class ToolSpec(Message):
+    """What a turn needs to offer a tool to the model, gate it, place it and load it.
+
+    ``approval`` says whether a call needs a human decision: ``"predicate"`` asks the
+    callable at ``approval_ref`` with the call's parsed arguments. ``requires`` lists the
+    capabilities a node must advertise to run it. ``retry_safe`` declares that running a
+    call twice with the same idempotency key is harmless (used on recovery).
+    """
+
+    kind: Literal["tool_spec"] = "tool_spec"
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    ref: str
+    approval: ApprovalMode = "never"
+    approval_ref: str | None = None
+    requires: dict[str, Any] = Field(default_factory=dict)
+    retry_safe: bool = False
+
+
+class RunTool(Message):
+    """Run one call. Sent once to a freshly spawned ToolActor, which exits when it ends."""
+
+    kind: Literal["run_tool"] = "run_tool"
+    turn_id: str
+    root_turn_id: str
+    call: ToolCall
+    spec: ToolSpec
+    arguments: dict[str, Any]
+    idempotency_key: str
+    attempt: int = 1
+    stop_grace: float = 2.0
+
+
+class ToolResult(Message):
+    """How a call ended; ``content`` is the tool message the model will read."""
+
+    kind: Literal["tool_result"] = "tool_result"
+    turn_id: str
+    call_id: str
+    outcome: ToolOutcome
+    content: str
+
+
+class ReportProgress(Message):
+    """Progress a running tool reported (``ToolContext.report_progress``), in ``seq`` order."""
+
+    kind: Literal["report_progress"] = "report_progress"
+    turn_id: str
+    call_id: str
+    seq: int
+    data: Any = None
+
+
+class InterruptTool(Message):
+    """Tell a ToolActor that its call is stopped (act now) or cancelled (cooperative)."""
+
+    kind: Literal["interrupt_tool"] = "interrupt_tool"
+    turn_id: str
+    call_id: str
+    mode: Literal["stop", "cancel"]
+    reason: str
