@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import ToolContextError
@@ -61,12 +61,14 @@ def run_command(
     input: str | None = None,
     timeout: float | None = None,
     grace: float | None = None,
+    on_start: Callable[[subprocess.Popen[str]], None] | None = None,
 ) -> CommandResult:
     """Run ``args`` to completion in its own process group and return its output.
 
     Inside a tool call the group is ended on stop (SIGTERM, then SIGKILL after ``grace``,
     by default the turn's ``stop_grace``) and ``ToolCancelled`` is raised. ``timeout``
-    ends the group the same way and raises ``subprocess.TimeoutExpired``.
+    ends the group the same way and raises ``subprocess.TimeoutExpired``. ``on_start`` is
+    called with the process once it runs (its ``pid`` is also the group id).
     """
     try:
         ctx: ToolContext | None = ToolContext.current()
@@ -88,6 +90,8 @@ def run_command(
     pgid = proc.pid  # the session leader's pid is the group id
     registration = ctx.cancellation.on_stop(lambda: _terminate(pgid, grace)) if ctx is not None else None
     try:
+        if on_start is not None:
+            on_start(proc)
         try:
             out, err = proc.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:

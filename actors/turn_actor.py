@@ -203,7 +203,7 @@ class TurnActor(ActorTypeDispatcher):
             elif isinstance(d, Persist):
                 self._persist(d.transition)
             elif isinstance(d, Reply):
-                if sender is not None and (d.reply.request_id is not None or not d.reply.ok):
+                if sender is not None:
                     self.send(sender, d.reply)
             elif isinstance(d, Done):
                 self._wind_down()

@@ -512,7 +512,7 @@ class TurnRules:
         s = self.state
 
         def reject(code: str, message: str) -> list[Decision]:
-            return [self._reply(command, request_id, False, code, message)]
+            return self._reply(command, request_id, False, code, message)
 
         if s.phase == "finished":
             return reject("turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason}); nothing can be approved")
@@ -548,8 +548,7 @@ class TurnRules:
         if not s.pending_approvals and not s.commit_pending:
             s.commit_pending = True
             out.append(SetTimer("commit", s.options.approval_window, s.round))
-        out.append(self._reply(command, request_id, True, None, "recorded"))
-        return out
+        return out + self._reply(command, request_id, True, None, "recorded")
 
     def _commit(self) -> list[Decision]:
         """Approval-resume: run approved calls, answer denied ones. Never after cancel/stop."""
@@ -594,9 +593,9 @@ class TurnRules:
         s = self.state
         ok = self._reply("stop_turn", request_id, True, None, "")
         if s.phase == "finished" or s.stop is not None:
-            return [ok]
+            return ok
         s.stop = Marker(kind="stop", reason=reason, at=self._clock())
-        return self._halt() + [ok]
+        return self._halt() + ok
 
     def _halt(self) -> list[Decision]:
         """Stop now: abort the stream, interrupt every running call, end the turn."""
@@ -623,7 +622,7 @@ class TurnRules:
         s = self.state
         ok = self._reply("cancel_turn", request_id, True, None, "")
         if s.phase == "finished" or s.cancel is not None or s.stop is not None:
-            return [ok]
+            return ok
         s.cancel = Marker(kind="cancel", reason=reason, at=self._clock(), grace=grace)
         out: list[Decision] = [Persist("cancel_marker")]
         for cs in s.batch or ():
@@ -631,28 +630,28 @@ class TurnRules:
                 out.append(Interrupt(InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="cancel", reason=reason)))
         if grace is not None:
             out.append(SetTimer("cancel_grace", grace, 0))
-        if s.phase != "streaming":
+        if s.phase != "streaming" and not self._running():
             out.append(ScheduleStep())
-        return out + [ok]
+        return out + ok
 
     def _on_stop_tool(self, call_id: str, reason: str, request_id: str | None) -> list[Decision]:
         s = self.state
 
-        def reply(ok: bool, code: str | None, message: str) -> Reply:
+        def reply(ok: bool, code: str | None, message: str) -> list[Decision]:
             return self._reply("stop_tool", request_id, ok, code, message)
 
         if s.phase == "finished":
-            return [reply(False, "turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason})")]
+            return reply(False, "turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason})")
         cs = s.call(call_id)
         if cs is None:
-            return [reply(False, "unknown_call", f"call {call_id!r} is not running in turn {s.turn_id}")]
+            return reply(False, "unknown_call", f"call {call_id!r} is not running in turn {s.turn_id}")
         if cs.status == "done":
-            return [reply(False, "not_waiting", f"call {call_id!r} has already finished")]
+            return reply(False, "not_waiting", f"call {call_id!r} has already finished")
         out: list[Decision] = []
         if cs.status == "running":
             out.append(Interrupt(InterruptTool(turn_id=s.turn_id, call_id=call_id, mode="stop", reason=reason)))
         out += self._done(cs, "interrupted", interrupted_content("the call was stopped", reason))
-        return out + [Persist("tool_result")] + self._after_call_change() + [reply(True, None, "")]
+        return out + [Persist("tool_result")] + self._after_call_change() + reply(True, None, "")
 
     # -- the end --------------------------------------------------------------------------
 
@@ -693,8 +692,11 @@ class TurnRules:
         s.next_seq += 1
         return Emit(event)
 
-    def _reply(self, command: str, request_id: str | None, ok: bool, code: str | None, message: str) -> Reply:
-        return Reply(
+    def _reply(self, command: str, request_id: str | None, ok: bool, code: str | None, message: str) -> list[Decision]:
+        """A reply to the command's sender: always for a refusal, for success only if asked."""
+        if ok and request_id is None:
+            return []
+        return [Reply(
             ControlReply(
                 turn_id=self.state.turn_id,
                 request_id=request_id,
@@ -703,4 +705,4 @@ class TurnRules:
                 code=code,  # type: ignore[arg-type]
                 message=message,
             )
-        )
+        )]

@@ -1,0 +1,63 @@
+"""Shared fixtures: a real scripted provider on 127.0.0.1 and a real Runtime on its own port.
+
+Every Runtime is shut down after its test and the test fails if any process of its actor
+system is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from actors import Runtime
+from actors.runtime import session_processes
+from actors.scripted_provider import ScriptedProvider
+from messages import RetryPolicy
+
+
+@pytest.fixture
+def provider() -> Iterator[ScriptedProvider]:
+    with ScriptedProvider() as p:
+        yield p
+
+
+@pytest.fixture
+def fast_retry() -> RetryPolicy:
+    return RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=0.05)
+
+
+@pytest.fixture
+def runtime(provider: ScriptedProvider, fast_retry: RetryPolicy) -> Iterator[Runtime]:
+    rt = Runtime(provider.provider(retry=fast_retry)).start()
+    try:
+        yield rt
+    finally:
+        rt.close()
+        assert rt.admin_sid is not None
+        assert session_processes(rt.admin_sid) == [], "the Runtime left processes behind"
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` runs and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                out.append(int(entry))
+    return out

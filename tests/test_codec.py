@@ -1,0 +1,117 @@
+"""The msgpack codec: every message class round-trips; bad bytes fail clearly."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+import messages as m
+from messages.codec import CodecError, SnapshotVersionError
+
+call = m.ToolCall(id="call_1", name="add", arguments='{"a": 1, "b": 2}')
+provider = m.ProviderConfig(base_url="http://127.0.0.1:1/v1", model="x", api_key_env="OPENAI_API_KEY", headers={"x-trace": "1"})
+spec = m.ToolSpec(name="add", description="Add.", ref="tests.tools_for_tests:add", approval="predicate", approval_ref="a:b", requires={"gpu": True})
+history = [m.ChatMessage.system("s"), m.ChatMessage.user("u"), m.ChatMessage.assistant(None, [call]), m.ChatMessage.tool("{}", "call_1", name="add")]
+ids = {"turn_id": "t1", "seq": 4, "parent_turn_id": "p", "root_turn_id": "r"}
+
+SAMPLES: dict[str, m.Message] = {
+    "tool_call": call,
+    "chat_message": history[2],
+    "usage": m.Usage(prompt_tokens=3, completion_tokens=4, total_tokens=7),
+    "timeouts": m.Timeouts(connect=1.5, read=2.0, total=None),
+    "retry_policy": m.RetryPolicy(max_attempts=2, initial_delay=0.1, max_delay=1.0, jitter=0.0),
+    "provider_config": provider,
+    "stream_chat": m.StreamChat(stream_id="t1/s1", provider=provider, messages=history, tools=[{"name": "add", "description": "", "parameters": {}}]),
+    "llm_deltas": m.LLMDeltas(stream_id="t1/s1", seq=0, text="hé"),
+    "llm_retrying": m.LLMRetrying(stream_id="t1/s1", seq=1, attempt=1, delay=0.5, reason="HTTP 429"),
+    "llm_completed": m.LLMCompleted(stream_id="t1/s1", seq=2, message=history[2], finish_reason="tool_calls", usage=m.Usage(total_tokens=1)),
+    "llm_failed": m.LLMFailed(stream_id="t1/s1", seq=3, error_type="http_error", message="HTTP 500", partial_text="par"),
+    "abort_stream": m.AbortStream(stream_id="t1/s1", reason="stop"),
+    "tool_spec": spec,
+    "run_tool": m.RunTool(turn_id="t1", root_turn_id="t1", call=call, spec=spec, arguments={"a": 1, "b": [2, None]}, idempotency_key="t1:call_1", attempt=2, stop_grace=0.5),
+    "tool_result": m.ToolResult(turn_id="t1", call_id="call_1", outcome="failed", content='{"ok": false}'),
+    "report_progress": m.ReportProgress(turn_id="t1", call_id="call_1", seq=0, data={"pct": 50}),
+    "interrupt_tool": m.InterruptTool(turn_id="t1", call_id="call_1", mode="cancel", reason="r"),
+    "turn_options": m.TurnOptions(max_rounds=3, approval_timeout=2.5, approval_window=0.0, stop_grace=1.0, linger=0.5),
+    "start_turn": m.StartTurn(turn_id="t1", messages=history, tools=[spec], provider=provider, parent_turn_id="p", root_turn_id="r"),
+    "stop_turn": m.StopTurn(turn_id="t1", reason="user", request_id="q"),
+    "cancel_turn": m.CancelTurn(turn_id="t1", reason="sup", grace=1.0),
+    "tool_approval_response": m.ToolApprovalResponse(call_id="call_1", approved=False, reason="no", turn_id="t1"),
+    "respond_to_approvals": m.RespondToApprovals(turn_id="t1", responses=[m.ToolApprovalResponse(call_id="c", approved=True)], deny_rest=True, deny_reason="later"),
+    "stop_tool": m.StopTool(turn_id="t1", call_id="call_1"),
+    "subscribe": m.Subscribe(turn_id="t1", since=3),
+    "control_reply": m.ControlReply(turn_id="t1", request_id="q", command="stop_turn", ok=False, code="duplicate", message="m"),
+    "turn_started": m.TurnStarted(**ids),
+    "text_delta": m.TextDelta(text="hi", **ids),
+    "tool_call_started": m.ToolCallStarted(call_id="c", name="add", arguments={"a": 1}, **ids),
+    "tool_progress": m.ToolProgress(call_id="c", data=[1, "two"], **ids),
+    "tool_finished": m.ToolFinished(call_id="c", name="add", outcome="interrupted", content="x", **ids),
+    "tool_approval_request": m.ToolApprovalRequest(call_id="c", name="add", arguments={"a": 1}, description="d", **ids),
+    "turn_retrying": m.TurnRetrying(attempt=2, delay=0.25, reason="HTTP 503", **ids),
+    "error": m.Error(error_type="stopped", message="Agent run stopped", detail="user", **ids),
+    "finish": m.Finish(finish_reason="awaiting_approval", usage=m.Usage(total_tokens=2), round=1, messages=history, pending_approvals=["c"], **ids),
+}
+
+
+def test_every_message_class_has_a_sample() -> None:
+    assert set(SAMPLES) == set(m.message_classes())
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLES))
+def test_every_message_class_round_trips(kind: str) -> None:
+    msg = SAMPLES[kind]
+    assert msg.kind == kind
+    data = m.encode(msg)
+    assert isinstance(data, bytes)
+    back = m.decode(data)
+    assert type(back) is type(msg)
+    assert back == msg
+
+
+def test_an_unknown_kind_is_a_clear_error() -> None:
+    with pytest.raises(CodecError, match="unknown message kind 'no_such_thing'"):
+        m.decode(msgpack.packb({"kind": "no_such_thing"}))
+
+
+def test_malformed_bytes_are_a_clear_error() -> None:
+    with pytest.raises(CodecError, match="malformed message payload"):
+        m.decode(b"\xc1\xff\x00")
+
+
+def test_a_payload_that_is_not_a_map_is_a_clear_error() -> None:
+    with pytest.raises(CodecError, match="expected a map, got list"):
+        m.decode(msgpack.packb([1, 2]))
+
+
+def test_a_payload_without_kind_is_a_clear_error() -> None:
+    with pytest.raises(CodecError, match="no 'kind' field"):
+        m.decode(msgpack.packb({"turn_id": "t"}))
+
+
+def test_fields_that_do_not_fit_are_a_clear_error() -> None:
+    with pytest.raises(CodecError, match="malformed 'stop_turn' message"):
+        m.decode(msgpack.packb({"kind": "stop_turn", "turn_id": 5, "bogus": True}))
+
+
+def test_encoding_something_that_is_not_a_message_fails() -> None:
+    with pytest.raises(CodecError, match="not a greenroom message class"):
+        m.encode(m.CallState(call=call))  # type: ignore[arg-type]
+
+
+def test_a_snapshot_round_trips_and_an_unknown_version_fails_fast() -> None:
+    state = m.TurnState(turn_id="t1", root_turn_id="t1", provider=provider, tools=[spec], messages=history)
+    assert m.decode_snapshot(m.encode_snapshot(state)) == state
+    raw = msgpack.unpackb(m.encode_snapshot(state))
+    raw["v"] = 99
+    with pytest.raises(SnapshotVersionError, match="snapshot schema version 99 is not supported"):
+        m.decode_snapshot(msgpack.packb(raw))
+
+
+def test_a_provider_config_refuses_a_secret_header() -> None:
+    with pytest.raises(ValueError, match="carries a secret"):
+        m.ProviderConfig(base_url="http://x", model="m", headers={"Authorization": "Bearer sk-123"})
+
+
+def test_a_provider_config_never_holds_the_key() -> None:
+    assert "sk-" not in m.encode(provider).decode("latin-1")
+    assert "api_key" not in m.ProviderConfig.model_fields

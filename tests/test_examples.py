@@ -1,0 +1,66 @@
+"""Every example runs as it is, as a user would run it, and says what it should."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_example(name: str, *args: str, stdin: str = "") -> str:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("OPENAI_API_KEY", None)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *args],
+        input=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout
+    return proc.stdout
+
+
+def test_the_demo_shows_tools_an_approval_and_a_stop() -> None:
+    out = run_example("00_demo.py", "--no")
+    assert "== finish: awaiting_approval" in out
+    assert "<- call_3 denied: Rejected: the user said no" in out
+    assert "file still there: True" in out
+    assert "!! Agent run stopped (the user pressed stop)" in out
+    assert out.rstrip().endswith('tool -> {"ok": false, "error": "Interrupted: the turn was stopped (the user pressed stop)", "data": null}')
+
+
+def test_the_demo_deletes_the_file_when_approved() -> None:
+    out = run_example("00_demo.py", "--yes")
+    assert "<- call_3 success" in out
+    assert "file still there: False" in out
+
+
+def test_quickstart() -> None:
+    out = run_example("01_quickstart.py")
+    assert "tool_finished" in out and "'content': '{\"ok\": true, \"data\": 5}'" in out
+    assert out.rstrip().endswith("stop -> 2 + 3 = 5.")
+
+
+@pytest.mark.parametrize(
+    "args, stdin, expected",
+    [
+        (["--deny-all", "--reason", "not today"], "", ["[tool] Rejected: not today", "[tool] Rejected: not today"]),
+        ([], "a\nd\n", ['[tool] {"ok": true, "data": "wrote 5 bytes to /etc/motd"}', "[tool] Rejected: User denied"]),
+        ([], "x\n", ["[tool] Rejected: User denied", "[tool] Rejected: User denied"]),
+    ],
+)
+def test_tool_approval_example(args: list[str], stdin: str, expected: list[str]) -> None:
+    out = run_example("02_tool_approval.py", *args, stdin=stdin)
+    history = out.split("final history:")[1].splitlines()
+    tools = [line.strip() for line in history if line.strip().startswith("[tool]")]
+    assert tools == ['[tool] {"ok": true, "data": "wrote 5 bytes to /tmp/sandbox/notes.txt"}', *expected]
+    assert "send_email" in out and "Done with what I was allowed to do." in out

@@ -1,0 +1,355 @@
+"""The turn's rules driven directly: no actor system, no network, exact decisions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from actors.turn_rules import (
+    Abort,
+    Done,
+    Emit,
+    Interrupt,
+    Persist,
+    Reply,
+    ScheduleStep,
+    SetTimer,
+    Spawn,
+    Stream,
+    TakeStep,
+    TimerFired,
+    ToolLost,
+    TurnRules,
+    interrupted_content,
+)
+from messages import (
+    CancelTurn,
+    ChatMessage,
+    Finish,
+    LLMCompleted,
+    LLMDeltas,
+    LLMFailed,
+    ProviderConfig,
+    RespondToApprovals,
+    StartTurn,
+    StopTool,
+    StopTurn,
+    ToolApprovalResponse,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    TurnOptions,
+)
+
+PROVIDER = ProviderConfig(base_url="http://127.0.0.1:9/v1", model="m")
+SAFE = ToolSpec(name="safe", ref="x:safe")
+GATED = ToolSpec(name="gated", ref="x:gated", approval="always", description="Needs a human.")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def new(tools: list[ToolSpec] | None = None, **options: Any) -> tuple[TurnRules, list[Any]]:
+    start = StartTurn(turn_id="t", messages=[ChatMessage.user("hi")], tools=tools or [SAFE, GATED], provider=PROVIDER, options=TurnOptions(**options))
+    rules = TurnRules.from_start(start, clock=Clock())
+    return rules, rules.start()
+
+
+def kinds(decisions: list[Any]) -> list[str]:
+    out = []
+    for d in decisions:
+        if isinstance(d, Emit):
+            out.append(f"emit:{d.event.kind}" + (f":{d.event.finish_reason}" if isinstance(d.event, Finish) else ""))
+        else:
+            out.append(type(d).__name__.lower())
+    return out
+
+
+def step(rules: TurnRules) -> list[Any]:
+    return rules.handle(TakeStep("t"))
+
+
+def respond(rules: TurnRules, *calls: tuple[str, str, bool]) -> list[Any]:
+    """Stream a response with tool calls ``(id, name, _)`` and complete it."""
+    stream_id = rules.state.stream_id
+    tool_calls = [ToolCall(id=c[0], name=c[1], arguments="{}") for c in calls]
+    return rules.handle(LLMCompleted(stream_id=stream_id, seq=0, message=ChatMessage.assistant(None, tool_calls or None), finish_reason="tool_calls" if calls else "stop"))
+
+
+def result(call_id: str, content: str = '{"ok": true, "data": 1}') -> ToolResult:
+    return ToolResult(turn_id="t", call_id=call_id, outcome="success", content=content)
+
+
+def tool_messages(rules: TurnRules) -> list[tuple[str | None, str | None]]:
+    return [(m.tool_call_id, m.content) for m in rules.state.messages if m.role == "tool"]
+
+
+def test_start_emits_started_persists_and_takes_a_step() -> None:
+    _, out = new()
+    assert kinds(out) == ["emit:turn_started", "persist", "schedulestep"]
+
+
+def test_a_step_starts_a_stream_with_the_history_and_tools() -> None:
+    rules, _ = new()
+    out = step(rules)
+    assert kinds(out) == ["stream"]
+    assert out[0].request.messages == [ChatMessage.user("hi")]
+    assert [t["name"] for t in out[0].request.tools] == ["safe", "gated"]
+
+
+def test_deltas_are_applied_in_seq_order_and_stale_ones_dropped() -> None:
+    rules, _ = new()
+    step(rules)
+    sid = rules.state.stream_id
+    assert rules.handle(LLMDeltas(stream_id=sid, seq=1, text="B")) == []
+    out = rules.handle(LLMDeltas(stream_id=sid, seq=0, text="A"))
+    assert [d.event.text for d in out] == ["A", "B"]
+    assert rules.handle(LLMDeltas(stream_id=sid, seq=1, text="B")) == []
+    assert rules.handle(LLMDeltas(stream_id="other", seq=2, text="C")) == []
+
+
+def test_a_mixed_response_runs_the_safe_call_and_asks_only_about_the_gated_one() -> None:
+    rules, _ = new()
+    step(rules)
+    out = respond(rules, ("c1", "safe", False), ("c2", "gated", True))
+    assert kinds(out) == ["persist", "spawn", "emit:tool_call_started", "emit:tool_approval_request"]
+    request = out[3].event
+    assert (request.call_id, request.name, request.arguments, request.description) == ("c2", "gated", {}, "Needs a human.")
+    out = rules.handle(result("c1"))
+    assert kinds(out) == ["emit:tool_finished", "persist", "emit:finish:awaiting_approval", "persist"]
+    assert out[2].event.pending_approvals == ["c2"]
+    assert rules.state.phase == "awaiting_approval"
+
+
+def test_approval_commits_after_the_window_and_runs_the_call() -> None:
+    rules, _ = new(approval_window=0.05)
+    step(rules)
+    respond(rules, ("c1", "gated", True))
+    out = rules.handle(ToolApprovalResponse(call_id="c1", approved=True, request_id="r1"))
+    assert kinds(out) == ["persist", "settimer", "reply"]
+    assert out[1] == SetTimer("commit", 0.05, 0)
+    assert out[2].reply.ok
+    out = rules.handle(TimerFired("commit", 0))
+    assert kinds(out) == ["persist", "spawn", "emit:tool_call_started"]
+    out = rules.handle(result("c1"))
+    assert kinds(out) == ["emit:tool_finished", "persist", "persist", "schedulestep"]
+    assert tool_messages(rules) == [("c1", '{"ok": true, "data": 1}')]
+    assert rules.state.round == 1
+
+
+@pytest.mark.parametrize("reason, content", [("not now", "Rejected: not now"), (None, "Rejected: User denied")])
+def test_a_denied_call_gets_the_seed_rejection_message(reason: str | None, content: str) -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "gated", True))
+    rules.handle(ToolApprovalResponse(call_id="c1", approved=False, reason=reason))
+    out = rules.handle(TimerFired("commit", 0))
+    assert kinds(out) == ["persist", "emit:tool_finished", "persist", "schedulestep"]
+    assert out[1].event.outcome == "denied"
+    assert tool_messages(rules) == [("c1", content)]
+
+
+def test_two_gated_calls_resume_only_after_the_second_answer() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "gated", True), ("c2", "gated", True))
+    assert kinds(rules.handle(ToolApprovalResponse(call_id="c1", approved=True))) == ["persist"]
+    assert kinds(rules.handle(ToolApprovalResponse(call_id="c2", approved=False))) == ["persist", "settimer"]
+
+
+@pytest.mark.parametrize(
+    "response, code, message",
+    [
+        (ToolApprovalResponse(call_id="zz", approved=True, request_id="q"), "unknown_call", "no approval was requested for call 'zz' in turn t"),
+        (ToolApprovalResponse(call_id="c0", approved=True, request_id="q"), "not_waiting", "call 'c0' is not waiting for approval"),
+    ],
+)
+def test_a_response_for_a_call_that_is_not_waiting_is_refused_and_changes_nothing(response: Any, code: str, message: str) -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c0", "safe", False), ("c1", "gated", True))
+    before = rules.state.model_copy(deep=True)
+    out = rules.handle(response)
+    assert kinds(out) == ["reply"]
+    assert (out[0].reply.ok, out[0].reply.code, out[0].reply.message) == (False, code, message)
+    assert rules.state == before
+
+
+def test_a_second_response_for_the_same_call_is_a_duplicate() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "gated", True), ("c2", "gated", True))
+    rules.handle(ToolApprovalResponse(call_id="c1", approved=True))
+    before = rules.state.model_copy(deep=True)
+    out = rules.handle(ToolApprovalResponse(call_id="c1", approved=False))
+    assert (out[0].reply.code, out[0].reply.message) == ("duplicate", "call 'c1' was already approved")
+    assert rules.state == before
+
+
+def test_a_response_after_the_turn_finished_is_refused() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules)
+    out = rules.handle(ToolApprovalResponse(call_id="c1", approved=True))
+    assert (out[0].reply.code, out[0].reply.message) == ("turn_finished", "turn t has finished (stop); nothing can be approved")
+
+
+def test_deny_rest_denies_what_is_undecided_and_goes_on() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "gated", True), ("c2", "gated", True))
+    out = rules.handle(RespondToApprovals(turn_id="t", responses=[ToolApprovalResponse(call_id="c1", approved=True)], deny_rest=True))
+    assert kinds(out) == ["persist", "settimer"]
+    rules.handle(TimerFired("commit", 0))
+    rules.handle(result("c1"))
+    assert tool_messages(rules) == [("c1", '{"ok": true, "data": 1}'), ("c2", "Rejected: User denied")]
+
+
+def test_cancel_queued_before_the_commit_wins_and_the_approved_call_never_runs() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "gated", True))
+    rules.handle(ToolApprovalResponse(call_id="c1", approved=True))
+    out = rules.handle(CancelTurn(turn_id="t", reason="supervisor"))
+    assert kinds(out) == ["persist", "schedulestep"]
+    out = step(rules)
+    assert kinds(out) == ["emit:tool_finished", "emit:error", "emit:finish:cancelled", "persist", "done"]
+    assert out[1].event.message == "Agent run cancelled"
+    assert rules.handle(TimerFired("commit", 0)) == []
+    assert tool_messages(rules) == [("c1", interrupted_content("the turn was cancelled", "supervisor"))]
+    assert not any(isinstance(d, Spawn) for d in out)
+
+
+def test_max_rounds_is_checked_after_approved_tools_ran() -> None:
+    rules, _ = new(max_rounds=1)
+    step(rules)
+    respond(rules, ("c1", "gated", True))
+    rules.handle(ToolApprovalResponse(call_id="c1", approved=True))
+    rules.handle(TimerFired("commit", 0))
+    rules.handle(result("c1"))
+    assert kinds(step(rules)) == ["emit:finish:max_rounds", "persist", "done"]
+
+
+def test_the_approval_timeout_denies_undecided_calls() -> None:
+    rules, _ = new(approval_timeout=5.0)
+    step(rules)
+    out = respond(rules, ("c1", "gated", True))
+    assert SetTimer("approval_timeout", 5.0, 0) in out
+    rules.handle(TimerFired("approval_timeout", 0))
+    assert tool_messages(rules) == [("c1", "Rejected: Approval timed out")]
+
+
+def test_stop_while_streaming_aborts_keeps_partial_text_and_ends_stopped() -> None:
+    rules, _ = new()
+    step(rules)
+    sid = rules.state.stream_id
+    rules.handle(LLMDeltas(stream_id=sid, seq=0, text="Partial"))
+    out = rules.handle(StopTurn(turn_id="t", reason="user", request_id="r"))
+    assert kinds(out) == ["persist", "abort", "emit:error", "emit:finish:stopped", "persist", "done", "reply"]
+    assert out[1] == Abort(sid, "user")
+    assert (out[2].event.message, out[2].event.detail) == ("Agent run stopped", "user")
+    assert rules.state.messages[-1] == ChatMessage.assistant("Partial")
+    assert rules.handle(LLMDeltas(stream_id=sid, seq=1, text="late")) == []
+
+
+def test_stop_while_tools_run_interrupts_them_and_synthesizes_their_messages() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "safe", False), ("c2", "gated", True))
+    out = rules.handle(StopTurn(turn_id="t", reason="user"))
+    assert kinds(out) == ["persist", "interrupt", "emit:tool_finished", "emit:tool_finished", "emit:error", "emit:finish:stopped", "persist", "done"]
+    assert out[1].message.mode == "stop"
+    assert tool_messages(rules) == [
+        ("c1", interrupted_content("the turn was stopped", "user")),
+        ("c2", interrupted_content("the turn was stopped", "user")),
+    ]
+    assert rules.handle(result("c1")) == []
+
+
+def test_stop_and_cancel_are_idempotent_and_the_first_reason_wins() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "safe", False))
+    out = rules.handle(CancelTurn(turn_id="t", reason="first"))
+    assert kinds(out) == ["persist", "interrupt"]
+    assert kinds(rules.handle(CancelTurn(turn_id="t", reason="second"))) == []
+    out = rules.handle(StopTurn(turn_id="t", reason="third"))
+    assert "emit:finish:cancelled" in kinds(out)
+    assert rules.state.cancel.reason == "first"
+    assert kinds(rules.handle(StopTurn(turn_id="t", reason="fourth", request_id="x"))) == ["reply"]
+
+
+def test_cancel_lets_the_running_response_complete_then_ends() -> None:
+    rules, _ = new()
+    step(rules)
+    assert kinds(rules.handle(CancelTurn(turn_id="t", reason="r"))) == ["persist"]
+    out = respond(rules, ("c1", "safe", False))
+    assert kinds(out) == ["persist", "schedulestep"]
+    out = step(rules)
+    assert kinds(out) == ["emit:tool_finished", "emit:error", "emit:finish:cancelled", "persist", "done"]
+
+
+def test_cancel_waits_for_running_tools_and_a_grace_turns_it_into_a_stop() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "safe", False))
+    out = rules.handle(CancelTurn(turn_id="t", reason="r", grace=2.0))
+    assert SetTimer("cancel_grace", 2.0, 0) in out
+    assert step(rules) == []  # the call is still running
+    out = rules.handle(TimerFired("cancel_grace", 0))
+    assert kinds(out) == ["persist", "interrupt", "emit:tool_finished", "emit:error", "emit:finish:cancelled", "persist", "done"]
+
+
+def test_stop_tool_ends_one_call_and_the_turn_goes_on() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "safe", False), ("c2", "safe", False))
+    out = rules.handle(StopTool(turn_id="t", call_id="c1", reason="too slow", request_id="q"))
+    assert kinds(out) == ["interrupt", "emit:tool_finished", "persist", "reply"]
+    rules.handle(result("c2"))
+    assert tool_messages(rules) == [("c1", interrupted_content("the call was stopped", "too slow")), ("c2", '{"ok": true, "data": 1}')]
+    assert rules.state.phase == "idle"
+
+
+def test_a_lost_tool_actor_fails_its_call() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "safe", False))
+    rules.handle(ToolLost("c1", "its ToolActor exited"))
+    assert tool_messages(rules) == [("c1", json.dumps({"ok": False, "error": "Tool process exited before the call finished: its ToolActor exited", "data": None}))]
+
+
+def test_a_failed_stream_keeps_partial_text_and_ends_with_error() -> None:
+    rules, _ = new()
+    step(rules)
+    sid = rules.state.stream_id
+    rules.handle(LLMDeltas(stream_id=sid, seq=0, text="Half"))
+    out = rules.handle(LLMFailed(stream_id=sid, seq=1, error_type="stream_broken", message="cut"))
+    assert kinds(out) == ["emit:error", "emit:finish:error", "persist", "done"]
+    assert rules.state.messages == [ChatMessage.user("hi"), ChatMessage.assistant("Half")]
+
+
+def test_an_invalid_history_at_start_ends_the_turn_with_an_error() -> None:
+    bad = [ChatMessage.user("hi"), ChatMessage.assistant(None, [ToolCall(id="c", name="safe")])]
+    rules = TurnRules.from_start(StartTurn(turn_id="t", messages=bad, provider=PROVIDER))
+    out = rules.start()
+    assert kinds(out) == ["emit:turn_started", "emit:error", "emit:finish:error", "persist", "done"]
+    assert out[1].event.message == "end of history: tool call(s) 'c' have no tool message"
+
+
+def test_every_finish_leaves_a_valid_history() -> None:
+    from actors.history import history_problems
+
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "safe", False), ("c2", "gated", True), ("c3", "nope", False))
+    rules.handle(StopTurn(turn_id="t"))
+    assert history_problems(rules.state.messages) == []
+    assert [type(d) for d in [Persist("x"), Done(), Reply, Interrupt, Stream]]  # names used above exist

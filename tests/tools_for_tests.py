@@ -1,0 +1,102 @@
+"""Tools the tests offer to turns. Module level, so ToolActors import them by path."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from actors import ToolContext, run_command, tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first addend.
+        b: The second addend.
+    """
+    return a + b
+
+
+@tool
+def timed_echo(text: str, seconds: float, log: str) -> dict[str, Any]:
+    """Echo ``text`` after ``seconds``; append when it ran, and where, to the file ``log``."""
+    started = time.time()
+    time.sleep(seconds)  # the tool's own work
+    with open(log, "a") as f:
+        f.write(f"{text} {started} {time.time()} {os.getpid()}\n")
+    return {"echo": text}
+
+
+@tool
+def boom(message: str = "kaboom") -> None:
+    """Always fails."""
+    raise ValueError(message)
+
+
+@tool
+def shell(command: str) -> dict[str, Any]:
+    """Run a shell command through run_command; reports its process group first."""
+    ctx = ToolContext.current()
+    result = run_command(["sh", "-c", command], on_start=lambda p: ctx.report_progress({"pgid": p.pid}))
+    return {"returncode": result.returncode, "stdout": result.stdout}
+
+
+@tool
+def wait_for_stop(marker: str) -> str:
+    """Register an on_stop callback that writes ``marker``, then wait until it ran."""
+    ctx = ToolContext.current()
+    stopped = threading.Event()
+
+    def on_stop() -> None:
+        with open(marker, "a") as f:
+            f.write("stopped\n")
+        stopped.set()
+
+    with ctx.cancellation.on_stop(on_stop):
+        ctx.report_progress("registered")
+        stopped.wait(60)
+    return "returned"
+
+
+@tool
+def cooperative(marker: str, steps: int = 600) -> str:
+    """Work in small steps, checking for cancellation between them."""
+    ctx = ToolContext.current()
+    ctx.report_progress("working")
+    for _ in range(steps):
+        ctx.cancellation.throw_if_requested()
+        time.sleep(0.05)  # one step of work
+    Path(marker).write_text("finished")
+    return "done"
+
+
+@tool
+async def async_sleeper(seconds: float = 60.0) -> str:
+    """An async tool that sleeps; a stop cancels its task."""
+    ToolContext.current().report_progress("sleeping")
+    await asyncio.sleep(seconds)
+    return "woke"
+
+
+@tool(requires_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file (needs approval)."""
+    os.remove(path)
+    return f"deleted {path}"
+
+
+def outside_sandbox(arguments: dict[str, Any]) -> bool:
+    """Approval predicate: writes outside /tmp/sandbox need a human."""
+    return not str(arguments.get("path", "")).startswith("/tmp/sandbox/")
+
+
+@tool(requires_approval=outside_sandbox)
+def write_file(path: str, text: str) -> str:
+    """Write ``text`` to ``path``."""
+    return f"would write {len(text)} bytes to {path}"
