@@ -24,7 +24,12 @@ from .turn_actor import TurnActor, TurnEnded
 
 __all__ = ["DIRECTORY_NAME", "DirectoryActor"]
 
-log = logging.getLogger("greenroom.directory")
+
+
+def log() -> logging.Logger:
+    """This module's logger, looked up at call time: Thespian replaces the logging manager
+    in every actor process, so a logger created before the fork would log nowhere."""
+    return logging.getLogger("greenroom.directory")
 
 DIRECTORY_NAME = "greenroom.directory"
 _REMEMBER_ENDED = 10_000
@@ -105,4 +110,4 @@ class DirectoryActor(ActorTypeDispatcher):
             self.ended.popitem(last=False)
 
     def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
-        log.debug("DirectoryActor ignored %r", type(msg).__name__)
+        log().debug("DirectoryActor ignored %r", type(msg).__name__)

@@ -26,7 +26,12 @@ from .providers.streaming import ProviderClient, StreamWorker
 
 __all__ = ["LLMActor"]
 
-log = logging.getLogger("greenroom.llm")
+
+
+def log() -> logging.Logger:
+    """This module's logger, looked up at call time: Thespian replaces the logging manager
+    in every actor process, so a logger created before the fork would log nowhere."""
+    return logging.getLogger("greenroom.llm")
 
 
 @dataclass
@@ -56,6 +61,7 @@ class LLMActor(ActorTypeDispatcher):
         client = self._idle.pop() if self._idle else ProviderClient()
         worker = StreamWorker(msg, lambda out, sid=msg.stream_id: self._inbox.put((sid, out)), client)
         self._streams[msg.stream_id] = _Stream(worker, sender)
+        log().debug("LLMActor: stream %s starts (%d idle clients)", msg.stream_id, len(self._idle))
         worker.start()
 
     def receiveMsg_AbortStream(self, msg: AbortStream, sender: Any) -> None:
@@ -65,7 +71,9 @@ class LLMActor(ActorTypeDispatcher):
 
     def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
         touched: list[str] = []
-        for stream_id, out in self._inbox.drain():
+        items = self._inbox.drain()
+        log().debug("LLMActor: woke with %s", [(sid, out[0]) for sid, out in items])
+        for stream_id, out in items:
             stream = self._streams.get(stream_id)
             if stream is None:
                 continue  # aborted: drop what was still in flight
@@ -98,6 +106,7 @@ class LLMActor(ActorTypeDispatcher):
 
     def _send(self, stream: _Stream, cls: type, **fields: Any) -> None:
         message = cls(stream_id=stream.worker.request.stream_id, seq=stream.seq, **fields)
+        log().debug("LLMActor: send %s #%d", message.kind, stream.seq)
         stream.seq += 1
         self.send(stream.requester, message)
 
@@ -110,4 +119,4 @@ class LLMActor(ActorTypeDispatcher):
         self._idle.clear()
 
     def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
-        log.debug("LLMActor ignored %r", type(msg).__name__)
+        log().debug("LLMActor ignored %r", type(msg).__name__)

@@ -56,7 +56,12 @@ from .tools import Tool, tool_specs
 
 __all__ = ["Runtime", "TurnHandle", "TurnResult", "free_port", "session_processes"]
 
-log = logging.getLogger("greenroom.runtime")
+
+
+def log() -> logging.Logger:
+    """This module's logger, looked up at call time: Thespian replaces the logging manager
+    in every actor process, so a logger created before the fork would log nowhere."""
+    return logging.getLogger("greenroom.runtime")
 
 ToolLike = Tool | Callable[..., Any] | ToolSpec
 
@@ -114,10 +119,11 @@ class _Waiter:
 class TurnHandle:
     """A started turn seen from the caller: its events, its result, its controls.
 
-    Events arrive in ``seq`` order. ``events()`` and ``result()`` each keep their own
-    cursor: ``events()`` yields up to and including the next ``Finish`` it has not yielded;
-    ``result()`` returns at the next ``Finish`` it has not returned. So after
-    ``Finish(awaiting_approval)`` you approve and call either again to follow the turn.
+    Events arrive in ``seq`` order. ``events()`` keeps a cursor and yields up to and
+    including the next ``Finish`` it has not yielded. ``result()`` returns the turn as of
+    its latest ``Finish``, waiting for one if there is none yet, or if this handle has
+    resumed the turn since (the last approval of a round, a stop or cancel of a waiting
+    turn). So after ``Finish(awaiting_approval)`` you approve and call either again.
     """
 
     def __init__(self, runtime: Runtime, turn_id: str) -> None:
@@ -127,7 +133,7 @@ class TurnHandle:
         self._events: list[TurnEvent] = []
         self._early: dict[int, TurnEvent] = {}
         self._cursor = 0
-        self._result_cursor = 0
+        self._floor = 0  # result() waits for a Finish at this index or later
         self._waiters: dict[str, _Waiter] = {}
         self._async_wakers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.rejections: list[ControlReply] = []
@@ -228,14 +234,15 @@ class TurnHandle:
             index += 1
 
     def result(self, timeout: float | None = None) -> TurnResult:
-        """The turn at its next ``Finish`` not yet returned by ``result()``."""
-        index = self._result_cursor
+        """The turn as of its latest ``Finish`` (see the class docstring for when it waits)."""
+        index = self._floor
         while True:
-            event = self._wait_for_index(index, timeout)
-            index += 1
-            if isinstance(event, Finish):
-                self._result_cursor = index
-                return self._result_at(index)
+            self._wait_for_index(index, timeout)
+            with self._cond:
+                finishes = [i for i in range(index, len(self._events)) if isinstance(self._events[i], Finish)]
+                if finishes:
+                    return self._result_at(finishes[-1] + 1)
+                index = len(self._events)
 
     def _result_at(self, end: int) -> TurnResult:
         events = self._events[:end]
@@ -263,10 +270,15 @@ class TurnHandle:
         if not waiter.event.wait(timeout):
             self._waiters.pop(request_id, None)
             raise TurnTimeout(f"turn {self.turn_id}: no answer to the command after {timeout} s")
-        assert waiter.reply is not None
-        if not waiter.reply.ok:
-            raise ControlRejected(waiter.reply.code or "invalid", waiter.reply.message)
-        return waiter.reply
+        reply = waiter.reply
+        assert reply is not None
+        if not reply.ok:
+            raise ControlRejected(reply.code or "invalid", reply.message)
+        if reply.resumes:
+            with self._cond:
+                finishes = [i for i, e in enumerate(self._events) if isinstance(e, Finish)]
+                self._floor = max(self._floor, finishes[-1] + 1 if finishes else 0)
+        return reply
 
     def stop(self, reason: str = "stop requested", timeout: float = 10.0) -> None:
         """Stop now (idempotent; no effect once the turn has ended)."""
@@ -430,11 +442,12 @@ class Runtime:
             except Exception:
                 if self._closed:
                     return
-                log.exception("the event pump failed to receive")
+                log().exception("the event pump failed to receive")
                 continue
             if msg is None or isinstance(msg, _Wake):
                 continue
             if isinstance(msg, TurnEvent):
+                log().debug("pump: %s %s #%d", msg.turn_id, msg.kind, msg.seq)
                 handle = self._handles.get(msg.turn_id)
                 if handle is not None:
                     handle._deliver(msg)
@@ -508,12 +521,16 @@ class _Wake:
 
 
 def _log_defs() -> dict[str, Any]:
-    """Actors log warnings and errors to stderr; Thespian's own chatter stays quiet."""
+    """Actors log warnings and errors to stderr, or everything from ``$GREENROOM_LOG_LEVEL``
+    on to ``$GREENROOM_LOG_FILE`` when it is set."""
     level = os.environ.get("GREENROOM_LOG_LEVEL", "WARNING").upper()
+    handler: dict[str, Any] = {"class": "logging.StreamHandler", "formatter": "plain", "level": level}
+    if os.environ.get("GREENROOM_LOG_FILE"):
+        handler = {"class": "logging.FileHandler", "filename": os.environ["GREENROOM_LOG_FILE"], "formatter": "plain", "level": level}
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "level": level}},
-        "root": {"handlers": ["stderr"], "level": level},
+        "formatters": {"plain": {"format": "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"}},
+        "handlers": {"out": handler},
+        "root": {"handlers": ["out"], "level": level},
     }

@@ -485,6 +485,13 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     provider: ScriptedProvider
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up is normal here (stops, aborts); anything else is printed."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, OSError)):
+            super().handle_error(request, client_address)
+
 
 class _Disconnected(Exception):
     """The client hung up before the reply was complete."""

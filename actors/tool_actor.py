@@ -38,7 +38,12 @@ from .turn_rules import interrupted_content
 
 __all__ = ["ToolActor", "run_tool_inline"]
 
-log = logging.getLogger("greenroom.tools")
+
+
+def log() -> logging.Logger:
+    """This module's logger, looked up at call time: Thespian replaces the logging manager
+    in every actor process, so a logger created before the fork would log nowhere."""
+    return logging.getLogger("greenroom.tools")
 
 
 def run_tool_inline(tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, on_loop: Any = None) -> tuple[str, str]:
@@ -195,4 +200,4 @@ class ToolActor(ActorTypeDispatcher):
         self._inbox.close()
 
     def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
-        log.debug("ToolActor ignored %r", type(msg).__name__)
+        log().debug("ToolActor ignored %r", type(msg).__name__)

@@ -31,7 +31,12 @@ from .errors import ToolCancelled, ToolContextError
 
 __all__ = ["Cancellation", "Registration", "ToolContext"]
 
-log = logging.getLogger("greenroom.tools")
+
+
+def log() -> logging.Logger:
+    """This module's logger, looked up at call time: Thespian replaces the logging manager
+    in every actor process, so a logger created before the fork would log nowhere."""
+    return logging.getLogger("greenroom.tools")
 
 _current: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar("greenroom_tool_context", default=None)
 
@@ -135,7 +140,7 @@ def _run_callback(callback: Callable[[], Any]) -> None:
     try:
         callback()
     except Exception:
-        log.exception("an on_stop callback raised; the stop goes on")
+        log().exception("an on_stop callback raised; the stop goes on")
 
 
 class ToolContext:

@@ -42,7 +42,12 @@ __all__ = [
     "tool_specs",
 ]
 
-log = logging.getLogger("greenroom.tools")
+
+
+def log() -> logging.Logger:
+    """This module's logger, looked up at call time: Thespian replaces the logging manager
+    in every actor process, so a logger created before the fork would log nowhere."""
+    return logging.getLogger("greenroom.tools")
 
 
 def ref_of(obj: Any) -> str:
@@ -278,7 +283,7 @@ def needs_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
     try:
         return bool(import_ref(spec.approval_ref)(arguments))
     except Exception:
-        log.exception("approval predicate %s raised; the call needs approval", spec.approval_ref)
+        log().exception("approval predicate %s raised; the call needs approval", spec.approval_ref)
         return True
 
 

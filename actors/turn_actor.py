@@ -52,7 +52,12 @@ from .turn_rules import (
 
 __all__ = ["TurnActor", "TurnEnded"]
 
-log = logging.getLogger("greenroom.turn")
+
+
+def log() -> logging.Logger:
+    """This module's logger, looked up at call time: Thespian replaces the logging manager
+    in every actor process, so a logger created before the fork would log nowhere."""
+    return logging.getLogger("greenroom.turn")
 
 _LINGER = "linger"
 
@@ -124,6 +129,8 @@ class TurnActor(ActorTypeDispatcher):
     # -- the loop's own inputs ------------------------------------------------------------
 
     def _internal(self, msg: Any, sender: Any) -> None:
+        if log().isEnabledFor(logging.DEBUG):
+            log().debug("%s: got %s", self.rules.state.turn_id if self.rules else "-", _describe(msg))
         if self.rules is not None:
             self._apply(self.rules.handle(msg), sender)
 
@@ -160,19 +167,21 @@ class TurnActor(ActorTypeDispatcher):
                 self._internal(ToolLost(call_id, "its ToolActor exited"), sender)
 
     def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
-        log.warning("TurnActor: a message could not be handled: %r (%s)", msg.poisonMessage, msg.details)
+        log().warning("TurnActor: a message could not be handled: %r (%s)", msg.poisonMessage, msg.details)
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         pass  # Thespian stops the children and then this actor
 
     def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
-        log.debug("TurnActor ignored %r", type(msg).__name__)
+        log().debug("TurnActor ignored %r", type(msg).__name__)
 
     # -- carrying decisions out -----------------------------------------------------------
 
     def _apply(self, decisions: list[Decision], sender: Any) -> None:
         assert self.rules is not None
         state = self.rules.state
+        if log().isEnabledFor(logging.DEBUG):
+            log().debug("%s: phase %s -> %s", state.turn_id, state.phase, [_describe(d) for d in decisions])
         for d in decisions:
             if isinstance(d, Emit):
                 self.log.append(d.event)
@@ -225,3 +234,14 @@ class TurnActor(ActorTypeDispatcher):
             linger = max(linger, state.options.stop_grace + 0.5)  # let stopped tools finish their grace
         self.wakeupAfter(timedelta(seconds=linger), payload=_LINGER)
 
+
+
+def _describe(x: Any) -> str:
+    """A short label for logs: the kind, and the seq or call id when there is one."""
+    if isinstance(x, Emit):
+        return f"emit {x.event.kind}#{x.event.seq}"
+    name = getattr(x, "kind", type(x).__name__)
+    for attr in ("seq", "call_id", "name"):
+        if hasattr(x, attr):
+            return f"{name} {attr}={getattr(x, attr)}"
+    return str(name)

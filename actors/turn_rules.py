@@ -545,10 +545,12 @@ class TurnRules:
                 if cs.status == "pending_approval":
                     cs.status, cs.decision, cs.decision_reason = "decided", "denied", deny_reason
         out: list[Decision] = [Persist("approval_decision")]
+        resumes = False
         if not s.pending_approvals and not s.commit_pending:
             s.commit_pending = True
+            resumes = s.paused
             out.append(SetTimer("commit", s.options.approval_window, s.round))
-        return out + self._reply(command, request_id, True, None, "recorded")
+        return out + self._reply(command, request_id, True, None, "recorded", resumes)
 
     def _commit(self) -> list[Decision]:
         """Approval-resume: run approved calls, answer denied ones. Never after cancel/stop."""
@@ -591,11 +593,11 @@ class TurnRules:
 
     def _on_stop(self, reason: str, request_id: str | None) -> list[Decision]:
         s = self.state
-        ok = self._reply("stop_turn", request_id, True, None, "")
         if s.phase == "finished" or s.stop is not None:
-            return ok
+            return self._reply("stop_turn", request_id, True, None, "no effect")
+        paused = s.paused
         s.stop = Marker(kind="stop", reason=reason, at=self._clock())
-        return self._halt() + ok
+        return self._halt() + self._reply("stop_turn", request_id, True, None, "", paused)
 
     def _halt(self) -> list[Decision]:
         """Stop now: abort the stream, interrupt every running call, end the turn."""
@@ -620,9 +622,9 @@ class TurnRules:
 
     def _on_cancel(self, reason: str, grace: float | None, request_id: str | None) -> list[Decision]:
         s = self.state
-        ok = self._reply("cancel_turn", request_id, True, None, "")
         if s.phase == "finished" or s.cancel is not None or s.stop is not None:
-            return ok
+            return self._reply("cancel_turn", request_id, True, None, "no effect")
+        ok = self._reply("cancel_turn", request_id, True, None, "", s.paused)
         s.cancel = Marker(kind="cancel", reason=reason, at=self._clock(), grace=grace)
         out: list[Decision] = [Persist("cancel_marker")]
         for cs in s.batch or ():
@@ -692,7 +694,9 @@ class TurnRules:
         s.next_seq += 1
         return Emit(event)
 
-    def _reply(self, command: str, request_id: str | None, ok: bool, code: str | None, message: str) -> list[Decision]:
+    def _reply(
+        self, command: str, request_id: str | None, ok: bool, code: str | None, message: str, resumes: bool = False
+    ) -> list[Decision]:
         """A reply to the command's sender: always for a refusal, for success only if asked."""
         if ok and request_id is None:
             return []
@@ -704,5 +708,6 @@ class TurnRules:
                 ok=ok,
                 code=code,  # type: ignore[arg-type]
                 message=message,
+                resumes=resumes,
             )
         )]

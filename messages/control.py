@@ -142,7 +142,11 @@ RejectCode = Literal[
 
 
 class ControlReply(Message):
-    """The answer to a command that carried a ``request_id``; ``ok=False`` changed nothing."""
+    """The answer to a command that carried a ``request_id``; ``ok=False`` changed nothing.
+
+    ``resumes`` is true when the command ends a pause: the last decision of an approval
+    round, or a stop or cancel of a turn that was waiting.
+    """
 
     kind: Literal["control_reply"] = "control_reply"
     turn_id: str
@@ -151,3 +155,4 @@ class ControlReply(Message):
     ok: bool
     code: RejectCode | None = None
     message: str = ""
+    resumes: bool = False
