@@ -134,7 +134,6 @@ class TurnHandle:
         self._early: dict[int, TurnEvent] = {}
         self._cursor = 0
         self._floor = 0  # result() waits for a Finish at this index or later
-        self._waiters: dict[str, _Waiter] = {}
         self._async_wakers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.rejections: list[ControlReply] = []
 
@@ -153,11 +152,7 @@ class TurnHandle:
             loop.call_soon_threadsafe(_set_done, fut)
 
     def _deliver_reply(self, reply: ControlReply) -> None:
-        waiter = self._waiters.pop(reply.request_id, None) if reply.request_id else None
-        if waiter is not None:
-            waiter.reply = reply
-            waiter.event.set()
-        elif not reply.ok:
+        if not reply.ok:
             with self._cond:
                 self.rejections.append(reply)
                 self._cond.notify_all()
@@ -262,16 +257,8 @@ class TurnHandle:
 
     # -- steering -------------------------------------------------------------------------
 
-    def _command(self, make: Callable[[str], Any], timeout: float) -> ControlReply:
-        request_id = uuid.uuid4().hex
-        waiter = _Waiter()
-        self._waiters[request_id] = waiter
-        self._rt._send_to_directory(make(request_id))
-        if not waiter.event.wait(timeout):
-            self._waiters.pop(request_id, None)
-            raise TurnTimeout(f"turn {self.turn_id}: no answer to the command after {timeout} s")
-        reply = waiter.reply
-        assert reply is not None
+    def _command(self, command: Any, timeout: float) -> ControlReply:
+        reply = self._rt.control(command, timeout)
         if not reply.ok:
             raise ControlRejected(reply.code or "invalid", reply.message)
         if reply.resumes:
@@ -284,15 +271,13 @@ class TurnHandle:
         """Stop now (idempotent; no effect once the turn has ended)."""
         if self.finished:
             return
-        self._command(lambda rid: StopTurn(turn_id=self.turn_id, reason=reason, request_id=rid), timeout)
+        self._command(StopTurn(turn_id=self.turn_id, reason=reason), timeout)
 
     def cancel(self, reason: str = "cancel requested", grace: float | None = None, timeout: float = 10.0) -> None:
         """Cancel at the next safe boundary; a stop after ``grace`` seconds if given."""
         if self.finished:
             return
-        self._command(
-            lambda rid: CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace, request_id=rid), timeout
-        )
+        self._command(CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace), timeout)
 
     def approve(self, call_id: str, reason: str | None = None, timeout: float = 10.0) -> None:
         """Approve one pending call; ``ControlRejected`` says why if the turn refused."""
@@ -312,15 +297,13 @@ class TurnHandle:
     ) -> None:
         """Several decisions in one message; ``deny_rest`` denies every call still undecided."""
         self._command(
-            lambda rid: RespondToApprovals(
-                turn_id=self.turn_id, responses=list(responses), deny_rest=deny_rest, deny_reason=deny_reason, request_id=rid
-            ),
+            RespondToApprovals(turn_id=self.turn_id, responses=list(responses), deny_rest=deny_rest, deny_reason=deny_reason),
             timeout,
         )
 
     def stop_tool(self, call_id: str, reason: str = "tool stop requested", timeout: float = 10.0) -> None:
         """Stop one call; it ends interrupted and the turn goes on."""
-        self._command(lambda rid: StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason, request_id=rid), timeout)
+        self._command(StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason), timeout)
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:
@@ -358,6 +341,7 @@ class Runtime:
         self._me: Any = None
         self._directory: Any = None
         self._handles: dict[str, TurnHandle] = {}
+        self._waiters: dict[str, _Waiter] = {}
         self._closed = False
         self._started = False
         self.admin_sid: int | None = None
@@ -452,9 +436,29 @@ class Runtime:
                 if handle is not None:
                     handle._deliver(msg)
             elif isinstance(msg, ControlReply):
+                waiter = self._waiters.pop(msg.request_id, None) if msg.request_id else None
+                if waiter is not None:
+                    waiter.reply = msg
+                    waiter.event.set()
+                    continue
                 handle = self._handles.get(msg.turn_id)
                 if handle is not None:
                     handle._deliver_reply(msg)
+
+    def control(self, command: Any, timeout: float = 10.0) -> ControlReply:
+        """Send a command (``StopTurn``, ``CancelTurn``, ``RespondToApprovals``, ``StopTool``,
+        ``ToolApprovalResponse``) to its turn by ``turn_id`` and return the turn's reply.
+        A refusal is returned as a reply with ``ok=False``, not raised."""
+        if command.request_id is None:
+            command = command.model_copy(update={"request_id": uuid.uuid4().hex})
+        waiter = _Waiter()
+        self._waiters[command.request_id] = waiter
+        self._send_to_directory(command)
+        if not waiter.event.wait(timeout):
+            self._waiters.pop(command.request_id, None)
+            raise TurnTimeout(f"no answer to {command.kind} after {timeout} s")
+        assert waiter.reply is not None
+        return waiter.reply
 
     def _send_to_directory(self, msg: Any) -> None:
         if self._closed or self._ctl is None:

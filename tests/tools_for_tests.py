@@ -12,6 +12,11 @@ from typing import Any
 from actors import ToolContext, run_command, tool
 
 
+def append_line(path: str, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
 @tool
 def add(a: int, b: int) -> int:
     """Add two integers.
@@ -40,9 +45,14 @@ def boom(message: str = "kaboom") -> None:
 
 
 @tool
-def shell(command: str) -> dict[str, Any]:
-    """Run a shell command through run_command; reports its process group first."""
+def shell(command: str, marker: str | None = None) -> dict[str, Any]:
+    """Run a shell command through run_command; reports its process group first.
+
+    With ``marker``, an on_stop callback appends a line to that file each time it runs.
+    """
     ctx = ToolContext.current()
+    if marker is not None:
+        ctx.cancellation.on_stop(lambda: append_line(marker, "stopped"))
     result = run_command(["sh", "-c", command], on_start=lambda p: ctx.report_progress({"pgid": p.pid}))
     return {"returncode": result.returncode, "stdout": result.stdout}
 
@@ -79,7 +89,7 @@ def cooperative(marker: str, steps: int = 600) -> str:
 @tool
 async def async_sleeper(seconds: float = 60.0) -> str:
     """An async tool that sleeps; a stop cancels its task."""
-    ToolContext.current().report_progress("sleeping")
+    ToolContext.current().report_progress({"pid": os.getpid()})
     await asyncio.sleep(seconds)
     return "woke"
 

@@ -1,0 +1,196 @@
+"""Stop acts now on every stream, tool and subprocess; cancel waits for the next boundary."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from actors import Runtime
+from actors.providers.openai import to_openai_message
+from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.turn_rules import interrupted_content
+from messages import ChatMessage, Error, Finish, StopTurn, TextDelta, ToolCallStarted, ToolProgress, TurnOptions
+
+from . import tools_for_tests as T
+from .conftest import group_members, pid_alive
+from .helpers import assert_seq, summary
+
+
+def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
+    """Poll a condition (e.g. a process table) until it holds or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return bool(predicate())
+
+
+def provider_accepts(provider: ScriptedProvider, messages: list[ChatMessage]) -> None:
+    """The strict pairing check of the scripted provider accepts ``messages`` followed by a
+    new user message, as the next turn of the conversation would send them."""
+    provider.add(say("ok"))
+    body = {"model": "m", "stream": True, "messages": [to_openai_message(m) for m in messages] + [{"role": "user", "content": "next"}]}
+    response = httpx.post(provider.base_url + "/chat/completions", json=body, timeout=10)
+    assert response.status_code == 200, response.text
+
+
+def test_stop_while_the_model_streams_closes_the_connection_and_drops_later_deltas(runtime: Runtime, provider: ScriptedProvider) -> None:
+    text = " ".join(f"w{i}" for i in range(200))
+    provider.add(say(text, delay=0.02))
+    turn = runtime.run("talk")
+    turn.wait_for(lambda e: isinstance(e, TextDelta), timeout=30)
+    turn.stop("user pressed stop")
+    events = list(turn.events(timeout=30))
+    assert provider.requests[0].disconnected.wait(5), "the provider did not see the connection close"
+    assert summary(events)[-2:] == [("error", "stopped", "Agent run stopped"), ("finish", "stopped")]
+    assert events[-2].detail == "user pressed stop"
+    assert_seq(events)
+    streamed = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert 0 < len(streamed) < len(text) and text.startswith(streamed)
+    result = turn.result(5)
+    assert result.messages == [ChatMessage.user("talk"), ChatMessage.assistant(streamed)]
+    provider_accepts(provider, result.messages)
+
+
+def test_stop_while_the_provider_stalls_aborts_at_once(runtime: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(say("one two three four five", stall_after=2))
+    turn = runtime.run("talk")
+    turn.wait_for(lambda e: isinstance(e, TextDelta), timeout=30)
+    started = time.monotonic()
+    turn.stop()
+    finish = turn.wait_for(lambda e: isinstance(e, Finish), timeout=30)
+    assert finish.finish_reason == "stopped"
+    assert provider.requests[0].disconnected.wait(5)
+    assert time.monotonic() - started < 2.0
+    provider_accepts(provider, turn.result(5).messages)
+
+
+def test_stop_ends_the_whole_process_group_of_a_tool_and_runs_its_callback_once(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+    marker = tmp_path / "callback.log"
+    provider.add(use_tools(call("shell", {"command": "sleep 300 & sleep 300", "marker": str(marker)})))
+    turn = runtime.run("build", tools=[T.shell])
+    progress = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30)
+    pgid = progress.data["pgid"]
+    assert wait_until(lambda: len(group_members(pgid)) >= 2), "both sleeps should run"
+    turn.stop("enough")
+    assert wait_until(lambda: group_members(pgid) == [], timeout=5), f"left behind: {group_members(pgid)}"
+    result = turn.result(30)
+    assert result.finish_reason == "stopped"
+    assert result.messages[-1] == ChatMessage.tool(interrupted_content("the turn was stopped", "enough"), "call_1", name="shell")
+    assert marker.read_text() == "stopped\n"
+    provider_accepts(provider, result.messages)
+
+
+def test_stop_cancels_an_async_tool_whose_actor_then_exits_without_waiting_for_the_grace(runtime: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(use_tools(call("async_sleeper", {"seconds": 300})))
+    turn = runtime.run("nap", tools=[T.async_sleeper], options=TurnOptions(stop_grace=60))
+    pid = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pid"]
+    turn.stop()
+    assert wait_until(lambda: not pid_alive(pid), timeout=10), "the ToolActor should exit once its task is cancelled"
+    assert turn.result(30).finish_reason == "stopped"
+
+
+def test_a_blocking_tool_is_left_to_its_flag_and_ends_with_its_process_after_the_grace(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+    marker = tmp_path / "stop.log"
+    provider.add(use_tools(call("wait_for_stop", {"marker": str(marker)})))
+    turn = runtime.run("wait", tools=[T.wait_for_stop], options=TurnOptions(stop_grace=0.2))
+    turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30)
+    turn.stop()
+    assert turn.result(30).finish_reason == "stopped"
+    assert wait_until(lambda: marker.exists() and marker.read_text() == "stopped\n")
+
+
+def test_cancel_lets_a_cooperative_tool_leave_at_its_next_check(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+    marker = tmp_path / "finished"
+    provider.add(use_tools(call("cooperative", {"marker": str(marker)})))
+    turn = runtime.run("work", tools=[T.cooperative])
+    turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30)
+    turn.cancel("supervisor winds down")
+    events = turn.all_events + list(turn.events(timeout=30))[len(turn.all_events):]
+    result = turn.result(30)
+    assert summary(result_events := turn.all_events)[-3:] == [
+        ("tool_finished", "call_1", "interrupted"),
+        ("error", "cancelled", "Agent run cancelled"),
+        ("finish", "cancelled"),
+    ]
+    assert_seq(result_events)
+    assert result.messages[-1].content == interrupted_content("the call was cancelled", "supervisor winds down")
+    assert not marker.exists()
+    assert len(provider.requests) == 1
+    provider_accepts(provider, result.messages)
+    assert events
+
+
+def test_cancel_lets_the_current_llm_response_complete(runtime: Runtime, provider: ScriptedProvider) -> None:
+    text = "one two three four five six seven eight"
+    provider.add(say(text, delay=0.05))
+    turn = runtime.run("talk")
+    turn.wait_for(lambda e: isinstance(e, TextDelta), timeout=30)
+    turn.cancel("later")
+    result = turn.result(30)
+    assert result.finish_reason == "cancelled"
+    assert result.messages[-1] == ChatMessage.assistant(text)
+    assert not provider.requests[0].disconnected.is_set()
+    assert summary(turn.all_events)[-2:] == [("error", "cancelled", "Agent run cancelled"), ("finish", "cancelled")]
+
+
+def test_cancel_with_a_grace_becomes_a_stop(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+    provider.add(use_tools(call("shell", {"command": "sleep 300"})))
+    turn = runtime.run("build", tools=[T.shell])
+    pgid = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pgid"]
+    turn.cancel("wind down", grace=0.2)
+    result = turn.result(30)
+    assert result.finish_reason == "cancelled"
+    assert wait_until(lambda: group_members(pgid) == [], timeout=5)
+    assert result.messages[-1].content == interrupted_content("the turn was cancelled", "wind down")
+
+
+def test_stop_and_cancel_twice_and_stop_after_the_end_have_no_further_effect(runtime: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(say("a b c d e f g h", stall_after=1))
+    turn = runtime.run("talk")
+    turn.wait_for(lambda e: isinstance(e, TextDelta), timeout=30)
+    turn.stop("first")
+    turn.stop("second")
+    turn.cancel("third")
+    events = list(turn.events(timeout=30))
+    assert [e.detail for e in events if isinstance(e, Error)] == ["first"]
+    assert sum(isinstance(e, Finish) for e in events) == 1
+    reply = runtime.control(StopTurn(turn_id=turn.turn_id, reason="after the end"))
+    assert (reply.ok, reply.code) == (True, None)
+    assert len(turn.all_events) == len(events)
+
+
+def test_stop_tool_ends_one_of_two_parallel_calls_and_the_turn_goes_on(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+    log = str(tmp_path / "runs.log")
+    provider.add(
+        use_tools(call("shell", {"command": "sleep 300"}), call("timed_echo", {"text": "ok", "seconds": 0.5, "log": log})),
+        say("One of them was stopped."),
+    )
+    turn = runtime.run("both", tools=[T.shell, T.timed_echo])
+    pgid = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pgid"]
+    turn.stop_tool("call_1", reason="too slow")
+    assert wait_until(lambda: group_members(pgid) == [], timeout=5)
+    result = turn.result(30)
+    assert result.finish_reason == "stop"
+    assert [m.content for m in result.messages if m.role == "tool"] == [
+        interrupted_content("the call was stopped", "too slow"),
+        json.dumps({"ok": True, "data": {"echo": "ok"}}),
+    ]
+    assert summary(turn.all_events)[-2:] == [("text", "One of them was stopped."), ("finish", "stop")]
+    provider_accepts(provider, result.messages)
+
+
+def test_stop_before_a_tool_starts_leaves_a_valid_history(runtime: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(use_tools(call("delete_file", {"path": "/x"}), call("add", {"a": 1, "b": 2})))
+    turn = runtime.run("go", tools=[T.delete_file, T.add])
+    turn.wait_for(lambda e: isinstance(e, ToolCallStarted), timeout=30)
+    turn.stop()
+    result = turn.result(30)
+    tool_messages = [m for m in result.messages if m.role == "tool"]
+    assert [m.tool_call_id for m in tool_messages] == ["call_1", "call_2"]
+    provider_accepts(provider, result.messages)
