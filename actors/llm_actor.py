@@ -22,6 +22,7 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
 from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, StreamChat
 
 from .plumbing import Inbox
+from .trace import trace
 from .providers.streaming import ProviderClient, StreamWorker
 
 __all__ = ["LLMActor"]
@@ -52,6 +53,7 @@ class LLMActor(ActorTypeDispatcher):
         self._idle: list[ProviderClient] = []
 
     def receiveMessage(self, message: Any, sender: Any) -> Any:
+        trace("llm in", type(message).__name__)
         super().receiveMessage(message, sender)
         return ThespianWatch([self._inbox.fd])
 
@@ -61,7 +63,7 @@ class LLMActor(ActorTypeDispatcher):
         client = self._idle.pop() if self._idle else ProviderClient()
         worker = StreamWorker(msg, lambda out, sid=msg.stream_id: self._inbox.put((sid, out)), client)
         self._streams[msg.stream_id] = _Stream(worker, sender)
-        log().debug("LLMActor: stream %s starts (%d idle clients)", msg.stream_id, len(self._idle))
+        trace("llm start", msg.stream_id, len(self._idle))
         worker.start()
 
     def receiveMsg_AbortStream(self, msg: AbortStream, sender: Any) -> None:
@@ -72,7 +74,7 @@ class LLMActor(ActorTypeDispatcher):
     def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
         touched: list[str] = []
         items = self._inbox.drain()
-        log().debug("LLMActor: woke with %s", [(sid, out[0]) for sid, out in items])
+        trace("llm woke", [(sid, out[0]) for sid, out in items])
         for stream_id, out in items:
             stream = self._streams.get(stream_id)
             if stream is None:
@@ -106,7 +108,7 @@ class LLMActor(ActorTypeDispatcher):
 
     def _send(self, stream: _Stream, cls: type, **fields: Any) -> None:
         message = cls(stream_id=stream.worker.request.stream_id, seq=stream.seq, **fields)
-        log().debug("LLMActor: send %s #%d", message.kind, stream.seq)
+        trace("llm send", message.stream_id, message.kind, stream.seq)
         stream.seq += 1
         self.send(stream.requester, message)
 

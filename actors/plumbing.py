@@ -27,27 +27,30 @@ class Inbox:
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._armed = False
 
     @property
     def fd(self) -> int:
         return self._r
 
     def put(self, item: Any) -> None:
-        """Called from any thread: queue ``item`` and make sure the actor wakes up."""
+        """Called from any thread: queue ``item``, then write one wake-up byte for it."""
         self._q.put(item)
-        if not self._armed:
-            self._armed = True
-            try:
-                os.write(self._w, b"\0")
-            except BlockingIOError:
-                pass  # the pipe is full of wake-ups already
+        try:
+            os.write(self._w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full of wake-ups: the actor will wake and drain anyway
 
     def drain(self) -> list[Any]:
-        """Called on the actor thread: everything queued so far, in order."""
-        self._armed = False
+        """Called on the actor thread: everything queued so far, in order.
+
+        The wake-up bytes are read *before* the queue is drained. Every ``put`` writes its
+        byte after queueing its item, so an item still queued after this returns has its
+        byte still in the pipe, and the actor wakes for it. (A single "armed" flag instead
+        of one byte per item lost wake-ups: a byte written after the flag was cleared
+        could be read by the same drain, leaving the flag set and the pipe empty.)
+        """
         try:
-            while os.read(self._r, 4096):
+            while os.read(self._r, 65536):
                 pass
         except BlockingIOError:
             pass

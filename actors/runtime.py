@@ -53,6 +53,7 @@ from .directory_actor import DIRECTORY_NAME, DirectoryActor
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from .plumbing import Hello, Relay, Welcome
 from .tools import Tool, tool_specs
+from .trace import trace
 
 __all__ = ["Runtime", "TurnHandle", "TurnResult", "free_port", "session_processes"]
 
@@ -133,7 +134,7 @@ class TurnHandle:
         self._events: list[TurnEvent] = []
         self._early: dict[int, TurnEvent] = {}
         self._cursor = 0
-        self._floor = 0  # result() waits for a Finish at this index or later
+        self._floor = 0  # result() waits for a Finish with this seq or later
         self._async_wakers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.rejections: list[ControlReply] = []
 
@@ -261,10 +262,9 @@ class TurnHandle:
         reply = self._rt.control(command, timeout)
         if not reply.ok:
             raise ControlRejected(reply.code or "invalid", reply.message)
-        if reply.resumes:
+        if reply.resumes_at is not None:
             with self._cond:
-                finishes = [i for i, e in enumerate(self._events) if isinstance(e, Finish)]
-                self._floor = max(self._floor, finishes[-1] + 1 if finishes else 0)
+                self._floor = max(self._floor, reply.resumes_at)
         return reply
 
     def stop(self, reason: str = "stop requested", timeout: float = 10.0) -> None:
@@ -431,7 +431,7 @@ class Runtime:
             if msg is None or isinstance(msg, _Wake):
                 continue
             if isinstance(msg, TurnEvent):
-                log().debug("pump: %s %s #%d", msg.turn_id, msg.kind, msg.seq)
+                trace("pump", msg.turn_id, msg.kind, msg.seq)
                 handle = self._handles.get(msg.turn_id)
                 if handle is not None:
                     handle._deliver(msg)

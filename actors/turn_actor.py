@@ -30,6 +30,7 @@ from messages import AbortStream, ControlReply, StartTurn, Subscribe, ToolResult
 from .llm_actor import LLMActor
 from .plumbing import Relay
 from .tool_actor import ToolActor
+from .trace import trace
 from .tools import needs_approval
 from .turn_rules import (
     Abort,
@@ -129,8 +130,7 @@ class TurnActor(ActorTypeDispatcher):
     # -- the loop's own inputs ------------------------------------------------------------
 
     def _internal(self, msg: Any, sender: Any) -> None:
-        if log().isEnabledFor(logging.DEBUG):
-            log().debug("%s: got %s", self.rules.state.turn_id if self.rules else "-", _describe(msg))
+        trace("turn-in", self.rules.state.turn_id if self.rules else "-", _describe(msg))
         if self.rules is not None:
             self._apply(self.rules.handle(msg), sender)
 
@@ -180,12 +180,12 @@ class TurnActor(ActorTypeDispatcher):
     def _apply(self, decisions: list[Decision], sender: Any) -> None:
         assert self.rules is not None
         state = self.rules.state
-        if log().isEnabledFor(logging.DEBUG):
-            log().debug("%s: phase %s -> %s", state.turn_id, state.phase, [_describe(d) for d in decisions])
+        trace("turn", state.turn_id, state.phase, [_describe(d) for d in decisions])
         for d in decisions:
             if isinstance(d, Emit):
                 self.log.append(d.event)
                 for sub in self.subscribers:
+                    trace("turn send", d.event.kind, d.event.seq, sub)
                     self.send(sub, d.event)
             elif isinstance(d, Stream):
                 if self.llm is None:

@@ -545,12 +545,12 @@ class TurnRules:
                 if cs.status == "pending_approval":
                     cs.status, cs.decision, cs.decision_reason = "decided", "denied", deny_reason
         out: list[Decision] = [Persist("approval_decision")]
-        resumes = False
+        resumes_at = None
         if not s.pending_approvals and not s.commit_pending:
             s.commit_pending = True
-            resumes = s.paused
+            resumes_at = s.next_seq if s.paused else None
             out.append(SetTimer("commit", s.options.approval_window, s.round))
-        return out + self._reply(command, request_id, True, None, "recorded", resumes)
+        return out + self._reply(command, request_id, True, None, "recorded", resumes_at)
 
     def _commit(self) -> list[Decision]:
         """Approval-resume: run approved calls, answer denied ones. Never after cancel/stop."""
@@ -595,9 +595,9 @@ class TurnRules:
         s = self.state
         if s.phase == "finished" or s.stop is not None:
             return self._reply("stop_turn", request_id, True, None, "no effect")
-        paused = s.paused
+        resumes_at = s.next_seq if s.paused else None
         s.stop = Marker(kind="stop", reason=reason, at=self._clock())
-        return self._halt() + self._reply("stop_turn", request_id, True, None, "", paused)
+        return self._halt() + self._reply("stop_turn", request_id, True, None, "", resumes_at)
 
     def _halt(self) -> list[Decision]:
         """Stop now: abort the stream, interrupt every running call, end the turn."""
@@ -624,7 +624,7 @@ class TurnRules:
         s = self.state
         if s.phase == "finished" or s.cancel is not None or s.stop is not None:
             return self._reply("cancel_turn", request_id, True, None, "no effect")
-        ok = self._reply("cancel_turn", request_id, True, None, "", s.paused)
+        ok = self._reply("cancel_turn", request_id, True, None, "", s.next_seq if s.paused else None)
         s.cancel = Marker(kind="cancel", reason=reason, at=self._clock(), grace=grace)
         out: list[Decision] = [Persist("cancel_marker")]
         for cs in s.batch or ():
@@ -695,7 +695,7 @@ class TurnRules:
         return Emit(event)
 
     def _reply(
-        self, command: str, request_id: str | None, ok: bool, code: str | None, message: str, resumes: bool = False
+        self, command: str, request_id: str | None, ok: bool, code: str | None, message: str, resumes_at: int | None = None
     ) -> list[Decision]:
         """A reply to the command's sender: always for a refusal, for success only if asked."""
         if ok and request_id is None:
@@ -708,6 +708,6 @@ class TurnRules:
                 ok=ok,
                 code=code,  # type: ignore[arg-type]
                 message=message,
-                resumes=resumes,
+                resumes_at=resumes_at,
             )
         )]

@@ -144,8 +144,9 @@ RejectCode = Literal[
 class ControlReply(Message):
     """The answer to a command that carried a ``request_id``; ``ok=False`` changed nothing.
 
-    ``resumes`` is true when the command ends a pause: the last decision of an approval
-    round, or a stop or cancel of a turn that was waiting.
+    ``resumes_at`` is set when the command ends a pause (the last decision of an approval
+    round, or a stop or cancel of a turn that was waiting): the ``seq`` of the first event
+    of the run it starts.
     """
 
     kind: Literal["control_reply"] = "control_reply"
@@ -155,4 +156,4 @@ class ControlReply(Message):
     ok: bool
     code: RejectCode | None = None
     message: str = ""
-    resumes: bool = False
+    resumes_at: int | None = None

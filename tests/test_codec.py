@@ -40,7 +40,7 @@ SAMPLES: dict[str, m.Message] = {
     "respond_to_approvals": m.RespondToApprovals(turn_id="t1", responses=[m.ToolApprovalResponse(call_id="c", approved=True)], deny_rest=True, deny_reason="later"),
     "stop_tool": m.StopTool(turn_id="t1", call_id="call_1"),
     "subscribe": m.Subscribe(turn_id="t1", since=3),
-    "control_reply": m.ControlReply(turn_id="t1", request_id="q", command="stop_turn", ok=False, code="duplicate", message="m"),
+    "control_reply": m.ControlReply(turn_id="t1", request_id="q", command="stop_turn", ok=False, code="duplicate", message="m", resumes_at=7),
     "turn_started": m.TurnStarted(**ids),
     "text_delta": m.TextDelta(text="hi", **ids),
     "tool_call_started": m.ToolCallStarted(call_id="c", name="add", arguments={"a": 1}, **ids),

@@ -64,3 +64,12 @@ def test_tool_approval_example(args: list[str], stdin: str, expected: list[str])
     tools = [line.strip() for line in history if line.strip().startswith("[tool]")]
     assert tools == ['[tool] {"ok": true, "data": "wrote 5 bytes to /tmp/sandbox/notes.txt"}', *expected]
     assert "send_email" in out and "Done with what I was allowed to do." in out
+
+
+def test_stop_and_cancel_example() -> None:
+    out = run_example("03_stop_and_cancel.py")
+    assert "(on_stop callback: releasing the lock on app)" in out
+    assert "!! Agent run stopped (the user pressed stop)" in out
+    assert "== finish: stopped" in out
+    assert "Interrupted: the call was cancelled (the supervisor winds down)" in out
+    assert "== finish: cancelled" in out

@@ -31,6 +31,7 @@ from .anthropic import AnthropicAdapter
 from .base import Adapter, ProviderStreamError
 from .openai import OpenAIAdapter
 from .sse import iter_sse
+from ..trace import trace
 
 __all__ = ["ADAPTERS", "ProviderClient", "StreamOutput", "StreamWorker", "backoff_delay"]
 
@@ -126,7 +127,8 @@ class StreamWorker:
     def __init__(self, request: StreamChat, emit: Callable[[StreamOutput], None], client: ProviderClient) -> None:
         self.request = request
         self.client = client
-        self._emit = emit
+        self._emit_raw = emit
+        self._emit = self._emit_traced
         self._lock = threading.Lock()
         self._aborted = threading.Event()
         self._abort_report: tuple[str, str] | None = None
@@ -135,6 +137,10 @@ class StreamWorker:
 
     def start(self) -> None:
         self._thread.start()
+
+    def _emit_traced(self, out: StreamOutput) -> None:
+        trace("worker emit", self.request.stream_id, out[0])
+        self._emit_raw(out)
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
