@@ -1,0 +1,106 @@
+"""The embedded Runtime as a user drives it: async iteration, threads, broken streams, sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+from actors import Runtime
+from actors.runtime import session_processes
+from actors.scripted_provider import ScriptedProvider, say
+from messages import Finish, TextDelta
+
+from .helpers import summary
+
+
+def test_events_can_be_read_with_async_for(runtime: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(say("async hello there", delay=0.01))
+
+    async def read() -> list:
+        turn = runtime.run("hi")
+        return [event async for event in turn.aevents(timeout=30)]
+
+    events = asyncio.run(read())
+    assert summary(events) == [("turn_started",), ("text", "async hello there"), ("finish", "stop")]
+
+
+def test_turns_can_be_started_and_read_from_several_threads(runtime: Runtime, provider: ScriptedProvider) -> None:
+    texts = [f"answer number {i}" for i in range(8)]
+    provider.add(*[say(t) for t in texts])
+    results: dict[int, str] = {}
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            results[i] = runtime.run(f"question {i}").result(60).text
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert errors == []
+    assert sorted(results.values()) == sorted(texts)
+
+
+def test_a_malformed_data_line_ends_the_turn_with_an_explicit_error(runtime: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(say("one two three", malformed_after=1))
+    turn = runtime.run("hi")
+    events = list(turn.events(timeout=30))
+    assert summary(events)[-2:] == [
+        ("error", "malformed_stream", "the provider sent a data line that is not JSON: '{this is not json'"),
+        ("finish", "error"),
+    ]
+    streamed = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert streamed == "one "
+    assert turn.result(5).messages[-1].content == "one "
+
+
+def test_a_stream_cut_midway_ends_the_turn_with_an_explicit_error_and_no_retry(runtime: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(say("one two three four", cut_after=2))
+    turn = runtime.run("hi")
+    events = list(turn.events(timeout=30))
+    error = events[-2]
+    assert (error.kind, error.error_type) == ("error", "stream_broken")
+    assert error.message.startswith("the provider stream broke: RemoteProtocolError")
+    assert isinstance(events[-1], Finish) and events[-1].finish_reason == "error"
+    assert len(provider.requests) == 1  # text had reached the turn: never retried
+
+
+def listening_sockets(pids: set[int]) -> list[tuple[str, int]]:
+    """(address, port) of every listening TCP socket owned by ``pids``."""
+    inodes: set[str] = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A = LISTEN
+                    host_hex, port_hex = cols[1].split(":")
+                    if len(host_hex) == 8:
+                        host = ".".join(str(int(host_hex[i : i + 2], 16)) for i in (6, 4, 2, 0))
+                    else:
+                        host = host_hex
+                    found.append((host, int(port_hex, 16)))
+    return found
+
+
+def test_nothing_of_the_embedded_runtime_listens_beyond_127_0_0_1(runtime: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(say("hello"))
+    assert runtime.run("hi").result(30).text == "hello"
+    assert runtime.admin_sid is not None
+    pids = set(session_processes(runtime.admin_sid)) | {os.getpid()}
+    sockets = listening_sockets(pids)
+    assert len(sockets) >= 4  # the admin, the directory, a turn, the event pump, ...
+    assert {host for host, _ in sockets} == {"127.0.0.1"}, sockets
