@@ -19,10 +19,12 @@ from thespian.actors import ActorTypeDispatcher, ChildActorExited
 
 from messages import ControlReply, StartTurn
 
+from .errors import SnapshotError
 from .plumbing import Hello, Relay, Welcome
-from .turn_actor import TurnActor, TurnEnded
+from .store import SQLiteStore
+from .turn_actor import Launch, TurnActor, TurnEnded
 
-__all__ = ["DIRECTORY_NAME", "DirectoryActor"]
+__all__ = ["Configure", "Configured", "DIRECTORY_NAME", "DirectoryActor"]
 
 
 
@@ -35,6 +37,21 @@ DIRECTORY_NAME = "greenroom.directory"
 _REMEMBER_ENDED = 10_000
 
 
+class Configure:
+    """From the Runtime: use the store at ``store_path`` and recover its unfinished turns."""
+
+    def __init__(self, store_path: str | None) -> None:
+        self.store_path = store_path
+
+
+class Configured:
+    """The answer to ``Configure``: the turns recovered, and those that could not be."""
+
+    def __init__(self, recovered: list[str], errors: dict[str, str]) -> None:
+        self.recovered = recovered
+        self.errors = errors
+
+
 class DirectoryActor(ActorTypeDispatcher):
     """Maps turn ids to TurnActors. Create it with ``globalName=DIRECTORY_NAME``."""
 
@@ -42,6 +59,30 @@ class DirectoryActor(ActorTypeDispatcher):
         super().__init__(*args, **kwargs)
         self.turns: dict[str, Any] = {}
         self.ended: OrderedDict[str, str] = OrderedDict()
+        self.store_path: str | None = None
+        self.store: SQLiteStore | None = None
+
+    def receiveMsg_Configure(self, msg: Configure, sender: Any) -> None:
+        """Recover every unfinished turn of the store; a turn that cannot be read is skipped."""
+        recovered: list[str] = []
+        errors: dict[str, str] = {}
+        if msg.store_path is not None and self.store is None:
+            self.store_path = msg.store_path
+            self.store = SQLiteStore(msg.store_path)
+            for turn_id in self.store.unfinished():
+                if turn_id in self.turns:
+                    continue
+                try:
+                    self.store.load(turn_id)
+                except (SnapshotError, KeyError) as exc:
+                    errors[turn_id] = str(exc)
+                    log().error("cannot recover turn %s: %s", turn_id, exc)
+                    continue
+                addr = self.createActor(TurnActor)
+                self.turns[turn_id] = addr
+                self.send(addr, Launch(None, self.store_path, recover_id=turn_id))
+                recovered.append(turn_id)
+        self.send(sender, Configured(recovered, errors))
 
     def receiveMsg_Hello(self, msg: Hello, sender: Any) -> None:
         self.send(sender, Welcome(sender, os.getpid(), os.getsid(0)))
@@ -64,11 +105,11 @@ class DirectoryActor(ActorTypeDispatcher):
 
     def _dispatch(self, msg: Any, reply_to: Any) -> None:
         if isinstance(msg, StartTurn):
-            if msg.turn_id in self.turns or msg.turn_id in self.ended:
+            if msg.turn_id in self.turns or msg.turn_id in self.ended or self._stored(msg.turn_id):
                 return self._reply(reply_to, msg.turn_id, "start_turn", False, "invalid", f"turn id {msg.turn_id} is already in use")
             addr = self.createActor(TurnActor)
             self.turns[msg.turn_id] = addr
-            self.send(addr, Relay(msg, reply_to))
+            self.send(addr, Launch(reply_to, self.store_path, start=msg))
             return
         turn_id = getattr(msg, "turn_id", None)
         command = getattr(msg, "kind", type(msg).__name__)
@@ -77,14 +118,22 @@ class DirectoryActor(ActorTypeDispatcher):
         addr = self.turns.get(turn_id)
         if addr is not None:
             self.send(addr, Relay(msg, reply_to))
-        elif turn_id in self.ended:
+        elif command == "subscribe" and self._stored(turn_id):
+            assert self.store is not None
+            for event in self.store.events(turn_id, msg.since):
+                self.send(reply_to, event)
+        elif turn_id in self.ended or self._stored(turn_id):
             if command in ("stop_turn", "cancel_turn"):
                 if getattr(msg, "request_id", None) is not None:
                     self._reply(reply_to, turn_id, command, True, None, "the turn has already ended", msg.request_id)
             else:
-                self._reply(reply_to, turn_id, command, False, "turn_finished", f"turn {turn_id} has ended ({self.ended[turn_id]})", getattr(msg, "request_id", None))
+                reason = self.ended.get(turn_id, "see the store")
+                self._reply(reply_to, turn_id, command, False, "turn_finished", f"turn {turn_id} has ended ({reason})", getattr(msg, "request_id", None))
         else:
             self._reply(reply_to, turn_id, command, False, "unknown_turn", f"no turn {turn_id}", getattr(msg, "request_id", None))
+
+    def _stored(self, turn_id: str) -> bool:
+        return self.store is not None and self.store.exists(turn_id)
 
     def _reply(
         self, to: Any, turn_id: str, command: str, ok: bool, code: str | None, message: str, request_id: str | None = None

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import json
 import logging
 import os
 import signal
@@ -49,13 +51,23 @@ from messages import (
 )
 
 from . import transport
-from .directory_actor import DIRECTORY_NAME, DirectoryActor
+from .directory_actor import DIRECTORY_NAME, Configure, Configured, DirectoryActor
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
+from .store import SQLiteStore, TurnSummary
 from .plumbing import Hello, Relay, Welcome
 from .tools import Tool, tool_specs
 from .trace import trace
 
-__all__ = ["Runtime", "TurnHandle", "TurnResult", "free_port", "session_processes"]
+__all__ = [
+    "Runtime",
+    "TurnHandle",
+    "TurnResult",
+    "free_port",
+    "lock_store",
+    "runtime_file",
+    "session_processes",
+    "store_in_use",
+]
 
 
 
@@ -65,6 +77,44 @@ def log() -> logging.Logger:
     return logging.getLogger("greenroom.runtime")
 
 ToolLike = Tool | Callable[..., Any] | ToolSpec
+
+
+def lock_store(store_path: str) -> int:
+    """Take the store's exclusive lock, or raise ``ConfigurationError`` naming its holder.
+
+    The lock is taken before the actor system starts, so every actor process inherits it:
+    the kernel releases it only when the facade and all actors are gone, however they end.
+    """
+    path = os.path.abspath(store_path) + ".lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigurationError(
+            f"the store {store_path} is used by another running runtime; use the command line or attach to it"
+        ) from None
+    return fd
+
+
+def store_in_use(store_path: str) -> bool:
+    """True if a runtime holds the store's lock."""
+    path = os.path.abspath(store_path) + ".lock"
+    if not os.path.exists(path):
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def runtime_file(store_path: str) -> str:
+    """Where a runtime using ``store_path`` says how to reach it."""
+    return os.path.abspath(store_path) + ".runtime.json"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -127,9 +177,10 @@ class TurnHandle:
     turn). So after ``Finish(awaiting_approval)`` you approve and call either again.
     """
 
-    def __init__(self, runtime: Runtime, turn_id: str) -> None:
+    def __init__(self, runtime: Runtime, turn_id: str, since: int = 0) -> None:
         self.turn_id = turn_id
         self._rt = runtime
+        self._base = since  # the seq of self._events[0]
         self._cond = threading.Condition()
         self._events: list[TurnEvent] = []
         self._early: dict[int, TurnEvent] = {}
@@ -142,11 +193,11 @@ class TurnHandle:
 
     def _deliver(self, event: TurnEvent) -> None:
         with self._cond:
-            if event.seq < len(self._events) or event.seq in self._early:
+            if event.seq < self._base + len(self._events) or event.seq in self._early:
                 return
             self._early[event.seq] = event
-            while len(self._events) in self._early:
-                self._events.append(self._early.pop(len(self._events)))
+            while self._base + len(self._events) in self._early:
+                self._events.append(self._early.pop(self._base + len(self._events)))
             self._cond.notify_all()
             wakers, self._async_wakers = self._async_wakers, []
         for loop, fut in wakers:
@@ -229,13 +280,20 @@ class TurnHandle:
                 return event
             index += 1
 
-    def result(self, timeout: float | None = None) -> TurnResult:
-        """The turn as of its latest ``Finish`` (see the class docstring for when it waits)."""
-        index = self._floor
+    def result(self, timeout: float | None = None, *, final: bool = False) -> TurnResult:
+        """The turn as of its latest ``Finish`` (see the class docstring for when it waits).
+
+        With ``final=True`` it waits for the turn's terminal ``Finish``, whoever resumes it.
+        """
+        index = max(0, self._floor - self._base)
         while True:
             self._wait_for_index(index, timeout)
             with self._cond:
-                finishes = [i for i in range(index, len(self._events)) if isinstance(self._events[i], Finish)]
+                finishes = [
+                    i
+                    for i in range(index, len(self._events))
+                    if isinstance(self._events[i], Finish) and (self._events[i].terminal or not final)  # type: ignore[union-attr]
+                ]
                 if finishes:
                     return self._result_at(finishes[-1] + 1)
                 index = len(self._events)
@@ -315,19 +373,26 @@ class Runtime:
     """An embedded greenroom: its own actor system, its turns, and a clean shutdown.
 
     ``provider`` is the default for ``run()``; ``admin_port`` defaults to a free port;
-    ``host`` is the only interface anything listens on.
+    ``host`` is the only interface anything listens on. With ``store`` (a SQLite file
+    path) every turn is durable: unfinished turns of the store are recovered at start, and
+    the command line can find this runtime through ``<store>.runtime.json``.
     """
 
     def __init__(
         self,
         provider: ProviderConfig | None = None,
         *,
+        store: str | os.PathLike[str] | None = None,
         admin_port: int | None = None,
         host: str = "127.0.0.1",
         key: bytes | None = None,
         start_timeout: float = 30.0,
     ) -> None:
         self.provider = provider
+        self.store_path = os.fspath(store) if store is not None else None
+        self.store = SQLiteStore(self.store_path) if self.store_path is not None else None
+        self.recovered: list[str] = []
+        self.unrecoverable: dict[str, str] = {}
         self.host = host
         self.admin_port = admin_port
         self._key = key
@@ -344,6 +409,7 @@ class Runtime:
         self._waiters: dict[str, _Waiter] = {}
         self._closed = False
         self._started = False
+        self._lock_fd: int | None = None
         self.admin_sid: int | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -360,6 +426,8 @@ class Runtime:
             return self
         self._started = True
         transport.install(self.host, self._key)
+        if self.store_path is not None:
+            self._lock_fd = lock_store(self.store_path)
         if self.admin_port is None:
             self.admin_port = free_port(self.host)
         try:
@@ -377,6 +445,12 @@ class Runtime:
                 raise RuntimeError(f"the directory did not answer (got {welcome!r})")
             self._me = welcome.address
             self.admin_sid = welcome.sid
+            if self.store_path is not None:
+                done = self._pump_ctx.ask(self._directory, Configure(os.path.abspath(self.store_path)), self._start_timeout)
+                if not isinstance(done, Configured):
+                    raise RuntimeError(f"the directory did not configure its store (got {done!r})")
+                self.recovered, self.unrecoverable = done.recovered, done.errors
+                self._write_runtime_file()
         except BaseException:
             self.close()
             raise
@@ -389,6 +463,9 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        if self.store_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(runtime_file(self.store_path))
         if self._pump is not None and self._me is not None:
             with contextlib.suppress(Exception), self._ctl_lock:
                 self._ctl.tell(self._me, _Wake())
@@ -402,6 +479,8 @@ class Runtime:
             with handle._cond:
                 handle._cond.notify_all()
         self._reap()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # every actor process that inherited it is gone now
 
     def _reap(self) -> None:
         """End whatever of the actor system outlived ``shutdown()``, by PID, and reap ours."""
@@ -503,10 +582,35 @@ class Runtime:
         """A handle on a turn started elsewhere, receiving its events from ``since`` on."""
         handle = self._handles.get(turn_id)
         if handle is None:
-            handle = TurnHandle(self, turn_id)
+            handle = TurnHandle(self, turn_id, since)
             self._handles[turn_id] = handle
         self._send_to_directory(Subscribe(turn_id=turn_id, since=since))
         return handle
+
+    # -- the store ------------------------------------------------------------------------
+
+    def _write_runtime_file(self) -> None:
+        """Tell the command line where this runtime listens, readable by this user only."""
+        assert self.store_path is not None and self.admin_port is not None
+        info = {"pid": os.getpid(), "host": self.host, "admin_port": self.admin_port, "key": transport.current_key().hex()}
+        path = runtime_file(self.store_path)
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+        os.replace(path + ".tmp", path)
+
+    def turns(self) -> list[TurnSummary]:
+        """Every turn of the store, newest first (needs ``store=``)."""
+        return self._need_store().summaries()
+
+    def updates(self, turn_id: str, since: int = 0) -> list[TurnEvent]:
+        """The stored events of a turn from ``seq`` ``since`` on (needs ``store=``)."""
+        return self._need_store().events(turn_id, since)
+
+    def _need_store(self) -> SQLiteStore:
+        if self.store is None:
+            raise ConfigurationError("this Runtime has no store: pass store= to Runtime()")
+        return self.store
 
     @property
     def directory(self) -> Any:

@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import ConfigurationError, TransportAuthError
 
-__all__ = ["KEY_ENV", "KEY_FILE_ENV", "SignedPickle", "install", "installed", "load_key"]
+__all__ = ["KEY_ENV", "KEY_FILE_ENV", "SignedPickle", "current_key", "install", "installed", "load_key"]
 
 KEY_ENV = "GREENROOM_KEY"
 KEY_FILE_ENV = "GREENROOM_KEY_FILE"
@@ -80,6 +80,13 @@ def load_key(key: bytes | str | None = None, key_file: str | os.PathLike[str] | 
             raise ConfigurationError(f"the key file {path} is empty")
         return data
     return None
+
+
+def current_key() -> bytes:
+    """The key ``install`` set in this process."""
+    if not _installed:
+        raise ConfigurationError("the transport is not installed in this process")
+    return _installed["key"]  # type: ignore[no-any-return]
 
 
 def installed() -> dict[str, Any]:

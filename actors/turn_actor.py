@@ -31,6 +31,8 @@ from .llm_actor import LLMActor
 from .plumbing import Relay
 from .tool_actor import ToolActor
 from .trace import trace
+from .errors import StoreError
+from .store import SQLiteStore, TurnStore
 from .tools import needs_approval
 from .turn_rules import (
     Abort,
@@ -51,7 +53,7 @@ from .turn_rules import (
     TurnRules,
 )
 
-__all__ = ["TurnActor", "TurnEnded"]
+__all__ = ["Launch", "TurnActor", "TurnEnded"]
 
 
 
@@ -71,6 +73,19 @@ class TurnEnded:
         self.finish_reason = finish_reason
 
 
+class Launch:
+    """From the directory: start ``start``, or recover ``recover_id`` from the store.
+
+    Internal (it carries an actor address and a store path, not a public message).
+    """
+
+    def __init__(self, reply_to: Any, store_path: str | None, start: StartTurn | None = None, recover_id: str | None = None) -> None:
+        self.reply_to = reply_to
+        self.store_path = store_path
+        self.start = start
+        self.recover_id = recover_id
+
+
 class TurnActor(ActorTypeDispatcher):
     """One turn. Send it ``StartTurn``; control it with plain messages."""
 
@@ -83,6 +98,23 @@ class TurnActor(ActorTypeDispatcher):
         self.llm: Any = None
         self.tool_actors: dict[str, Any] = {}
         self.ended = False
+        self.store: TurnStore | None = None
+
+    def receiveMsg_Launch(self, msg: Launch, sender: Any) -> None:
+        if self.rules is not None:
+            return
+        self.manager = sender
+        if msg.store_path is not None:
+            self.store = SQLiteStore(msg.store_path)
+        if msg.start is not None:
+            return self.receiveMsg_StartTurn(msg.start, msg.reply_to)
+        assert self.store is not None and msg.recover_id is not None
+        self.rules = TurnRules(self.store.load(msg.recover_id), needs_approval=needs_approval)
+        if msg.reply_to is not None:
+            self.subscribers.append(msg.reply_to)
+        for command in self.store.take_commands(msg.recover_id):
+            self._apply(self.rules.handle(command), None)
+        self._apply(self.rules.recover(), None)
 
     # -- starting and subscribing ---------------------------------------------------------
 
@@ -103,7 +135,8 @@ class TurnActor(ActorTypeDispatcher):
     def receiveMsg_Subscribe(self, msg: Subscribe, sender: Any) -> None:
         if self.rules is None or msg.turn_id != self.rules.state.turn_id:
             return self._reject(sender, msg.turn_id, "subscribe", "unknown_turn", f"no turn {msg.turn_id} here")
-        for event in self.log[msg.since :]:
+        past = self.store.events(msg.turn_id, msg.since) if self.store is not None else self.log[msg.since :]
+        for event in past:
             self.send(sender, event)
         if sender not in self.subscribers:
             self.subscribers.append(sender)
@@ -134,7 +167,14 @@ class TurnActor(ActorTypeDispatcher):
         if self.rules is not None:
             self._apply(self.rules.handle(msg), sender)
 
-    receiveMsg_TakeStep = _internal
+    def receiveMsg_TakeStep(self, msg: TakeStep, sender: Any) -> None:
+        if self.rules is None:
+            return
+        if self.store is not None and self.store.has_commands(self.rules.state.turn_id):
+            # commands written to the store by another process (a persisted cancel, say)
+            for command in self.store.take_commands(self.rules.state.turn_id):
+                self._apply(self.rules.handle(command), None)
+        self._internal(msg, sender)
     receiveMsg_LLMDeltas = _internal
     receiveMsg_LLMRetrying = _internal
     receiveMsg_LLMCompleted = _internal
@@ -181,9 +221,12 @@ class TurnActor(ActorTypeDispatcher):
         assert self.rules is not None
         state = self.rules.state
         trace("turn", state.turn_id, state.phase, [_describe(d) for d in decisions])
+        if self.store is not None:
+            self._write_ahead(decisions)
+        else:
+            self.log.extend(d.event for d in decisions if isinstance(d, Emit))
         for d in decisions:
             if isinstance(d, Emit):
-                self.log.append(d.event)
                 for sub in self.subscribers:
                     trace("turn send", d.event.kind, d.event.seq, sub)
                     self.send(sub, d.event)
@@ -209,16 +252,22 @@ class TurnActor(ActorTypeDispatcher):
                 self.send(self.myAddress, TakeStep(state.turn_id))
             elif isinstance(d, SetTimer):
                 self.wakeupAfter(timedelta(seconds=d.delay), payload=TimerFired(d.name, d.token))
-            elif isinstance(d, Persist):
-                self._persist(d.transition)
             elif isinstance(d, Reply):
                 if sender is not None:
                     self.send(sender, d.reply)
             elif isinstance(d, Done):
                 self._wind_down()
 
-    def _persist(self, transition: str) -> None:
-        """Snapshots are written by the store (see ``actors.store``); none is configured here."""
+    def _write_ahead(self, decisions: list[Decision]) -> None:
+        """Write the snapshot and the new events before any decision is carried out."""
+        assert self.rules is not None and self.store is not None
+        events = [d.event for d in decisions if isinstance(d, Emit)]
+        if not events and not any(isinstance(d, Persist) for d in decisions):
+            return
+        try:
+            self.store.save(self.rules.state, events)
+        except StoreError:
+            log().exception("turn %s: the store failed; the turn goes on without it", self.rules.state.turn_id)
 
     def _wind_down(self) -> None:
         if self.ended or self.rules is None:

@@ -267,6 +267,41 @@ class TurnRules:
         problems.extend(history_problems(s.messages))
         return problems
 
+    def recover(self) -> list[Decision]:
+        """The decisions that carry on a turn loaded from the store after a restart.
+
+        A stop marker ends the turn stopped; a stream that died is asked for again; a call
+        that was running when the process died is closed as interrupted, or run again with
+        the same idempotency key if its tool is ``retry_safe``; recorded results are never
+        run again; a pause stays a pause (its ``Finish`` is not repeated) and its approval
+        timeout keeps its original deadline.
+        """
+        s = self.state
+        if s.phase in ("finished", "created"):
+            return self.start() if s.phase == "created" else []
+        if s.stop is not None:  # stopped, but the process died before the end was written
+            s.stream_id = None
+            return self._end("cancelled" if s.cancel is not None else "stopped")
+        out: list[Decision] = []
+        if s.phase == "streaming":
+            s.phase, s.stream_id = "idle", None
+            out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason="recovered after a restart: asking the model again"))
+        if s.batch is None:
+            return out + [Persist("recovered"), ScheduleStep()]
+        for cs in s.batch:
+            if cs.status != "running":
+                continue
+            spec = self._specs.get(cs.call.name)
+            if spec is not None and spec.retry_safe and s.cancel is None:
+                out.extend(self._spawn(cs, spec))
+            else:
+                out.extend(self._done(cs, "interrupted", interrupted_content("the runtime stopped while the call ran", "recovered after a restart")))
+        if s.commit_pending:
+            out.append(SetTimer("commit", s.options.approval_window, s.round))
+        if s.pending_approvals and s.approval_deadline is not None:
+            out.append(SetTimer("approval_timeout", max(0.0, s.approval_deadline - self._clock()), s.round))
+        return out + [Persist("recovered")] + self._after_call_change()
+
     # -- dispatch -------------------------------------------------------------------------
 
     def handle(self, msg: Any) -> list[Decision]:

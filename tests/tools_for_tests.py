@@ -110,3 +110,24 @@ def outside_sandbox(arguments: dict[str, Any]) -> bool:
 def write_file(path: str, text: str) -> str:
     """Write ``text`` to ``path``."""
     return f"would write {len(text)} bytes to {path}"
+
+
+def _record_key(path: str) -> str:
+    ctx = ToolContext.current()
+    append_line(path, ctx.idempotency_key)
+    if ctx.attempt == 1:
+        ctx.report_progress("recorded")
+        threading.Event().wait(300)  # a first attempt is killed here by the test
+    return f"recorded on attempt {ctx.attempt}"
+
+
+@tool
+def record_key(path: str) -> str:
+    """Append this call's idempotency key to ``path`` (a side effect), then wait."""
+    return _record_key(path)
+
+
+@tool(retry_safe=True)
+def record_key_safely(path: str) -> str:
+    """The same side effect, declared safe to run again with the same idempotency key."""
+    return _record_key(path)

@@ -1,0 +1,279 @@
+"""``greenroom``: see and steer turns from a shell.
+
+    greenroom turns list                       id, status, waiting since, pending approvals
+    greenroom turns show ID [--since N]        history, pending approvals, events
+    greenroom approve ID CALL [--reason R]
+    greenroom deny ID CALL [--reason R]
+    greenroom stop ID [--reason R]
+    greenroom cancel ID [--reason R] [--grace S]
+    greenroom demo [--yes | --no]
+    greenroom node ...                         (see ``greenroom node --help``)
+
+The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``. When a
+runtime is running on that store the command is sent to it and its answer printed; when
+none is, the command is checked against the stored turn and written to the store's inbox,
+to be applied when the turn is loaded again. ``--json`` prints machine-readable output.
+Bad input (unknown turn or call, a turn that has ended) prints a clear message to stderr
+and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from typing import Any
+
+from messages import (
+    CancelTurn,
+    ControlReply,
+    Message,
+    RespondToApprovals,
+    StopTurn,
+    ToolApprovalResponse,
+    TurnState,
+)
+
+from .errors import SnapshotError
+from .store import SQLiteStore
+
+__all__ = ["main"]
+
+EXIT_BAD_INPUT = 2
+
+
+class CliError(Exception):
+    """Bad input: printed to stderr, exit status 2."""
+
+
+def _store_path(args: argparse.Namespace) -> str:
+    return args.store or os.environ.get("GREENROOM_STORE") or "greenroom.db"
+
+
+def _open_store(args: argparse.Namespace) -> SQLiteStore:
+    path = _store_path(args)
+    if not os.path.exists(path):
+        raise CliError(f"no turn store at {path} (use --store or $GREENROOM_STORE)")
+    return SQLiteStore(path)
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _print(args: argparse.Namespace, data: Any, human: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if args.json else human)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    summaries = _open_store(args).summaries()
+    rows = [s.model_dump() for s in summaries]
+    lines = [f"{'TURN':<24} {'STATUS':<18} {'ROUND':>5}  {'WAITING SINCE':<19}  PENDING APPROVALS"]
+    for s in summaries:
+        status = s.status if s.status != "finished" else f"finished:{s.finish_reason}"
+        lines.append(
+            f"{s.turn_id:<24} {status:<18} {s.round:>5}  {_when(s.waiting_since):<19}  {', '.join(s.pending_approvals) or '-'}"
+            + (f"  ({s.error})" if s.error else "")
+        )
+    _print(args, rows, "\n".join(lines) if summaries else "no turns")
+    return 0
+
+
+def _load(store: SQLiteStore, turn_id: str) -> TurnState:
+    try:
+        return store.load(turn_id)
+    except KeyError:
+        raise CliError(f"unknown turn {turn_id}") from None
+    except SnapshotError as exc:
+        raise CliError(str(exc)) from None
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    state = _load(store, args.turn_id)
+    events = store.events(args.turn_id, args.since)
+    pending = [
+        {"call_id": c.call.id, "name": c.call.name, "arguments": c.arguments}
+        for c in state.batch or ()
+        if c.status == "pending_approval"
+    ]
+    data = {
+        "turn_id": state.turn_id,
+        "status": "finished" if state.phase == "finished" else state.phase,
+        "finish_reason": state.finish_reason,
+        "round": state.round,
+        "messages": [m.model_dump(exclude={"kind"}, exclude_none=True) for m in state.messages],
+        "pending_approvals": pending,
+        "events": [e.model_dump(mode="json") for e in events],
+    }
+    lines = [f"turn {state.turn_id}: {data['status']}" + (f" ({state.finish_reason})" if state.finish_reason else "")]
+    lines.append("history:")
+    for m in state.messages:
+        extra = f" -> {', '.join(c.name + c.arguments for c in m.tool_calls)}" if m.tool_calls else ""
+        who = f"{m.role}[{m.tool_call_id}]" if m.tool_call_id else m.role
+        lines.append(f"  {who}: {m.content if m.content is not None else ''}{extra}")
+    lines.append("pending approvals:" + ("" if pending else " none"))
+    for p in pending:
+        lines.append(f"  {p['call_id']}: {p['name']}({json.dumps(p['arguments'])})")
+    lines.append(f"events (from {args.since}):")
+    for e in events:
+        detail = getattr(e, "text", None) or getattr(e, "finish_reason", None) or getattr(e, "call_id", None) or ""
+        lines.append(f"  #{e.seq} {e.kind} {detail}")
+    _print(args, data, "\n".join(lines))
+    return 0
+
+
+# -- steering --------------------------------------------------------------------------------
+
+
+def _running_runtime(path: str) -> dict[str, Any] | None:
+    from .runtime import runtime_file, store_in_use
+
+    if not store_in_use(path):
+        return None
+    try:
+        with open(runtime_file(path)) as f:
+            return json.load(f)  # type: ignore[no-any-return]
+    except (OSError, ValueError):
+        return None
+
+
+def _send_to_runtime(info: dict[str, Any], command: Message, timeout: float) -> ControlReply:
+    """Send ``command`` to the running runtime's directory and wait for the turn's reply."""
+    from thespian.actors import ActorSystem
+
+    from . import transport
+    from .directory_actor import DIRECTORY_NAME, DirectoryActor
+
+    transport.install(info["host"], bytes.fromhex(info["key"]))
+    asys = ActorSystem("multiprocTCPBase", {"Admin Port": info["admin_port"]}, transientUnique=True)
+    directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
+    reply = asys.ask(directory, command, timeout)
+    if not isinstance(reply, ControlReply):
+        raise CliError(f"the runtime (pid {info['pid']}) did not answer within {timeout} s")
+    return reply  # n.b. no shutdown(): that would stop the runtime
+
+
+def _check_offline(store: SQLiteStore, turn_id: str, command: Message) -> None:
+    """Validate ``command`` against the stored turn with the turn's own rules."""
+    from .turn_rules import Reply, TurnRules
+
+    state = _load(store, turn_id)
+    rules = TurnRules(state)
+    for queued in store.pending_commands(turn_id):
+        rules.handle(queued)
+    for decision in rules.handle(command):
+        if isinstance(decision, Reply) and not decision.reply.ok:
+            raise CliError(decision.reply.message)
+
+
+def _steer(args: argparse.Namespace, command: Message, verb: str) -> int:
+    path = _store_path(args)
+    store = _open_store(args)
+    state = _load(store, args.turn_id)
+    if state.phase == "finished":
+        raise CliError(f"turn {args.turn_id} has already finished ({state.finish_reason})")
+    info = _running_runtime(path)
+    if info is not None:
+        reply = _send_to_runtime(info, command, args.timeout)
+        if not reply.ok:
+            raise CliError(reply.message)
+        _print(args, {"turn_id": args.turn_id, "sent_to": "runtime", "pid": info["pid"], "ok": True, "message": reply.message}, f"{verb}: done by the running runtime (pid {info['pid']})")
+        return 0
+    _check_offline(store, args.turn_id, command)
+    command_id = store.add_command(args.turn_id, command)
+    _print(
+        args,
+        {"turn_id": args.turn_id, "sent_to": "store", "command_id": command_id, "ok": True},
+        f"{verb}: no runtime is running; written to the store, applied when the turn is loaded again",
+    )
+    return 0
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    approved = args.command == "approve"
+    response = ToolApprovalResponse(call_id=args.call_id, approved=approved, reason=args.reason)
+    command = RespondToApprovals(turn_id=args.turn_id, responses=[response], request_id="cli")
+    return _steer(args, command, "approved" if approved else "denied")
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    return _steer(args, StopTurn(turn_id=args.turn_id, reason=args.reason, request_id="cli"), "stopped")
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    return _steer(args, CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, request_id="cli"), "cancelled")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import main as demo_main
+
+    return demo_main(args.rest)
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from .node import main as node_main
+
+    return node_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="greenroom", description="See and steer greenroom turns.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", help="the turn store (default: $GREENROOM_STORE or ./greenroom.db)")
+    common.add_argument("--json", action="store_true", help="print JSON")
+    common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a running runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    turns = sub.add_parser("turns", help="list and show turns")
+    tsub = turns.add_subparsers(dest="turns_command", required=True)
+    tsub.add_parser("list", parents=[common], help="every turn of the store").set_defaults(fn=cmd_list)
+    show = tsub.add_parser("show", parents=[common], help="one turn: history, pending approvals, events")
+    show.add_argument("turn_id")
+    show.add_argument("--since", type=int, default=0, help="events from this seq on")
+    show.set_defaults(fn=cmd_show)
+
+    for verb in ("approve", "deny"):
+        p = sub.add_parser(verb, parents=[common], help=f"{verb} a pending tool call")
+        p.add_argument("turn_id")
+        p.add_argument("call_id")
+        p.add_argument("--reason", default=None)
+        p.set_defaults(fn=cmd_decide)
+    stop = sub.add_parser("stop", parents=[common], help="stop a turn now")
+    stop.add_argument("turn_id")
+    stop.add_argument("--reason", default="stopped from the command line")
+    stop.set_defaults(fn=cmd_stop)
+    cancel = sub.add_parser("cancel", parents=[common], help="cancel a turn at its next step")
+    cancel.add_argument("turn_id")
+    cancel.add_argument("--reason", default="cancelled from the command line")
+    cancel.add_argument("--grace", type=float, default=None, help="seconds before the cancel becomes a stop")
+    cancel.set_defaults(fn=cmd_cancel)
+    demo = sub.add_parser("demo", help="run the demo turn", add_help=False)
+    demo.add_argument("rest", nargs=argparse.REMAINDER)
+    demo.set_defaults(fn=cmd_demo)
+    node = sub.add_parser("node", help="run a node that joins a leader's convention", add_help=False)
+    node.add_argument("rest", nargs=argparse.REMAINDER)
+    node.set_defaults(fn=cmd_node)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except CliError as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"ok": False, "error": str(exc)}))
+        print(f"greenroom: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,250 @@
+"""Durable turns: SIGKILL and recovery, exactly-once results, persisted cancel, replay, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from actors import Runtime, SnapshotError
+from actors.runtime import session_processes
+from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.store import SQLiteStore
+from messages import CancelTurn, ChatMessage, Finish, ProviderConfig, RetryPolicy, TurnOptions
+
+from . import tools_for_tests as T
+from .helpers import summary
+from .test_stop_cancel import wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def config(provider: ScriptedProvider) -> ProviderConfig:
+    return provider.provider(retry=RetryPolicy(max_attempts=1))
+
+
+def run_child(store: Path, provider: ScriptedProvider, scenario: str, turn_id: str, arg: str | None = None) -> dict[str, Any]:
+    """Start a durable runtime in a child process, wait until it reached the point, kill it all."""
+    cmd = [sys.executable, "-m", "tests.durable_child", str(store), provider.base_url, scenario, turn_id] + ([arg] if arg else [])
+    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+    try:
+        line = child.stdout.readline()  # type: ignore[union-attr]
+        info = json.loads(line)
+    except Exception:
+        child.kill()
+        child.wait(10)
+        raise
+    # SIGKILL by PID: the child that held the Runtime, and every process of its actor system
+    os.kill(child.pid, signal.SIGKILL)
+    for pid in session_processes(info["sid"]):
+        os.kill(pid, signal.SIGKILL)
+    child.wait(10)
+    assert wait_until(lambda: session_processes(info["sid"]) == [], timeout=10)
+    return info
+
+
+def greenroom(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "actors.cli", *args], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=60)
+
+
+def approve_and_finish(rt: Runtime, turn_id: str) -> list[ChatMessage]:
+    turn = rt.attach(turn_id)
+    turn.approve("call_1")
+    result = turn.result(30)
+    assert result.finish_reason == "stop"
+    return result.messages
+
+
+def test_sigkill_while_awaiting_approval_then_a_new_runtime_finishes_the_turn(provider: ScriptedProvider, tmp_path: Path) -> None:
+    store = tmp_path / "turns.db"
+    script = [use_tools(call("write_file", {"path": "/etc/motd", "text": "hi"})), say("Written.")]
+    provider.add(script[0])
+    run_child(store, provider, "approval", "turn_crash1")
+    provider.add(script[1])
+    with Runtime(config(provider), store=store) as rt:
+        assert rt.recovered == ["turn_crash1"]
+        assert [(s.turn_id, s.status, s.pending_approvals) for s in rt.turns()] == [("turn_crash1", "awaiting_approval", ["call_1"])]
+        recovered = approve_and_finish(rt, "turn_crash1")
+        events = rt.updates("turn_crash1")
+    # the same turn, never interrupted
+    provider.add(*script)
+    with Runtime(config(provider)) as rt:
+        turn = rt.run("write the motd", tools=[T.write_file])
+        assert turn.result(30).finish_reason == "awaiting_approval"
+        turn.approve("call_1")
+        uninterrupted = turn.result(30).messages
+    assert recovered == uninterrupted
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert summary(events)[-4:] == [("tool_call_started", "call_1"), ("tool_finished", "call_1", "success"), ("text", "Written."), ("finish", "stop")]
+
+
+@pytest.mark.parametrize("scenario, runs", [("tool", 1), ("tool_safely", 2)])
+def test_a_recorded_side_effect_is_not_repeated_unless_the_tool_is_safe_to_retry(
+    provider: ScriptedProvider, tmp_path: Path, scenario: str, runs: int
+) -> None:
+    store, keys = tmp_path / "turns.db", tmp_path / "keys.txt"
+    name = "record_key" if scenario == "tool" else "record_key_safely"
+    provider.add(use_tools(call(name, {"path": str(keys)})))
+    run_child(store, provider, scenario, "turn_crash2", str(keys))
+    provider.add(say("Done."))
+    with Runtime(config(provider), store=store) as rt:
+        turn = rt.attach("turn_crash2")
+        finish = turn.wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
+    assert finish.finish_reason == "stop"
+    assert keys.read_text().splitlines() == ["turn_crash2:call_1"] * runs
+    tool_message = finish.messages[2].content
+    if runs == 1:
+        assert tool_message == json.dumps(
+            {"ok": False, "error": "Interrupted: the runtime stopped while the call ran (recovered after a restart)", "data": None}
+        )
+    else:
+        assert tool_message == json.dumps({"ok": True, "data": "recorded on attempt 2"})
+
+
+def test_a_cancel_written_while_no_runtime_runs_ends_the_turn_cancelled_at_the_next_start(provider: ScriptedProvider, tmp_path: Path) -> None:
+    store = tmp_path / "turns.db"
+    provider.add(use_tools(call("write_file", {"path": "/etc/motd", "text": "hi"})))
+    run_child(store, provider, "approval", "turn_crash3")
+    out = greenroom("cancel", "turn_crash3", "--store", str(store), "--reason", "abandoned")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "cancelled: no runtime is running; written to the store, applied when the turn is loaded again"
+    with Runtime(config(provider), store=store) as rt:
+        turn = rt.attach("turn_crash3")
+        finish = turn.wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
+        assert finish.finish_reason == "cancelled"
+        assert [s.status for s in rt.turns()] == ["finished"]
+    assert finish.messages[-1].role == "tool"
+    assert len(provider.requests) == 1
+
+
+def test_a_cancel_in_the_store_reaches_a_running_turn_at_its_next_step(provider: ScriptedProvider, tmp_path: Path) -> None:
+    store, log = tmp_path / "turns.db", str(tmp_path / "runs.log")
+    provider.add(use_tools(call("timed_echo", {"text": "x", "seconds": 1.0, "log": log})), say("never asked"))
+    with Runtime(config(provider), store=store) as rt:
+        turn = rt.run("go", tools=[T.timed_echo])
+        turn.wait_for(lambda e: e.kind == "tool_call_started", timeout=30)
+        # another process writes the cancel to the store; no message is sent to the turn
+        code = f"from actors.store import SQLiteStore; from messages import CancelTurn; SQLiteStore({str(store)!r}).add_command({turn.turn_id!r}, CancelTurn(turn_id={turn.turn_id!r}, reason='from the store'))"
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=ENV, timeout=60)
+        result = turn.result(30)
+    assert result.finish_reason == "cancelled"
+    assert summary(turn.all_events)[-3:] == [("tool_finished", "call_1", "success"), ("error", "cancelled", "Agent run cancelled"), ("finish", "cancelled")]
+    assert len(provider.requests) == 1
+
+
+def test_events_replay_from_a_sequence_number_in_another_process(provider: ScriptedProvider, tmp_path: Path) -> None:
+    store = tmp_path / "turns.db"
+    provider.add(use_tools(call("add", {"a": 2, "b": 2})), say("Four."))
+    with Runtime(config(provider), store=store) as rt:
+        turn = rt.run("2+2?", tools=[T.add])
+        assert turn.result(30).text == "Four."
+        original = turn.all_events
+    out = greenroom("turns", "show", turn.turn_id, "--since", "2", "--store", str(store), "--json")
+    assert out.returncode == 0, out.stderr
+    replayed = json.loads(out.stdout)["events"]
+    assert replayed == [e.model_dump(mode="json") for e in original[2:]]
+    with Runtime(config(provider), store=store) as rt:  # and by attaching from a new runtime
+        again = rt.attach(turn.turn_id, since=2)
+        assert again.wait_for(lambda e: isinstance(e, Finish), timeout=30) == original[-1]
+        assert again.all_events == original[2:]
+
+
+def corrupt(store: Path, turn_id: str, how: str) -> None:
+    conn = sqlite3.connect(store)
+    if how == "bytes":
+        conn.execute("UPDATE turns SET snapshot = ? WHERE turn_id = ?", (b"\xc1\x00garbage", turn_id))
+    else:
+        (blob,) = conn.execute("SELECT snapshot FROM turns WHERE turn_id = ?", (turn_id,)).fetchone()
+        data = msgpack.unpackb(blob)
+        data["v"] = 99
+        conn.execute("UPDATE turns SET snapshot = ? WHERE turn_id = ?", (msgpack.packb(data), turn_id))
+    conn.commit()
+    conn.close()
+
+
+def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(provider: ScriptedProvider, tmp_path: Path) -> None:
+    store = tmp_path / "turns.db"
+    provider.add(*[use_tools(call("write_file", {"path": "/etc/x", "text": "y"})) for _ in range(3)])
+    with Runtime(config(provider), store=store) as rt:
+        for turn_id in ("turn_good", "turn_bytes", "turn_version"):
+            assert rt.run("w", tools=[T.write_file], turn_id=turn_id).result(30).finish_reason == "awaiting_approval"
+    corrupt(store, "turn_bytes", "bytes")
+    corrupt(store, "turn_version", "version")
+    s = SQLiteStore(store)
+    with pytest.raises(SnapshotError, match="turn turn_version: snapshot schema version 99 is not supported"):
+        s.load("turn_version")
+    with pytest.raises(SnapshotError, match="turn turn_bytes: malformed snapshot"):
+        s.load("turn_bytes")
+    statuses = {x.turn_id: x.status for x in s.summaries()}
+    assert statuses == {"turn_good": "awaiting_approval", "turn_bytes": "unreadable", "turn_version": "unreadable"}
+    provider.add(say("Done."))
+    with Runtime(config(provider), store=store) as rt:
+        assert rt.recovered == ["turn_good"]
+        assert sorted(rt.unrecoverable) == ["turn_bytes", "turn_version"]
+        assert approve_and_finish(rt, "turn_good")[-1] == ChatMessage.assistant("Done.")
+    out = greenroom("turns", "show", "turn_version", "--store", str(store))
+    assert out.returncode == 2
+    assert out.stderr.strip() == "greenroom: turn turn_version: snapshot schema version 99 is not supported (this code reads 1)"
+
+
+def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, tmp_path: Path) -> None:
+    store = tmp_path / "turns.db"
+    provider.add(use_tools(call("write_file", {"path": "/etc/x", "text": "y"})), say("Written."))
+    with Runtime(config(provider), store=store) as rt:
+        turn = rt.run("w", tools=[T.write_file], turn_id="turn_cli1")
+        assert turn.result(30).finish_reason == "awaiting_approval"
+        listed = greenroom("turns", "list", "--store", str(store), "--json")
+        assert [(t["turn_id"], t["status"], t["pending_approvals"]) for t in json.loads(listed.stdout)] == [("turn_cli1", "awaiting_approval", ["call_1"])]
+        bad = greenroom("approve", "turn_cli1", "call_9", "--store", str(store))
+        assert (bad.returncode, bad.stderr.strip()) == (2, "greenroom: no approval was requested for call 'call_9' in turn turn_cli1")
+        unknown = greenroom("approve", "turn_nope", "call_1", "--store", str(store))
+        assert (unknown.returncode, unknown.stderr.strip()) == (2, "greenroom: unknown turn turn_nope")
+        ok = greenroom("approve", "turn_cli1", "call_1", "--store", str(store))
+        assert ok.returncode == 0, ok.stderr
+        assert ok.stdout.startswith("approved: done by the running runtime (pid ")
+        assert turn.result(30, final=True).finish_reason == "stop"
+        after = greenroom("stop", "turn_cli1", "--store", str(store))
+        assert (after.returncode, after.stderr.strip()) == (2, "greenroom: turn turn_cli1 has already finished (stop)")
+        shown = greenroom("turns", "show", "turn_cli1", "--store", str(store))
+        assert "turn turn_cli1: finished (stop)" in shown.stdout and "assistant: Written." in shown.stdout
+
+
+def test_the_command_line_against_a_stopped_runtime(provider: ScriptedProvider, tmp_path: Path) -> None:
+    store = tmp_path / "turns.db"
+    provider.add(use_tools(call("write_file", {"path": "/etc/x", "text": "y"}), call("write_file", {"path": "/etc/z", "text": "y"})))
+    with Runtime(config(provider), store=store) as rt:
+        assert rt.run("w", tools=[T.write_file], turn_id="turn_cli2").result(30).finish_reason == "awaiting_approval"
+    listed = greenroom("turns", "list", "--store", str(store))
+    assert listed.stdout.splitlines()[1].split()[:3] == ["turn_cli2", "awaiting_approval", "0"]
+    assert greenroom("approve", "turn_cli2", "call_1", "--store", str(store)).returncode == 0
+    dup = greenroom("approve", "turn_cli2", "call_1", "--store", str(store))
+    assert (dup.returncode, dup.stderr.strip()) == (2, "greenroom: call 'call_1' was already approved")
+    denied = greenroom("deny", "turn_cli2", "call_2", "--reason", "no thanks", "--store", str(store), "--json")
+    assert json.loads(denied.stdout)["sent_to"] == "store"
+    provider.add(say("Half done."))
+    with Runtime(config(provider), store=store) as rt:
+        turn = rt.attach("turn_cli2")
+        finish = turn.wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
+    assert [m.content for m in finish.messages if m.role == "tool"] == [json.dumps({"ok": True, "data": "would write 1 bytes to /etc/x"}), "Rejected: no thanks"]
+    assert finish.messages[-1] == ChatMessage.assistant("Half done.")
+
+
+def test_a_second_runtime_cannot_take_a_store_in_use(provider: ScriptedProvider, tmp_path: Path) -> None:
+    from actors import ConfigurationError
+
+    store = tmp_path / "turns.db"
+    with Runtime(config(provider), store=store):
+        with pytest.raises(ConfigurationError, match="is used by another running runtime"):
+            Runtime(config(provider), store=store).start()
+    assert TurnOptions()  # the store is free again once the first runtime closed
+    with Runtime(config(provider), store=store):
+        pass
