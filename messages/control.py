@@ -54,7 +54,7 @@ class TurnOptions(Message):
     kind: Literal["turn_options"] = "turn_options"
     max_rounds: int = Field(default=10, ge=0)
     approval_timeout: float | None = Field(default=None, gt=0)
-    approval_window: float = Field(default=0.02, ge=0)
+    approval_window: float = Field(default=0.05, ge=0)
     stop_grace: float = Field(default=2.0, ge=0)
     linger: float = Field(default=2.0, ge=0)
 
