@@ -109,6 +109,8 @@ class Reply:
     done_marker: bool = True
     role_chunk: bool = True
     error_after: int | None = None
+    crlf: bool = False
+    null_content: bool = False
 
     def but(self, **changes: Any) -> Reply:
         """A copy with ``changes``."""
@@ -188,9 +190,10 @@ def _openai_frames(reply: Reply, model: str) -> list[bytes]:
             tc: dict[str, Any] = {"index": p.index, "type": "function", "function": {"name": p.name, "arguments": p.arguments}}
             if p.id is not None:
                 tc["id"] = p.id
-            frames.append(chunk({"tool_calls": [tc]}))
+            frames.append(chunk({"content": None, "tool_calls": [tc]} if reply.null_content else {"tool_calls": [tc]}))
         elif isinstance(p, ToolArgs):
-            frames.append(chunk({"tool_calls": [{"index": p.index, "function": {"arguments": p.fragment}}]}))
+            delta = {"tool_calls": [{"index": p.index, "function": {"arguments": p.fragment}}]}
+            frames.append(chunk({"content": None, **delta} if reply.null_content else delta))
         elif isinstance(p, Chunk):
             frames.append(b"data: " + json.dumps(dict(base, **p.obj)).encode() + b"\n\n")
         else:
@@ -375,6 +378,7 @@ class Request:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    received_at: float = field(default_factory=time.monotonic)
     disconnected: threading.Event = field(default_factory=threading.Event)
     finished: threading.Event = field(default_factory=threading.Event)
     status: int = 0
@@ -604,6 +608,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         frames = _openai_frames(reply, model) if api == "openai" else _anthropic_frames(reply, model)
         tail = _openai_tail(reply, model) if api == "openai" else _anthropic_tail(reply, model)
+        if reply.crlf:
+            frames = [f.replace(b"\n", b"\r\n") for f in frames]
+            tail = [f.replace(b"\n", b"\r\n") for f in tail]
         body_start = 1 if reply.role_chunk else 0
         for i, frame in enumerate(frames):
             n = i - body_start  # parts sent so far
