@@ -28,7 +28,7 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
 
-from messages import InterruptTool, ReportProgress, RunTool, ToolResult
+from messages import InterruptTool, ReportProgress, RunTool, ToolAlive, ToolResult
 
 from .errors import ToolCancelled, ToolDefinitionError
 from .plumbing import Inbox
@@ -83,6 +83,11 @@ def run_tool_inline(tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, on_loo
 class ToolActor(ActorTypeDispatcher):
     """One tool call, in its own process; see the module docstring for the lifecycle."""
 
+    @staticmethod
+    def actorSystemCapabilityCheck(capabilities: dict[str, Any], requirements: dict[str, Any] | None) -> bool:
+        """Runs on a node whose capabilities match every requirement of the tool."""
+        return all(capabilities.get(k) == v for k, v in (requirements or {}).items())
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._inbox = Inbox()
@@ -104,6 +109,8 @@ class ToolActor(ActorTypeDispatcher):
         if self._run is not None:
             return  # one call per actor; a redelivery changes nothing
         self._run, self._turn = run, sender
+        if run.heartbeat is not None:
+            self._alive()
         try:
             tool = load_tool(run.spec)
             kwargs = tool.validate(run.arguments)
@@ -185,9 +192,19 @@ class ToolActor(ActorTypeDispatcher):
             except RuntimeError:
                 pass  # the loop has closed: the tool already returned
 
+    def _alive(self) -> None:
+        """Heartbeat of a placed call: tell the turn this call still runs, and where."""
+        assert self._run is not None and self._run.heartbeat is not None
+        if self._finished or self._exiting:
+            return
+        self.send(self._turn, ToolAlive(turn_id=self._run.turn_id, call_id=self._run.call.id, node=str(self.myAddress)))
+        self.wakeupAfter(timedelta(seconds=self._run.heartbeat), payload="heartbeat")
+
     def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
         if msg.payload == "stop_grace":
             self._exit()
+        elif msg.payload == "heartbeat" and not self._stopping:
+            self._alive()
 
     def _exit(self) -> None:
         if not self._exiting:

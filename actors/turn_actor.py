@@ -19,13 +19,15 @@ Who is told what:
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ChildActorExited
 
-from messages import AbortStream, ControlReply, StartTurn, Subscribe, ToolResult, TurnEvent
+from messages import AbortStream, ControlReply, StartTurn, Subscribe, ToolAlive, ToolResult, TurnEvent
 
 from .llm_actor import LLMActor
 from .plumbing import Relay
@@ -63,6 +65,16 @@ def log() -> logging.Logger:
     return logging.getLogger("greenroom.turn")
 
 _LINGER = "linger"
+_LIVENESS = "liveness"
+
+
+class _Placed:
+    """A call placed on a node by capability: where it runs and when it was last heard of."""
+
+    def __init__(self, requires: dict[str, Any], last: float) -> None:
+        self.requires = requires
+        self.last = last
+        self.node: str | None = None
 
 
 class TurnEnded:
@@ -97,6 +109,7 @@ class TurnActor(ActorTypeDispatcher):
         self.manager: Any = None
         self.llm: Any = None
         self.tool_actors: dict[str, Any] = {}
+        self.placed: dict[str, _Placed] = {}  # calls placed by capability, watched by heartbeat
         self.ended = False
         self.store: TurnStore | None = None
 
@@ -187,11 +200,37 @@ class TurnActor(ActorTypeDispatcher):
             del self.tool_actors[msg.call_id]
         self.send(sender, ActorExitRequest())  # its call is recorded: the ToolActor may go
 
+    def receiveMsg_ToolAlive(self, msg: ToolAlive, sender: Any) -> None:
+        placed = self.placed.get(msg.call_id)
+        if placed is not None:
+            placed.node, placed.last = msg.node, time.monotonic()
+
     def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
         if isinstance(msg.payload, TimerFired):
             self._internal(msg.payload, sender)
         elif msg.payload == _LINGER:
             self.send(self.myAddress, ActorExitRequest())
+        elif msg.payload == _LIVENESS:
+            self._check_placed()
+
+    def _check_placed(self) -> None:
+        """End placed calls whose node fell silent; keep watching while any runs."""
+        assert self.rules is not None
+        options = self.rules.state.options
+        now = time.monotonic()
+        for call_id, placed in list(self.placed.items()):
+            cs = self.rules.state.call(call_id)
+            if cs is None or cs.status != "running":
+                del self.placed[call_id]
+            elif now - placed.last > options.lost_after:
+                del self.placed[call_id]
+                self.tool_actors.pop(call_id, None)
+                where = f"its node {placed.node}" if placed.node else "the node it was placed on"
+                self._internal(
+                    ToolLost(call_id, f"Tool '{cs.call.name}' failed: {where} stopped answering for {options.lost_after:g} s (host lost)"), None
+                )
+        if self.placed:
+            self.wakeupAfter(timedelta(seconds=options.heartbeat), payload=_LIVENESS)
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
         child = msg.childAddress
@@ -204,7 +243,15 @@ class TurnActor(ActorTypeDispatcher):
         for call_id, addr in list(self.tool_actors.items()):
             if addr == child:
                 del self.tool_actors[call_id]
-                self._internal(ToolLost(call_id, "its ToolActor exited"), sender)
+                placed = self.placed.pop(call_id, None)
+                cs = self.rules.state.call(call_id) if self.rules else None
+                name = cs.call.name if cs else "?"
+                if placed is not None and placed.node is None:
+                    requires = ", ".join(f"{k}={json.dumps(v)}" for k, v in placed.requires.items())
+                    message = f"Tool '{name}' cannot run: no node advertises the capabilities it needs ({requires})"
+                else:
+                    message = f"Tool '{name}' failed: its process exited before the call finished"
+                self._internal(ToolLost(call_id, message), sender)
 
     def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
         log().warning("TurnActor: a message could not be handled: %r (%s)", msg.poisonMessage, msg.details)
@@ -241,6 +288,10 @@ class TurnActor(ActorTypeDispatcher):
                 requires = d.run.spec.requires or None
                 addr = self.createActor(ToolActor, targetActorRequirements=requires)
                 self.tool_actors[d.run.call.id] = addr
+                if requires:
+                    if not self.placed:
+                        self.wakeupAfter(timedelta(seconds=state.options.heartbeat), payload=_LIVENESS)
+                    self.placed[d.run.call.id] = _Placed(requires, time.monotonic())
                 self.send(addr, d.run)
             elif isinstance(d, Interrupt):
                 addr = self.tool_actors.get(d.message.call_id)

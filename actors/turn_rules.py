@@ -180,10 +180,11 @@ class TimerFired:
 
 @dataclass(frozen=True)
 class ToolLost:
-    """The ToolActor of ``call_id`` exited (or its host vanished) before it answered."""
+    """The ToolActor of ``call_id`` exited, could not be placed, or its host vanished,
+    before it answered; ``message`` says which, for the model."""
 
     call_id: str
-    detail: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -315,9 +316,7 @@ class TurnRules:
         if isinstance(msg, ToolResult):
             return self._on_tool_result(msg.call_id, msg.outcome, msg.content)
         if isinstance(msg, ToolLost):
-            return self._on_tool_result(
-                msg.call_id, "failed", error_content(f"Tool process exited before the call finished: {msg.detail}")
-            )
+            return self._on_tool_result(msg.call_id, "failed", error_content(msg.message))
         if isinstance(msg, StreamLost):
             if msg.stream_id != s.stream_id or s.phase != "streaming":
                 return []
@@ -474,6 +473,8 @@ class TurnRules:
             idempotency_key=f"{s.turn_id}:{cs.call.id}",
             attempt=cs.attempt,
             stop_grace=s.options.stop_grace,
+            heartbeat=s.options.heartbeat if spec.requires else None,
+            provider=s.provider,
         )
         return [Spawn(run), self._emit(ToolCallStarted, call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments)]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .base import Message
 from .chat import ChatMessage, Role, ToolCall, Usage
+from .cluster import ListNodes, MembershipChanged, NodeInfo, NodeList, WatchMembership
 from .codec import (
     CodecError,
     SnapshotVersionError,
@@ -59,7 +60,7 @@ from .llm import (
     Timeouts,
 )
 from .state import SCHEMA_VERSION, CallState, Marker, TurnState
-from .tool import ApprovalMode, InterruptTool, ReportProgress, RunTool, ToolOutcome, ToolResult, ToolSpec
+from .tool import ApprovalMode, InterruptTool, ReportProgress, RunTool, ToolAlive, ToolOutcome, ToolResult, ToolSpec
 
 __all__ = [
     "AbortStream",
@@ -69,17 +70,27 @@ __all__ = [
     "ChatMessage",
     "CodecError",
     "ControlReply",
+    "decode",
+    "decode_snapshot",
+    "encode",
+    "encode_snapshot",
     "Error",
     "Finish",
     "FinishReason",
     "FinishReasonLLM",
     "InterruptTool",
+    "ListNodes",
     "LLMCompleted",
     "LLMDeltas",
     "LLMFailed",
     "LLMRetrying",
     "Marker",
+    "MembershipChanged",
     "Message",
+    "message_classes",
+    "new_turn_id",
+    "NodeInfo",
+    "NodeList",
     "ProviderConfig",
     "RejectCode",
     "ReportProgress",
@@ -97,6 +108,7 @@ __all__ = [
     "TERMINAL_REASONS",
     "TextDelta",
     "Timeouts",
+    "ToolAlive",
     "ToolApprovalRequest",
     "ToolApprovalResponse",
     "ToolCall",
@@ -113,10 +125,5 @@ __all__ = [
     "TurnStarted",
     "TurnState",
     "Usage",
-    "decode",
-    "decode_snapshot",
-    "encode",
-    "encode_snapshot",
-    "message_classes",
-    "new_turn_id",
+    "WatchMembership",
 ]

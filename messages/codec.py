@@ -16,7 +16,7 @@ from typing import Any
 import msgpack
 from pydantic import ValidationError
 
-from . import chat, control, events, llm, tool
+from . import chat, cluster, control, events, llm, tool
 from .base import Message
 from .state import SCHEMA_VERSION, TurnState
 
@@ -41,7 +41,7 @@ class SnapshotVersionError(CodecError):
 
 def _collect() -> dict[str, type[Message]]:
     found: dict[str, type[Message]] = {}
-    for module in (chat, llm, tool, control, events):
+    for module in (chat, llm, tool, control, events, cluster):
         for name in module.__all__:
             cls = getattr(module, name)
             if isinstance(cls, type) and issubclass(cls, Message) and "kind" in cls.model_fields:

@@ -49,6 +49,8 @@ class TurnOptions(Message):
     ``approval_timeout`` denies calls still undecided after it (``Approval timed out``).
     ``stop_grace`` is how long a stopped tool's process group gets between SIGTERM and
     SIGKILL. ``linger`` is how long a finished TurnActor stays to answer late commands.
+    A call placed on another node by capability sends a heartbeat every ``heartbeat``
+    seconds; one silent for ``lost_after`` seconds (its host died) ends as failed.
     """
 
     kind: Literal["turn_options"] = "turn_options"
@@ -57,6 +59,8 @@ class TurnOptions(Message):
     approval_window: float = Field(default=0.05, ge=0)
     stop_grace: float = Field(default=2.0, ge=0)
     linger: float = Field(default=2.0, ge=0)
+    heartbeat: float = Field(default=1.0, gt=0)
+    lost_after: float = Field(default=5.0, gt=0)
 
 
 class StartTurn(Message):

@@ -14,10 +14,12 @@ from pydantic import Field
 
 from .base import Message
 from .chat import ToolCall
+from .llm import ProviderConfig
 
 __all__ = [
     "ApprovalMode",
     "InterruptTool",
+    "ToolAlive",
     "ReportProgress",
     "RunTool",
     "ToolOutcome",
@@ -61,6 +63,18 @@ class RunTool(Message):
     idempotency_key: str
     attempt: int = 1
     stop_grace: float = 2.0
+    heartbeat: float | None = None
+    provider: ProviderConfig | None = None
+
+
+class ToolAlive(Message):
+    """A ToolActor of a placed call says it runs, and where; sent at once, then every
+    ``RunTool.heartbeat`` seconds until the call ends."""
+
+    kind: Literal["tool_alive"] = "tool_alive"
+    turn_id: str
+    call_id: str
+    node: str
 
 
 class ToolResult(Message):

@@ -322,8 +322,8 @@ def test_a_lost_tool_actor_fails_its_call() -> None:
     rules, _ = new()
     step(rules)
     respond(rules, ("c1", "safe", False))
-    rules.handle(ToolLost("c1", "its ToolActor exited"))
-    assert tool_messages(rules) == [("c1", json.dumps({"ok": False, "error": "Tool process exited before the call finished: its ToolActor exited", "data": None}))]
+    rules.handle(ToolLost("c1", "Tool 'safe' failed: its process exited before the call finished"))
+    assert tool_messages(rules) == [("c1", json.dumps({"ok": False, "error": "Tool 'safe' failed: its process exited before the call finished", "data": None}))]
 
 
 def test_a_failed_stream_keeps_partial_text_and_ends_with_error() -> None:
