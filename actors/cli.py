@@ -212,18 +212,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return _steer(args, CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, request_id="cli"), "cancelled")
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import main as demo_main
-
-    return demo_main(args.rest)
-
-
-def cmd_node(args: argparse.Namespace) -> int:
-    from .node import main as node_main
-
-    return node_main(args.rest)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="greenroom", description="See and steer greenroom turns.")
     common = argparse.ArgumentParser(add_help=False)
@@ -255,16 +243,18 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--reason", default="cancelled from the command line")
     cancel.add_argument("--grace", type=float, default=None, help="seconds before the cancel becomes a stop")
     cancel.set_defaults(fn=cmd_cancel)
-    demo = sub.add_parser("demo", help="run the demo turn", add_help=False)
-    demo.add_argument("rest", nargs=argparse.REMAINDER)
-    demo.set_defaults(fn=cmd_demo)
-    node = sub.add_parser("node", help="run a node that joins a leader's convention", add_help=False)
-    node.add_argument("rest", nargs=argparse.REMAINDER)
-    node.set_defaults(fn=cmd_node)
+    sub.add_parser("demo", help="run the demo turn (greenroom demo --help)")
+    sub.add_parser("node", help="run a node that joins a leader (greenroom node --help)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("demo", "node"):  # they parse their own options
+        from .demo import main as demo_main
+        from .node import main as node_main
+
+        return (demo_main if argv[0] == "demo" else node_main)(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))

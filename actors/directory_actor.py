@@ -15,16 +15,20 @@ import os
 from collections import OrderedDict
 from typing import Any
 
-from thespian.actors import ActorTypeDispatcher, ChildActorExited
+from datetime import timedelta
 
-from messages import ControlReply, StartTurn
+from thespian.actors import ActorExitRequest, ActorSystemConventionUpdate, ActorTypeDispatcher, ChildActorExited, WakeupMessage
+
+import time
+
+from messages import ControlReply, ListNodes, MembershipChanged, NodeInfo, NodeList, StartTurn, WatchMembership
 
 from .errors import SnapshotError
 from .plumbing import Hello, Relay, Welcome
 from .store import SQLiteStore
 from .turn_actor import Launch, TurnActor, TurnEnded
 
-__all__ = ["Configure", "Configured", "DIRECTORY_NAME", "DirectoryActor"]
+__all__ = ["Configure", "Configured", "DIRECTORY_NAME", "DirectoryActor", "DirectoryLocator", "LEADER_CAPABILITY", "json_capabilities"]
 
 
 
@@ -34,14 +38,60 @@ def log() -> logging.Logger:
     return logging.getLogger("greenroom.directory")
 
 DIRECTORY_NAME = "greenroom.directory"
+LEADER_CAPABILITY = "greenroom.leader"
+
+
+def node_name(admin_address: Any) -> str:
+    """``host:port`` of a node's admin address."""
+    details = getattr(admin_address, "addressDetails", None)
+    sockname = getattr(details, "sockname", None)
+    if isinstance(sockname, tuple) and len(sockname) >= 2:
+        return f"{sockname[0]}:{sockname[1]}"
+    return str(admin_address)
+
+
+_THESPIAN_KEYS = ("Thespian", "Python Version", "Admin Port", "Convention Address.IPv4")
+
+
+def json_capabilities(capabilities: dict[str, Any]) -> dict[str, Any]:
+    """The capabilities a person set: plain JSON data, without Thespian's own entries."""
+    out: dict[str, Any] = {}
+    for k, v in (capabilities or {}).items():
+        if k.startswith(_THESPIAN_KEYS):
+            continue
+        if isinstance(v, tuple):
+            v = list(v)
+        if isinstance(v, (str, int, float, bool, type(None), list)):
+            out[k] = v
+    return out
 _REMEMBER_ENDED = 10_000
 
 
 class Configure:
-    """From the Runtime: use the store at ``store_path`` and recover its unfinished turns."""
+    """From the Runtime: use the store at ``store_path`` and recover its unfinished turns;
+    or, on a member node, forward everything to the leader's directory ``upstream``."""
 
-    def __init__(self, store_path: str | None) -> None:
+    def __init__(self, store_path: str | None = None, upstream: Any = None) -> None:
         self.store_path = store_path
+        self.upstream = upstream
+
+
+class DirectoryLocator(ActorTypeDispatcher):
+    """Created on the leader (the node advertising ``greenroom.leader``) by a member, to
+    learn the address of the leader's directory: global names do not span a convention."""
+
+    @staticmethod
+    def actorSystemCapabilityCheck(capabilities: dict[str, Any], requirements: dict[str, Any] | None) -> bool:
+        return bool(capabilities.get(LEADER_CAPABILITY))
+
+    def receiveMessage(self, msg: Any, sender: Any) -> None:
+        if msg == "where":
+            # the address may still be local until Thespian resolves the global name: the
+            # reply waits for that, so this actor must not exit at once
+            self.send(sender, self.createActor(DirectoryActor, globalName=DIRECTORY_NAME))
+            self.wakeupAfter(timedelta(seconds=30), payload="done")
+        elif isinstance(msg, WakeupMessage):
+            self.send(self.myAddress, ActorExitRequest())
 
 
 class Configured:
@@ -61,11 +111,22 @@ class DirectoryActor(ActorTypeDispatcher):
         self.ended: OrderedDict[str, str] = OrderedDict()
         self.store_path: str | None = None
         self.store: SQLiteStore | None = None
+        self.upstream: Any = None  # set on a member node: the leader's directory
+        self.members: dict[str, dict[str, Any]] = {}
+        self.watchers: list[Any] = []
+        self.watching = False
 
     def receiveMsg_Configure(self, msg: Configure, sender: Any) -> None:
         """Recover every unfinished turn of the store; a turn that cannot be read is skipped."""
         recovered: list[str] = []
         errors: dict[str, str] = {}
+        if msg.upstream is not None:
+            self.upstream = msg.upstream
+            self.send(sender, Configured(recovered, errors))
+            return
+        if not self.watching:
+            self.watching = True
+            self.notifyOnSystemRegistrationChanges(True)
         if msg.store_path is not None and self.store is None:
             self.store_path = msg.store_path
             self.store = SQLiteStore(msg.store_path)
@@ -103,7 +164,49 @@ class DirectoryActor(ActorTypeDispatcher):
     receiveMsg_StopTool = _forward
     receiveMsg_Subscribe = _forward
 
+    # -- membership -----------------------------------------------------------------------
+
+    def receiveMsg_ActorSystemConventionUpdate(self, msg: ActorSystemConventionUpdate, sender: Any) -> None:
+        node = node_name(msg.remoteAdminAddress)
+        capabilities = json_capabilities(msg.remoteCapabilities or {})
+        if msg.remoteAdded:
+            self.members[node] = capabilities
+        else:
+            capabilities = self.members.pop(node, capabilities)
+        change = MembershipChanged(node=node, joined=bool(msg.remoteAdded), capabilities=capabilities, at=time.time())
+        log().info("node %s %s", node, "joined" if change.joined else "left")
+        for watcher in self.watchers:
+            self.send(watcher, change)
+
+    def receiveMsg_WatchMembership(self, msg: WatchMembership, sender: Any) -> None:
+        if self.upstream is not None:
+            return self.send(self.upstream, Relay(msg, sender))
+        self._watch(sender)
+
+    def _watch(self, who: Any) -> None:
+        if who not in self.watchers:
+            self.watchers.append(who)
+        for node, capabilities in self.members.items():
+            self.send(who, MembershipChanged(node=node, joined=True, capabilities=capabilities))
+
+    def receiveMsg_ListNodes(self, msg: ListNodes, sender: Any) -> None:
+        self._list(msg, sender)
+
+    def _list(self, msg: ListNodes, who: Any) -> None:
+        if self.upstream is not None:
+            return self.send(self.upstream, Relay(msg, who))
+        nodes = [NodeInfo(node=n, capabilities=c) for n, c in sorted(self.members.items())]
+        self.send(who, NodeList(request_id=msg.request_id, nodes=nodes))
+
+    # -- turns ----------------------------------------------------------------------------
+
     def _dispatch(self, msg: Any, reply_to: Any) -> None:
+        if isinstance(msg, WatchMembership):
+            return self._watch(reply_to) if self.upstream is None else self.send(self.upstream, Relay(msg, reply_to))
+        if isinstance(msg, ListNodes):
+            return self._list(msg, reply_to)
+        if self.upstream is not None:  # a member node's directory: the leader runs the turns
+            return self.send(self.upstream, Relay(msg, reply_to))
         if isinstance(msg, StartTurn):
             if msg.turn_id in self.turns or msg.turn_id in self.ended or self._stored(msg.turn_id):
                 return self._reply(reply_to, msg.turn_id, "start_turn", False, "invalid", f"turn id {msg.turn_id} is already in use")
@@ -142,6 +245,11 @@ class DirectoryActor(ActorTypeDispatcher):
             to,
             ControlReply(turn_id=turn_id, request_id=request_id, command=command, ok=ok, code=code, message=message),  # type: ignore[arg-type]
         )
+
+    def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
+        """A watcher that cannot be reached any more is dropped."""
+        if isinstance(msg.poisonMessage, MembershipChanged) and sender in self.watchers:
+            self.watchers.remove(sender)
 
     def receiveMsg_TurnEnded(self, msg: TurnEnded, sender: Any) -> None:
         self._remember(msg.turn_id, msg.finish_reason)

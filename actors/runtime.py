@@ -35,6 +35,11 @@ from messages import (
     ControlReply,
     Error,
     Finish,
+    ListNodes,
+    MembershipChanged,
+    NodeInfo,
+    NodeList,
+    WatchMembership,
     ProviderConfig,
     RespondToApprovals,
     StartTurn,
@@ -51,7 +56,8 @@ from messages import (
 )
 
 from . import transport
-from .directory_actor import DIRECTORY_NAME, Configure, Configured, DirectoryActor
+from .directory_actor import DIRECTORY_NAME, LEADER_CAPABILITY, Configure, Configured, DirectoryActor
+from .node import tune_convention
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from .store import SQLiteStore, TurnSummary
 from .plumbing import Hello, Relay, Welcome
@@ -386,6 +392,7 @@ class Runtime:
         admin_port: int | None = None,
         host: str = "127.0.0.1",
         key: bytes | None = None,
+        capabilities: dict[str, Any] | None = None,
         start_timeout: float = 30.0,
     ) -> None:
         self.provider = provider
@@ -393,6 +400,10 @@ class Runtime:
         self.store = SQLiteStore(self.store_path) if self.store_path is not None else None
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
+        self.capabilities = dict(capabilities or {})
+        self.membership: list[MembershipChanged] = []
+        self._members: dict[str, dict[str, Any]] = {}
+        self._members_cond = threading.Condition()
         self.host = host
         self.admin_port = admin_port
         self._key = key
@@ -426,6 +437,7 @@ class Runtime:
             return self
         self._started = True
         transport.install(self.host, self._key)
+        tune_convention()
         if self.store_path is not None:
             self._lock_fd = lock_store(self.store_path)
         if self.admin_port is None:
@@ -433,7 +445,7 @@ class Runtime:
         try:
             self._asys = ActorSystem(
                 "multiprocTCPBase",
-                {"Admin Port": self.admin_port},
+                {"Admin Port": self.admin_port, LEADER_CAPABILITY: True, **self.capabilities},
                 logDefs=_log_defs(),
                 transientUnique=True,
             )
@@ -445,17 +457,19 @@ class Runtime:
                 raise RuntimeError(f"the directory did not answer (got {welcome!r})")
             self._me = welcome.address
             self.admin_sid = welcome.sid
+            store = os.path.abspath(self.store_path) if self.store_path is not None else None
+            done = self._pump_ctx.ask(self._directory, Configure(store), self._start_timeout)
+            if not isinstance(done, Configured):
+                raise RuntimeError(f"the directory did not configure itself (got {done!r})")
+            self.recovered, self.unrecoverable = done.recovered, done.errors
             if self.store_path is not None:
-                done = self._pump_ctx.ask(self._directory, Configure(os.path.abspath(self.store_path)), self._start_timeout)
-                if not isinstance(done, Configured):
-                    raise RuntimeError(f"the directory did not configure its store (got {done!r})")
-                self.recovered, self.unrecoverable = done.recovered, done.errors
                 self._write_runtime_file()
         except BaseException:
             self.close()
             raise
         self._pump = threading.Thread(target=self._pump_loop, name="greenroom-pump", daemon=True)
         self._pump.start()
+        self._send_to_directory(WatchMembership())
         return self
 
     def close(self) -> None:
@@ -514,6 +528,19 @@ class Runtime:
                 handle = self._handles.get(msg.turn_id)
                 if handle is not None:
                     handle._deliver(msg)
+            elif isinstance(msg, MembershipChanged):
+                with self._members_cond:
+                    self.membership.append(msg)
+                    if msg.joined:
+                        self._members[msg.node] = msg.capabilities
+                    else:
+                        self._members.pop(msg.node, None)
+                    self._members_cond.notify_all()
+            elif isinstance(msg, NodeList):
+                waiter = self._waiters.pop(msg.request_id or "", None)
+                if waiter is not None:
+                    waiter.reply = msg  # type: ignore[assignment]
+                    waiter.event.set()
             elif isinstance(msg, ControlReply):
                 waiter = self._waiters.pop(msg.request_id, None) if msg.request_id else None
                 if waiter is not None:
@@ -586,6 +613,31 @@ class Runtime:
             self._handles[turn_id] = handle
         self._send_to_directory(Subscribe(turn_id=turn_id, since=since))
         return handle
+
+    # -- nodes ----------------------------------------------------------------------------
+
+    def nodes(self, timeout: float = 10.0) -> list[NodeInfo]:
+        """The nodes that joined this runtime's convention, as its directory sees them."""
+        request = ListNodes(request_id=uuid.uuid4().hex)
+        waiter = _Waiter()
+        self._waiters[request.request_id] = waiter  # type: ignore[index]
+        self._send_to_directory(request)
+        if not waiter.event.wait(timeout):
+            raise TurnTimeout(f"the directory did not list its nodes within {timeout} s")
+        return list(waiter.reply.nodes)  # type: ignore[union-attr]
+
+    def wait_for_node(self, capabilities: dict[str, Any], timeout: float = 30.0) -> str:
+        """Wait until a node advertising ``capabilities`` has joined; return its name."""
+        def found() -> str | None:
+            for node, caps in self._members.items():
+                if all(caps.get(k) == v for k, v in capabilities.items()):
+                    return node
+            return None
+
+        with self._members_cond:
+            if not self._members_cond.wait_for(lambda: found() is not None, timeout):
+                raise TurnTimeout(f"no node with {capabilities} joined within {timeout} s")
+            return found()  # type: ignore[return-value]
 
     # -- the store ------------------------------------------------------------------------
 

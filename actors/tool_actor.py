@@ -28,7 +28,7 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
 
-from messages import InterruptTool, ReportProgress, RunTool, ToolAlive, ToolResult
+from messages import CancelTurn, Finish, InterruptTool, ReportProgress, RunTool, StopTurn, ToolAlive, ToolResult, TurnEvent
 
 from .errors import ToolCancelled, ToolDefinitionError
 from .plumbing import Inbox
@@ -97,6 +97,8 @@ class ToolActor(ActorTypeDispatcher):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[Any] | None = None
         self._progress_seq = 0
+        self._children: dict[str, Any] = {}  # child turn id -> ChildTurn
+        self._directory: Any = None
         self._finished = False
         self._stopping = False
         self._exiting = False
@@ -127,6 +129,8 @@ class ToolActor(ActorTypeDispatcher):
             attempt=run.attempt,
             stop_grace=run.stop_grace,
             progress=lambda data: self._inbox.put(("progress", data)),
+            provider=run.provider,
+            child_starter=lambda child: self._inbox.put(("child", child)),
         )
         ctx = self._ctx
         thread = threading.Thread(target=self._work, args=(tool, kwargs, ctx), name=f"tool {run.call.id}", daemon=True)
@@ -144,20 +148,54 @@ class ToolActor(ActorTypeDispatcher):
     def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
         for kind, payload in self._inbox.drain():
             if kind == "progress":
-                if not self._stopping and self._run is not None:
-                    self.send(
-                        self._turn,
-                        ReportProgress(
-                            turn_id=self._run.turn_id, call_id=self._run.call.id, seq=self._progress_seq, data=payload
-                        ),
-                    )
-                    self._progress_seq += 1
+                self._progress(payload)
+            elif kind == "child":
+                self._start_child(payload)
             elif kind == "result":
                 self._finished = True
                 if self._stopping:
                     self._exit()
                 else:
                     self._answer(*payload)
+
+    def _progress(self, data: Any) -> None:
+        if not self._stopping and self._run is not None:
+            self.send(
+                self._turn,
+                ReportProgress(turn_id=self._run.turn_id, call_id=self._run.call.id, seq=self._progress_seq, data=data),
+            )
+            self._progress_seq += 1
+
+    # -- sub-agents: child turns started by the tool ---------------------------------------
+
+    def _start_child(self, child: Any) -> None:
+        if self._directory is None:
+            from .directory_actor import DIRECTORY_NAME, DirectoryActor
+
+            self._directory = self.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
+        self._children[child.start.turn_id] = child
+        self.send(self._directory, child.start)
+        if self._ctx is not None and self._ctx.cancellation.requested:
+            self._steer_children(self._ctx.cancellation.mode or "stop", self._ctx.cancellation.reason)
+
+    def receiveMsg_TurnEvent(self, event: TurnEvent, sender: Any) -> None:
+        child = self._children.get(event.turn_id)
+        if child is None:
+            return
+        self._progress({"child_turn_id": event.turn_id, "event": event.model_dump(mode="json", exclude={"messages"})})
+        if isinstance(event, Finish) and event.terminal:
+            del self._children[event.turn_id]
+            child.resolve(event)
+
+    def _steer_children(self, mode: str, reason: str) -> None:
+        """A stop or cancel of this call reaches the child turns it started."""
+        if self._directory is None:
+            return
+        for turn_id in self._children:
+            if mode == "stop":
+                self.send(self._directory, StopTurn(turn_id=turn_id, reason=f"parent call stopped: {reason}"))
+            else:
+                self.send(self._directory, CancelTurn(turn_id=turn_id, reason=f"parent call cancelled: {reason}"))
 
     def _answer(self, outcome: str, content: str) -> None:
         assert self._run is not None
@@ -176,8 +214,10 @@ class ToolActor(ActorTypeDispatcher):
             return
         if msg.mode == "cancel":
             self._ctx.cancellation._request("cancel", msg.reason)
+            self._steer_children("cancel", msg.reason)
             return
         self._stop(msg.reason)
+        self._steer_children("stop", msg.reason)
         self.wakeupAfter(timedelta(seconds=self._run.stop_grace + 0.2), payload="stop_grace")
 
     def _stop(self, reason: str) -> None:
@@ -214,6 +254,7 @@ class ToolActor(ActorTypeDispatcher):
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         if self._ctx is not None and not self._finished:
             self._stop("the tool's actor is exiting")
+            self._steer_children("stop", "the tool's actor is exiting")
         self._inbox.close()
 
     def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:

@@ -158,6 +158,8 @@ class ToolContext:
         stop_grace: float = 2.0,
         cancellation: Cancellation | None = None,
         progress: Callable[[Any], None] | None = None,
+        provider: Any = None,
+        child_starter: Callable[[Any], None] | None = None,
     ) -> None:
         self.turn_id = turn_id
         self.root_turn_id = root_turn_id
@@ -167,7 +169,9 @@ class ToolContext:
         self.attempt = attempt
         self.stop_grace = stop_grace
         self.cancellation = cancellation or Cancellation()
+        self.provider = provider
         self._progress = progress
+        self._child_starter = child_starter
 
     @staticmethod
     def current() -> ToolContext:

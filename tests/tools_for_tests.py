@@ -131,3 +131,17 @@ def record_key(path: str) -> str:
 def record_key_safely(path: str) -> str:
     """The same side effect, declared safe to run again with the same idempotency key."""
     return _record_key(path)
+
+
+@tool(requires={"sandbox": True})
+def where_am_i() -> dict[str, Any]:
+    """Say which process and network namespace this call runs in (placed on a sandbox node)."""
+    return {"pid": os.getpid(), "netns": os.readlink("/proc/self/ns/net")}
+
+
+@tool
+def delegate(task: str) -> str:
+    """Hand ``task`` to a child agent that may run shell commands; return its answer."""
+    from actors.subagents import run_subagent
+
+    return run_subagent(task, tools=[shell], system="You are a helper agent.")
