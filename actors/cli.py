@@ -6,6 +6,7 @@
     greenroom deny ID CALL [--reason R]
     greenroom stop ID [--reason R]
     greenroom cancel ID [--reason R] [--grace S]
+    greenroom nodes [--admin HOST:PORT]        the nodes of a running runtime's deployment
     greenroom demo [--yes | --no]
     greenroom node ...                         (see ``greenroom node --help``)
 
@@ -145,20 +146,50 @@ def _running_runtime(path: str) -> dict[str, Any] | None:
         return None
 
 
-def _send_to_runtime(info: dict[str, Any], command: Message, timeout: float) -> ControlReply:
-    """Send ``command`` to the running runtime's directory and wait for the turn's reply."""
+def _ask_runtime(info: dict[str, Any], command: Message, timeout: float) -> Any:
+    """Send ``command`` to the running runtime's directory and return its answer (or None).
+
+    The key comes from the runtime file, else from ``$GREENROOM_KEY``/``$GREENROOM_KEY_FILE``.
+    """
     from thespian.actors import ActorSystem
 
     from . import transport
     from .directory_actor import DIRECTORY_NAME, DirectoryActor
 
-    transport.install(info["host"], bytes.fromhex(info["key"]))
+    key = bytes.fromhex(info["key"]) if info.get("key") else transport.load_key()
+    if key is None:
+        raise CliError("no key to talk to the runtime: set $GREENROOM_KEY or $GREENROOM_KEY_FILE")
+    transport.install(info["host"], key)
     asys = ActorSystem("multiprocTCPBase", {"Admin Port": info["admin_port"]}, transientUnique=True)
     directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
-    reply = asys.ask(directory, command, timeout)
+    return asys.ask(directory, command, timeout)  # n.b. no shutdown(): that would stop the runtime
+
+
+def _send_to_runtime(info: dict[str, Any], command: Message, timeout: float) -> ControlReply:
+    """Send ``command`` to the running runtime and wait for the turn's reply."""
+    reply = _ask_runtime(info, command, timeout)
     if not isinstance(reply, ControlReply):
-        raise CliError(f"the runtime (pid {info['pid']}) did not answer within {timeout} s")
-    return reply  # n.b. no shutdown(): that would stop the runtime
+        raise CliError(f"the runtime (pid {info.get('pid', '?')}) did not answer within {timeout} s")
+    return reply
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from messages import ListNodes, NodeList
+
+    if args.admin:
+        host, _, port = args.admin.rpartition(":")
+        info: dict[str, Any] | None = {"host": host, "admin_port": int(port)}
+    else:
+        info = _running_runtime(_store_path(args))
+    if info is None:
+        raise CliError("no running runtime: give --admin HOST:PORT, or --store of a running runtime")
+    answer = _ask_runtime(info, ListNodes(request_id="cli"), args.timeout)
+    if not isinstance(answer, NodeList):
+        raise CliError(f"the runtime did not answer within {args.timeout} s")
+    rows = [n.model_dump(exclude={"kind"}) for n in answer.nodes]
+    lines = [f"{n.node:<24} {json.dumps(n.capabilities)}" for n in answer.nodes]
+    _print(args, rows, "\n".join(lines) if lines else "no nodes have joined")
+    return 0
 
 
 def _check_offline(store: SQLiteStore, turn_id: str, command: Message) -> None:
@@ -243,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--reason", default="cancelled from the command line")
     cancel.add_argument("--grace", type=float, default=None, help="seconds before the cancel becomes a stop")
     cancel.set_defaults(fn=cmd_cancel)
+    nodes = sub.add_parser("nodes", parents=[common], help="the nodes of a running runtime's deployment")
+    nodes.add_argument("--admin", default=None, help="HOST:PORT of the runtime's admin (key from $GREENROOM_KEY)")
+    nodes.set_defaults(fn=cmd_nodes)
     sub.add_parser("demo", help="run the demo turn (greenroom demo --help)")
     sub.add_parser("node", help="run a node that joins a leader (greenroom node --help)")
     return parser

@@ -145,3 +145,12 @@ def delegate(task: str) -> str:
     from actors.subagents import run_subagent
 
     return run_subagent(task, tools=[shell], system="You are a helper agent.")
+
+
+@tool(requires={"sandbox": True})
+def sandbox_shell(command: str) -> dict[str, Any]:
+    """``shell`` placed on a sandbox node; reports its process group and network namespace."""
+    ctx = ToolContext.current()
+    netns = os.readlink("/proc/self/ns/net")
+    result = run_command(["sh", "-c", command], on_start=lambda p: ctx.report_progress({"pgid": p.pid, "netns": netns}))
+    return {"returncode": result.returncode, "stdout": result.stdout}
