@@ -476,7 +476,7 @@ class TurnRules:
             heartbeat=s.options.heartbeat if spec.requires else None,
             provider=s.provider,
         )
-        return [Spawn(run), self._emit(ToolCallStarted, call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments)]
+        return [Spawn(run), self._emit(ToolCallStarted, call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments, round=s.round)]
 
     def _done(self, cs: CallState, outcome: ToolOutcome, content: str) -> list[Decision]:
         cs.status, cs.outcome, cs.content = "done", outcome, content

@@ -66,12 +66,13 @@ class TextDelta(TurnEvent):
 
 
 class ToolCallStarted(TurnEvent):
-    """A call's ToolActor was spawned and given the call."""
+    """A call's ToolActor was spawned and given the call, in tool round ``round``."""
 
     kind: Literal["tool_call_started"] = "tool_call_started"
     call_id: str
     name: str
     arguments: Any = None
+    round: int = 0
 
 
 class ToolProgress(TurnEvent):

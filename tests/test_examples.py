@@ -73,3 +73,19 @@ def test_stop_and_cancel_example() -> None:
     assert "== finish: stopped" in out
     assert "Interrupted: the call was cancelled (the supervisor winds down)" in out
     assert "== finish: cancelled" in out
+
+
+def test_supervisor_example() -> None:
+    out = run_example("04_supervisor.py")
+    lines = out.splitlines()
+    assert lines[:3] == [
+        "'tidy up the disk'           -> stop",
+        "'send the weekly report'     -> stop",
+        "'wait for the build'         -> stopped",
+    ]
+    assert sorted(line for line in lines if line.startswith("decision:")) == [
+        "decision: delete_path: approved",
+        "decision: delete_path: denied: only /tmp may be deleted",
+        "decision: send_email: approved",
+    ]
+    assert lines[-1].startswith("stopped over budget: 1 turn(s); events received as messages: ")
