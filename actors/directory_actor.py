@@ -26,9 +26,11 @@ from messages import ControlReply, ListNodes, MembershipChanged, NodeInfo, NodeL
 from .errors import SnapshotError
 from .plumbing import Hello, Relay, Welcome
 from .store import SQLiteStore
-from .turn_actor import Launch, TurnActor, TurnEnded
+from .llm_actor import LLMActor
+from .tool_actor import ToolActor
+from .turn_actor import LendToolActor, LentToolActorExited, LLMActorLost, Launch, ToolActorLent, TurnActor, TurnEnded
 
-__all__ = ["Configure", "Configured", "DIRECTORY_NAME", "DirectoryActor", "DirectoryLocator", "LEADER_CAPABILITY", "json_capabilities"]
+__all__ = ["Configure", "Configured", "Quiesce", "Quiesced", "DIRECTORY_NAME", "DirectoryActor", "DirectoryLocator", "LEADER_CAPABILITY", "json_capabilities"]
 
 
 
@@ -71,9 +73,14 @@ class Configure:
     """From the Runtime: use the store at ``store_path`` and recover its unfinished turns;
     or, on a member node, forward everything to the leader's directory ``upstream``."""
 
-    def __init__(self, store_path: str | None = None, upstream: Any = None) -> None:
+    def __init__(
+        self, store_path: str | None = None, upstream: Any = None, llm_actors: int = 0, spare_turns: int = 0, spare_tools: int = 0
+    ) -> None:
         self.store_path = store_path
         self.upstream = upstream
+        self.llm_actors = llm_actors
+        self.spare_turns = spare_turns
+        self.spare_tools = spare_tools
 
 
 class DirectoryLocator(ActorTypeDispatcher):
@@ -92,6 +99,18 @@ class DirectoryLocator(ActorTypeDispatcher):
             self.wakeupAfter(timedelta(seconds=30), payload="done")
         elif isinstance(msg, WakeupMessage):
             self.send(self.myAddress, ActorExitRequest())
+
+
+class Quiesce:
+    """From the Runtime before it shuts down: fork no more spares, retire the idle ones, and
+    answer ``Quiesced`` once they have exited.
+
+    Thespian's shutdown can miss a child whose creation handshake is still under way, and
+    its parent then waits for it for ever; retiring the spares first avoids that."""
+
+
+class Quiesced:
+    pass
 
 
 class Configured:
@@ -115,6 +134,16 @@ class DirectoryActor(ActorTypeDispatcher):
         self.members: dict[str, dict[str, Any]] = {}
         self.watchers: list[Any] = []
         self.watching = False
+        self.llm_pool: list[Any] = []  # LLMActors shared by this directory's turns
+        self._next_llm = 0
+        self.spares: list[Any] = []  # TurnActors forked ahead of need
+        self.spare_target = 0
+        self.tool_spares: list[Any] = []  # ToolActors forked ahead of need, lent to turns
+        self.tool_spare_target = 0
+        self.lent: list[tuple[Any, Any]] = []  # (lent ToolActor, the TurnActor using it); addresses are not hashable
+        self.replenish_scheduled = False
+        self.quiet = False  # no more forks: the runtime is shutting down
+        self.quiesce_waiters: list[Any] = []
 
     def receiveMsg_Configure(self, msg: Configure, sender: Any) -> None:
         """Recover every unfinished turn of the store; a turn that cannot be read is skipped."""
@@ -127,6 +156,11 @@ class DirectoryActor(ActorTypeDispatcher):
         if not self.watching:
             self.watching = True
             self.notifyOnSystemRegistrationChanges(True)
+        while len(self.llm_pool) < msg.llm_actors:
+            self.llm_pool.append(self.createActor(LLMActor))
+        self.spare_target = msg.spare_turns
+        self.tool_spare_target = msg.spare_tools
+        self._replenish()
         if msg.store_path is not None and self.store is None:
             self.store_path = msg.store_path
             self.store = SQLiteStore(msg.store_path)
@@ -139,9 +173,9 @@ class DirectoryActor(ActorTypeDispatcher):
                     errors[turn_id] = str(exc)
                     log().error("cannot recover turn %s: %s", turn_id, exc)
                     continue
-                addr = self.createActor(TurnActor)
+                addr = self._turn_actor()
                 self.turns[turn_id] = addr
-                self.send(addr, Launch(None, self.store_path, recover_id=turn_id))
+                self.send(addr, Launch(None, self.store_path, recover_id=turn_id, llm=self._llm()))
                 recovered.append(turn_id)
         self.send(sender, Configured(recovered, errors))
 
@@ -210,9 +244,11 @@ class DirectoryActor(ActorTypeDispatcher):
         if isinstance(msg, StartTurn):
             if msg.turn_id in self.turns or msg.turn_id in self.ended or self._stored(msg.turn_id):
                 return self._reply(reply_to, msg.turn_id, "start_turn", False, "invalid", f"turn id {msg.turn_id} is already in use")
-            addr = self.createActor(TurnActor)
+            addr = self._turn_actor()
             self.turns[msg.turn_id] = addr
-            self.send(addr, Launch(reply_to, self.store_path, start=msg))
+            lend = self._lend(addr) if any(not t.requires for t in msg.tools) else None
+            self.send(addr, Launch(reply_to, self.store_path, start=msg, llm=self._llm(), tool_actor=lend))
+            self._schedule_replenish()
             return
         turn_id = getattr(msg, "turn_id", None)
         command = getattr(msg, "kind", type(msg).__name__)
@@ -235,6 +271,75 @@ class DirectoryActor(ActorTypeDispatcher):
         else:
             self._reply(reply_to, turn_id, command, False, "unknown_turn", f"no turn {turn_id}", getattr(msg, "request_id", None))
 
+    # -- spares: forked here, off every turn's path ---------------------------------------
+
+    def _turn_actor(self) -> Any:
+        return self.spares.pop(0) if self.spares else self.createActor(TurnActor)
+
+    def _lend(self, turn: Any) -> Any:
+        if not self.tool_spares or self.quiet:
+            return None
+        addr = self.tool_spares.pop(0)
+        self.lent.append((addr, turn))
+        return addr
+
+    def receiveMsg_LendToolActor(self, msg: LendToolActor, sender: Any) -> None:
+        addr = self._lend(sender)
+        if addr is not None:
+            self.send(sender, ToolActorLent(addr))
+            self._schedule_replenish()
+        elif not self.quiet:  # none ready: fork one now for this turn
+            addr = self.createActor(ToolActor)
+            self.lent.append((addr, sender))
+            self.send(sender, ToolActorLent(addr))
+
+    def _schedule_replenish(self) -> None:
+        """Fork spares a moment later: a fork blocks this actor, and what it just sent should
+        go out first (a self-sent message would be handled before the sends complete)."""
+        if not self.replenish_scheduled:
+            self.replenish_scheduled = True
+            self.wakeupAfter(timedelta(milliseconds=5), payload="replenish")
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
+        if msg.payload == "replenish":
+            self.replenish_scheduled = False
+            self._replenish()
+        elif msg.payload == "quiesce":
+            self._quiesced(force=True)
+
+    def receiveMsg_Quiesce(self, msg: Quiesce, sender: Any) -> None:
+        """Retire every idle spare and answer once they have all exited (at most 3 s)."""
+        self.quiet = True
+        self.quiesce_waiters.append(sender)
+        for addr in self.spares + self.tool_spares:
+            self.send(addr, ActorExitRequest())
+        self.wakeupAfter(timedelta(seconds=3), payload="quiesce")
+        self._quiesced()
+
+    def _quiesced(self, force: bool = False) -> None:
+        if self.quiesce_waiters and (force or not (self.spares or self.tool_spares)):
+            for who in self.quiesce_waiters:
+                self.send(who, Quiesced())
+            self.quiesce_waiters = []
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        self.quiet = True
+
+    def _replenish(self) -> None:
+        if self.quiet:
+            return
+        while len(self.spares) < self.spare_target:
+            self.spares.append(self.createActor(TurnActor))
+        while len(self.tool_spares) < self.tool_spare_target:
+            self.tool_spares.append(self.createActor(ToolActor))
+
+    def _llm(self) -> Any:
+        """The next LLMActor of the pool (round robin), or None: the turn starts its own."""
+        if not self.llm_pool:
+            return None
+        self._next_llm = (self._next_llm + 1) % len(self.llm_pool)
+        return self.llm_pool[self._next_llm]
+
     def _stored(self, turn_id: str) -> bool:
         return self.store is not None and self.store.exists(turn_id)
 
@@ -255,6 +360,27 @@ class DirectoryActor(ActorTypeDispatcher):
         self._remember(msg.turn_id, msg.finish_reason)
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
+        if msg.childAddress in self.spares or msg.childAddress in self.tool_spares:
+            for pool in (self.spares, self.tool_spares):
+                if msg.childAddress in pool:
+                    pool.remove(msg.childAddress)
+            self._quiesced()
+            return
+        for pair in self.lent:
+            if pair[0] == msg.childAddress:
+                self.lent.remove(pair)
+                self.send(pair[1], LentToolActorExited(msg.childAddress))
+                return
+        if msg.childAddress in self.llm_pool:  # replace it; its streams are lost
+            i = self.llm_pool.index(msg.childAddress)
+            self.llm_pool[i] = self.createActor(LLMActor)
+            for addr in self.turns.values():
+                self.send(addr, LLMActorLost(msg.childAddress))
+            return
+        for pair in list(self.lent):
+            if pair[1] == msg.childAddress:  # the turn is gone: so is what it borrowed
+                self.lent.remove(pair)
+                self.send(pair[0], ActorExitRequest())
         for turn_id, addr in list(self.turns.items()):
             if addr == msg.childAddress:
                 del self.turns[turn_id]

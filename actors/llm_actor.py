@@ -14,7 +14,9 @@ the request is made; it never travels in a message.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
@@ -35,12 +37,19 @@ def log() -> logging.Logger:
     return logging.getLogger("greenroom.llm")
 
 
+# Text of one stream is sent at most once per this many seconds: the first delta goes at
+# once, a burst that follows is coalesced (a provider that paces its tokens is not delayed).
+COALESCE = 0.002
+
+
 @dataclass
 class _Stream:
     worker: StreamWorker
     requester: Any
     seq: int = 0
     text: list[str] = field(default_factory=list)
+    last_sent: float = 0.0
+    flush_scheduled: bool = False
 
 
 class LLMActor(ActorTypeDispatcher):
@@ -95,15 +104,29 @@ class LLMActor(ActorTypeDispatcher):
                 self._send(stream, LLMFailed, error_type=out[1], message=out[2])
             del self._streams[stream_id]
             self._idle.append(stream.worker.client)
+        now = time.monotonic()
         for stream_id in touched:
             stream = self._streams.get(stream_id)
-            if stream is not None:
+            if stream is None or not stream.text:
+                continue
+            wait = stream.last_sent + COALESCE - now
+            if wait <= 0:
                 self._flush(stream_id, stream)
+            elif not stream.flush_scheduled:
+                stream.flush_scheduled = True
+                self.wakeupAfter(timedelta(seconds=wait), payload=stream_id)
+
+    def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
+        stream = self._streams.get(msg.payload)
+        if stream is not None:
+            stream.flush_scheduled = False
+            self._flush(msg.payload, stream)
 
     def _flush(self, stream_id: str, stream: _Stream) -> None:
         if stream.text:
             text = "".join(stream.text)
             stream.text.clear()
+            stream.last_sent = time.monotonic()
             self._send(stream, LLMDeltas, text=text)
 
     def _send(self, stream: _Stream, cls: type, **fields: Any) -> None:

@@ -56,8 +56,9 @@ from messages import (
 )
 
 from . import transport
-from .directory_actor import DIRECTORY_NAME, LEADER_CAPABILITY, Configure, Configured, DirectoryActor
+from .directory_actor import DIRECTORY_NAME, LEADER_CAPABILITY, Configure, Configured, DirectoryActor, Quiesce
 from .node import tune_convention
+from .providers.streaming import ssl_context
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from .store import SQLiteStore, TurnSummary
 from .plumbing import Hello, Relay, Welcome
@@ -382,6 +383,9 @@ class Runtime:
     ``host`` is the only interface anything listens on. With ``store`` (a SQLite file
     path) every turn is durable: unfinished turns of the store are recovered at start, and
     the command line can find this runtime through ``<store>.runtime.json``.
+    ``llm_actors`` LLMActors (default: one per CPU) stream for all turns, and
+    ``spare_turns`` TurnActors and ``spare_tools`` ToolActors are kept forked ahead of need
+    by the directory, so that no turn waits for a fork.
     """
 
     def __init__(
@@ -393,6 +397,9 @@ class Runtime:
         host: str = "127.0.0.1",
         key: bytes | None = None,
         capabilities: dict[str, Any] | None = None,
+        llm_actors: int | None = None,
+        spare_turns: int = 2,
+        spare_tools: int = 2,
         start_timeout: float = 30.0,
     ) -> None:
         self.provider = provider
@@ -401,6 +408,9 @@ class Runtime:
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
+        self.llm_actors = llm_actors if llm_actors is not None else max(1, os.cpu_count() or 1)
+        self.spare_turns = spare_turns
+        self.spare_tools = spare_tools
         self.membership: list[MembershipChanged] = []
         self._members: dict[str, dict[str, Any]] = {}
         self._members_cond = threading.Condition()
@@ -438,6 +448,7 @@ class Runtime:
         self._started = True
         transport.install(self.host, self._key)
         tune_convention()
+        ssl_context()  # built once here, inherited by every forked LLMActor
         if self.store_path is not None:
             self._lock_fd = lock_store(self.store_path)
         if self.admin_port is None:
@@ -458,7 +469,8 @@ class Runtime:
             self._me = welcome.address
             self.admin_sid = welcome.sid
             store = os.path.abspath(self.store_path) if self.store_path is not None else None
-            done = self._pump_ctx.ask(self._directory, Configure(store), self._start_timeout)
+            configure = Configure(store, llm_actors=self.llm_actors, spare_turns=self.spare_turns, spare_tools=self.spare_tools)
+            done = self._pump_ctx.ask(self._directory, configure, self._start_timeout)
             if not isinstance(done, Configured):
                 raise RuntimeError(f"the directory did not configure itself (got {done!r})")
             self.recovered, self.unrecoverable = done.recovered, done.errors
@@ -480,6 +492,9 @@ class Runtime:
         if self.store_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(runtime_file(self.store_path))
+        if self._ctl is not None and self._directory is not None:
+            with contextlib.suppress(Exception), self._ctl_lock:
+                self._ctl.ask(self._directory, Quiesce(), 5)  # no fork may be under way at shutdown
         if self._pump is not None and self._me is not None:
             with contextlib.suppress(Exception), self._ctl_lock:
                 self._ctl.tell(self._me, _Wake())
@@ -504,9 +519,15 @@ class Runtime:
         deadline = time.monotonic() + 5.0
         while session_processes(sid) and time.monotonic() < deadline:
             time.sleep(0.02)  # shutdown is asynchronous; poll the process table briefly
-        for pid in session_processes(sid):
+        leftovers = session_processes(sid)
+        if leftovers:
+            log().warning("shutdown left %d process(es) of the actor system; killing them", len(leftovers))
+        for pid in leftovers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while session_processes(sid) and time.monotonic() < deadline:
+            time.sleep(0.01)
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(sid, os.WNOHANG)  # the admin's first fork is our child
 

@@ -413,7 +413,7 @@ class ScriptedProvider:
         self._closing = threading.Event()
         self._server = _Server((host, port), _Handler)
         self._server.provider = self
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-provider", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="scripted-provider", daemon=True)
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ from .turn_rules import (
     TurnRules,
 )
 
-__all__ = ["Launch", "TurnActor", "TurnEnded"]
+__all__ = ["LLMActorLost", "Launch", "LendToolActor", "LentToolActorExited", "ToolActorLent", "TurnActor", "TurnEnded"]
 
 
 
@@ -91,11 +91,46 @@ class Launch:
     Internal (it carries an actor address and a store path, not a public message).
     """
 
-    def __init__(self, reply_to: Any, store_path: str | None, start: StartTurn | None = None, recover_id: str | None = None) -> None:
+    def __init__(
+        self,
+        reply_to: Any,
+        store_path: str | None,
+        start: StartTurn | None = None,
+        recover_id: str | None = None,
+        llm: Any = None,
+        tool_actor: Any = None,
+    ) -> None:
         self.reply_to = reply_to
         self.store_path = store_path
         self.start = start
         self.recover_id = recover_id
+        self.llm = llm
+        self.tool_actor = tool_actor
+
+
+class LendToolActor:
+    """From a TurnActor to its directory: lend me a spare ToolActor (answered with one)."""
+
+
+class ToolActorLent:
+    """From the directory: a spare ToolActor, now this turn's to use (or to send back)."""
+
+    def __init__(self, address: Any) -> None:
+        self.address = address
+
+
+class LentToolActorExited:
+    """From the directory: a ToolActor it had lent to this turn has exited."""
+
+    def __init__(self, address: Any) -> None:
+        self.address = address
+
+
+class LLMActorLost:
+    """From the directory: a shared LLMActor exited; streams on it are lost."""
+
+    def __init__(self, address: Any) -> None:
+        self.address = address
 
 
 class TurnActor(ActorTypeDispatcher):
@@ -108,6 +143,9 @@ class TurnActor(ActorTypeDispatcher):
         self.log: list[TurnEvent] = []
         self.manager: Any = None
         self.llm: Any = None
+        self.shared_llm = False  # the directory's pool, not this turn's child
+        self.spare_tool: Any = None  # a local ToolActor lent by the directory, ready for a call
+        self.asked_for_spare = False
         self.tool_actors: dict[str, Any] = {}
         self.placed: dict[str, _Placed] = {}  # calls placed by capability, watched by heartbeat
         self.ended = False
@@ -117,6 +155,9 @@ class TurnActor(ActorTypeDispatcher):
         if self.rules is not None:
             return
         self.manager = sender
+        if msg.llm is not None:
+            self.llm, self.shared_llm = msg.llm, True
+        self.spare_tool = msg.tool_actor
         if msg.store_path is not None:
             self.store = SQLiteStore(msg.store_path)
         if msg.start is not None:
@@ -232,9 +273,19 @@ class TurnActor(ActorTypeDispatcher):
         if self.placed:
             self.wakeupAfter(timedelta(seconds=options.heartbeat), payload=_LIVENESS)
 
+    def receiveMsg_LLMActorLost(self, msg: LLMActorLost, sender: Any) -> None:
+        if msg.address == self.llm:
+            self.llm, self.shared_llm = None, False
+            stream_id = self.rules.state.stream_id if self.rules else None
+            if stream_id is not None:
+                self._internal(StreamLost(stream_id, "the LLMActor exited"), sender)
+
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
         child = msg.childAddress
-        if child == self.llm:
+        if child == self.spare_tool:
+            self.spare_tool = None
+            return
+        if child == self.llm and not self.shared_llm:
             self.llm = None
             stream_id = self.rules.state.stream_id if self.rules else None
             if stream_id is not None:
@@ -281,12 +332,16 @@ class TurnActor(ActorTypeDispatcher):
                 if self.llm is None:
                     self.llm = self.createActor(LLMActor)
                 self.send(self.llm, d.request)
+                self._ask_for_spare()
             elif isinstance(d, Abort):
                 if self.llm is not None:
                     self.send(self.llm, AbortStream(stream_id=d.stream_id, reason=d.reason))
             elif isinstance(d, Spawn):
                 requires = d.run.spec.requires or None
-                addr = self.createActor(ToolActor, targetActorRequirements=requires)
+                if requires is None and self.spare_tool is not None:
+                    addr, self.spare_tool = self.spare_tool, None
+                else:
+                    addr = self.createActor(ToolActor, targetActorRequirements=requires)
                 self.tool_actors[d.run.call.id] = addr
                 if requires:
                     if not self.placed:
@@ -309,6 +364,25 @@ class TurnActor(ActorTypeDispatcher):
             elif isinstance(d, Done):
                 self._wind_down()
 
+    def _ask_for_spare(self) -> None:
+        """Keep a local ToolActor ready for the next call, lent by the directory, which forks
+        its spares off every turn's path (a fork blocks the forking actor for milliseconds)."""
+        if self.spare_tool is not None or self.asked_for_spare or self.ended or self.rules is None:
+            return
+        if self.manager is not None and any(not t.requires for t in self.rules.state.tools):
+            self.asked_for_spare = True
+            self.send(self.manager, LendToolActor())
+
+    def receiveMsg_ToolActorLent(self, msg: ToolActorLent, sender: Any) -> None:
+        self.asked_for_spare = False
+        if self.spare_tool is None and not self.ended:
+            self.spare_tool = msg.address
+        else:
+            self.send(msg.address, ActorExitRequest())
+
+    def receiveMsg_LentToolActorExited(self, msg: LentToolActorExited, sender: Any) -> None:
+        self.receiveMsg_ChildActorExited(ChildActorExited(msg.address), sender)
+
     def _write_ahead(self, decisions: list[Decision]) -> None:
         """Write the snapshot and the new events before any decision is carried out."""
         assert self.rules is not None and self.store is not None
@@ -327,8 +401,11 @@ class TurnActor(ActorTypeDispatcher):
         state = self.rules.state
         if self.manager is not None:
             self.send(self.manager, TurnEnded(state.turn_id, state.finish_reason or "error"))
-        if self.llm is not None:
+        if self.llm is not None and not self.shared_llm:
             self.send(self.llm, ActorExitRequest())
+        if self.spare_tool is not None:
+            self.send(self.spare_tool, ActorExitRequest())
+            self.spare_tool = None
         linger = state.options.linger
         if state.stop is not None:
             linger = max(linger, state.options.stop_grace + 0.5)  # let stopped tools finish their grace

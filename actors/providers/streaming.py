@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from .openai import OpenAIAdapter
 from .sse import iter_sse
 from ..trace import trace
 
-__all__ = ["ADAPTERS", "ProviderClient", "StreamOutput", "StreamWorker", "backoff_delay"]
+__all__ = ["ADAPTERS", "ProviderClient", "StreamOutput", "StreamWorker", "backoff_delay", "ssl_context"]
 
 ADAPTERS: dict[str, Adapter] = {"openai": OpenAIAdapter(), "anthropic": AnthropicAdapter()}
 
@@ -74,6 +75,21 @@ class _Retry(Exception):
         self.retry_after = retry_after
 
 
+_SSL_CONTEXT: ssl.SSLContext | None = None
+
+
+def ssl_context() -> ssl.SSLContext:
+    """One verifying SSL context per process tree.
+
+    Loading the CA bundle takes ~40 ms; the Runtime builds the context before its actor
+    system forks, so every LLMActor inherits it instead of loading it again.
+    """
+    global _SSL_CONTEXT
+    if _SSL_CONTEXT is None:
+        _SSL_CONTEXT = httpx.create_ssl_context()
+    return _SSL_CONTEXT
+
+
 class ProviderClient:
     """An ``httpx.Client`` that knows its sockets, so that its stream can be aborted.
 
@@ -83,7 +99,7 @@ class ProviderClient:
     """
 
     def __init__(self) -> None:
-        self.client = httpx.Client()
+        self.client = httpx.Client(verify=ssl_context())
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._shut = False

@@ -1,0 +1,96 @@
+"""Turn overhead: a two-round turn (one tool call, then streamed text), N times.
+
+greenroom (TurnActor, LLMActor, a ToolActor per call, on multiprocTCPBase) against a
+baseline that does the same work with a minimal hand-written httpx loop in one process,
+against the same scripted provider, in the same run.
+
+    python bench/turn_overhead.py [--turns 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+
+from actors import Runtime, tool  # noqa: E402
+from actors.providers import OpenAIStream, iter_sse  # noqa: E402
+from actors.scripted_provider import Request, ScriptedProvider, call, say, use_tools  # noqa: E402
+from bench.common import save, summary_ms, table  # noqa: E402
+
+
+@tool
+def lookup(key: str) -> dict:
+    """Look a key up."""
+    return {"key": key, "value": len(key)}
+
+
+def responder(request: Request):
+    if request.messages[-1]["role"] == "user":
+        return use_tools(call("lookup", {"key": "alpha"}), usage=None)
+    return say("The value of alpha is five, as the lookup said.", usage=None)
+
+
+def baseline_turn(client: httpx.Client, url: str) -> str:
+    """The same turn, by hand: stream, run the tool inline, stream again."""
+    messages: list[dict] = [{"role": "user", "content": "look alpha up"}]
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "", "parameters": lookup.parameters}}]
+    while True:
+        acc = OpenAIStream()
+        with client.stream("POST", url, json={"model": "m", "messages": messages, "tools": tools, "stream": True}) as r:
+            for ev in iter_sse(r.iter_lines()):
+                acc.feed(ev.event, ev.data)
+                if acc.done:
+                    break
+        message, _, _ = acc.result()
+        calls = message.tool_calls or []
+        messages.append({"role": "assistant", "content": message.content, **({"tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]} if calls else {})})
+        if not calls:
+            return message.content or ""
+        for c in calls:
+            result = lookup.fn(**lookup.validate(json.loads(c.arguments)))
+            messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps({"ok": True, "data": result})})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=200)
+    args = parser.parse_args()
+    with ScriptedProvider(responder=responder) as provider:
+        url = provider.base_url + "/chat/completions"
+        with httpx.Client() as client:
+            for _ in range(10):
+                baseline_turn(client, url)  # warm up
+            base = []
+            for _ in range(args.turns):
+                t0 = time.perf_counter()
+                assert baseline_turn(client, url).startswith("The value")
+                base.append(time.perf_counter() - t0)
+        with Runtime(provider.provider()) as rt:
+            for _ in range(10):
+                rt.run("look alpha up", tools=[lookup]).result(30)
+            ours = []
+            for _ in range(args.turns):
+                t0 = time.perf_counter()
+                result = rt.run("look alpha up", tools=[lookup]).result(30)
+                ours.append(time.perf_counter() - t0)
+                assert result.finish_reason == "stop" and result.text.startswith("The value")
+    b, g = summary_ms(base), summary_ms(ours)
+    rows = [
+        ["baseline (httpx loop, one process)", b["p50_ms"], b["p99_ms"], 1.0],
+        ["greenroom (actors, multiprocTCPBase)", g["p50_ms"], g["p99_ms"], g["p50_ms"] / b["p50_ms"]],
+    ]
+    print(f"turn overhead, {args.turns} two-round turns each (target: greenroom within 3x the baseline)")
+    print(table(rows, ["", "p50 ms", "p99 ms", "x baseline (p50)"]))
+    print("saved", save("turn_overhead", {"turns": args.turns, "baseline": b, "greenroom": g, "ratio_p50": g["p50_ms"] / b["p50_ms"]}))
+
+
+if __name__ == "__main__":
+    main()
