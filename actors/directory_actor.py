@@ -183,7 +183,7 @@ class DirectoryActor(ActorTypeDispatcher):
         self.send(sender, Welcome(sender, os.getpid(), os.getsid(0)))
 
     def receiveMsg_Relay(self, relay: Relay, sender: Any) -> None:
-        self._dispatch(relay.message, relay.reply_to)
+        self._dispatch(relay.message, relay.reply_to, relay.announce)
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
         self._dispatch(msg, sender)
@@ -234,7 +234,7 @@ class DirectoryActor(ActorTypeDispatcher):
 
     # -- turns ----------------------------------------------------------------------------
 
-    def _dispatch(self, msg: Any, reply_to: Any) -> None:
+    def _dispatch(self, msg: Any, reply_to: Any, announce: bool = False) -> None:
         if isinstance(msg, WatchMembership):
             return self._watch(reply_to) if self.upstream is None else self.send(self.upstream, Relay(msg, reply_to))
         if isinstance(msg, ListNodes):
@@ -247,7 +247,7 @@ class DirectoryActor(ActorTypeDispatcher):
             addr = self._turn_actor()
             self.turns[msg.turn_id] = addr
             lend = self._lend(addr) if any(not t.requires for t in msg.tools) else None
-            self.send(addr, Launch(reply_to, self.store_path, start=msg, llm=self._llm(), tool_actor=lend))
+            self.send(addr, Launch(reply_to, self.store_path, start=msg, llm=self._llm(), tool_actor=lend, announce=announce))
             self._schedule_replenish()
             return
         turn_id = getattr(msg, "turn_id", None)

@@ -16,7 +16,7 @@ import queue
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Hello", "Inbox", "Relay", "Welcome"]
+__all__ = ["Hello", "Inbox", "Relay", "TurnAttached", "Welcome"]
 
 
 class Inbox:
@@ -71,10 +71,22 @@ class Inbox:
 
 @dataclass(frozen=True)
 class Relay:
-    """``message`` forwarded by an intermediary; answer ``reply_to``, not the sender."""
+    """``message`` forwarded by an intermediary; answer ``reply_to``, not the sender.
+
+    ``announce`` (the Runtime's event pump sets it on ``StartTurn``) asks the new TurnActor
+    to tell ``reply_to`` its address, so later commands skip the directory's hop."""
 
     message: Any
     reply_to: Any
+    announce: bool = False
+
+
+@dataclass(frozen=True)
+class TurnAttached:
+    """A TurnActor's address, for the Runtime that started it (see ``Relay.announce``)."""
+
+    turn_id: str
+    address: Any
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from .node import tune_convention
 from .providers.streaming import ssl_context
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from .store import SQLiteStore, TurnSummary
-from .plumbing import Hello, Relay, Welcome
+from .plumbing import Hello, Relay, TurnAttached, Welcome
 from .tools import Tool, tool_specs
 from .trace import trace
 
@@ -195,6 +195,7 @@ class TurnHandle:
         self._floor = 0  # result() waits for a Finish with this seq or later
         self._async_wakers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.rejections: list[ControlReply] = []
+        self._address: Any = None  # the TurnActor, once it announced itself
 
     # -- delivery (pump thread) ----------------------------------------------------------
 
@@ -324,7 +325,7 @@ class TurnHandle:
     # -- steering -------------------------------------------------------------------------
 
     def _command(self, command: Any, timeout: float) -> ControlReply:
-        reply = self._rt.control(command, timeout)
+        reply = self._rt.control(command, timeout, to=self._address)
         if not reply.ok:
             raise ControlRejected(reply.code or "invalid", reply.message)
         if reply.resumes_at is not None:
@@ -549,6 +550,10 @@ class Runtime:
                 handle = self._handles.get(msg.turn_id)
                 if handle is not None:
                     handle._deliver(msg)
+            elif isinstance(msg, TurnAttached):
+                handle = self._handles.get(msg.turn_id)
+                if handle is not None:
+                    handle._address = msg.address
             elif isinstance(msg, MembershipChanged):
                 with self._members_cond:
                     self.membership.append(msg)
@@ -572,7 +577,7 @@ class Runtime:
                 if handle is not None:
                     handle._deliver_reply(msg)
 
-    def control(self, command: Any, timeout: float = 10.0) -> ControlReply:
+    def control(self, command: Any, timeout: float = 10.0, *, to: Any = None) -> ControlReply:
         """Send a command (``StopTurn``, ``CancelTurn``, ``RespondToApprovals``, ``StopTool``,
         ``ToolApprovalResponse``) to its turn by ``turn_id`` and return the turn's reply.
         A refusal is returned as a reply with ``ok=False``, not raised."""
@@ -580,7 +585,7 @@ class Runtime:
             command = command.model_copy(update={"request_id": uuid.uuid4().hex})
         waiter = _Waiter()
         self._waiters[command.request_id] = waiter
-        self._send_to_directory(command)
+        self._send(to or self._directory, command)  # straight to the TurnActor when known
         if not waiter.event.wait(timeout):
             self._waiters.pop(command.request_id, None)
             raise TurnTimeout(f"no answer to {command.kind} after {timeout} s")
@@ -588,10 +593,13 @@ class Runtime:
         return waiter.reply
 
     def _send_to_directory(self, msg: Any) -> None:
+        self._send(self._directory, msg)
+
+    def _send(self, to: Any, msg: Any) -> None:
         if self._closed or self._ctl is None:
             raise RuntimeClosedError("the Runtime is not running")
         with self._ctl_lock:
-            self._ctl.tell(self._directory, Relay(msg, self._me))
+            self._ctl.tell(to, Relay(msg, self._me, announce=isinstance(msg, StartTurn)))
 
     # -- turns ----------------------------------------------------------------------------
 

@@ -380,6 +380,8 @@ class Request:
     body: dict[str, Any]
     received_at: float = field(default_factory=time.monotonic)
     disconnected: threading.Event = field(default_factory=threading.Event)
+    disconnected_at: float | None = None
+    written: list[tuple[int, float]] = field(default_factory=list)  # (text offset, time) per text part
     finished: threading.Event = field(default_factory=threading.Event)
     status: int = 0
 
@@ -556,6 +558,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self._stream(reply, api, provider.model, request)
         except _Disconnected:
+            request.disconnected_at = time.monotonic()
             request.disconnected.set()
             self.close_connection = True
         except _Cut:
@@ -612,6 +615,12 @@ class _Handler(BaseHTTPRequestHandler):
             frames = [f.replace(b"\n", b"\r\n") for f in frames]
             tail = [f.replace(b"\n", b"\r\n") for f in tail]
         body_start = 1 if reply.role_chunk else 0
+        offsets: dict[int, int] = {}  # frame index -> text offset after it, for the delta latency bench
+        total = 0
+        for i, part in enumerate(reply.parts):
+            if isinstance(part, Text):
+                total += len(part.text)
+                offsets[i + body_start] = total
         for i, frame in enumerate(frames):
             n = i - body_start  # parts sent so far
             if n >= 0 and reply.stall_after is not None and n == reply.stall_after:
@@ -625,6 +634,8 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.delay and n >= 0:
                 self._pause(reply.delay)
             self._write_chunk(frame)
+            if i in offsets and api == "openai":
+                request.written.append((offsets[i], time.monotonic()))
         n = len(frames) - body_start
         if reply.stall_after is not None and reply.stall_after >= n:
             self._pause(None)

@@ -30,7 +30,7 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ChildActorExi
 from messages import AbortStream, ControlReply, StartTurn, Subscribe, ToolAlive, ToolResult, TurnEvent
 
 from .llm_actor import LLMActor
-from .plumbing import Relay
+from .plumbing import Relay, TurnAttached
 from .tool_actor import ToolActor
 from .trace import trace
 from .errors import StoreError
@@ -99,6 +99,7 @@ class Launch:
         recover_id: str | None = None,
         llm: Any = None,
         tool_actor: Any = None,
+        announce: bool = False,
     ) -> None:
         self.reply_to = reply_to
         self.store_path = store_path
@@ -106,6 +107,7 @@ class Launch:
         self.recover_id = recover_id
         self.llm = llm
         self.tool_actor = tool_actor
+        self.announce = announce
 
 
 class LendToolActor:
@@ -161,6 +163,8 @@ class TurnActor(ActorTypeDispatcher):
         if msg.store_path is not None:
             self.store = SQLiteStore(msg.store_path)
         if msg.start is not None:
+            if msg.announce:
+                self.send(msg.reply_to, TurnAttached(msg.start.turn_id, self.myAddress))
             return self.receiveMsg_StartTurn(msg.start, msg.reply_to)
         assert self.store is not None and msg.recover_id is not None
         self.rules = TurnRules(self.store.load(msg.recover_id), needs_approval=needs_approval)
