@@ -26,7 +26,7 @@ from messages import ControlReply, ListNodes, MembershipChanged, NodeInfo, NodeL
 from .errors import SnapshotError
 from .plumbing import Hello, Relay, Welcome
 from .store import SQLiteStore
-from .llm_actor import LLMActor
+from .llm_actor import LLMActor, PoolSize
 from .tool_actor import ToolActor
 from .turn_actor import LendToolActor, LentToolActorExited, LLMActorLost, Launch, ToolActorLent, TurnActor, TurnEnded
 
@@ -158,6 +158,8 @@ class DirectoryActor(ActorTypeDispatcher):
             self.notifyOnSystemRegistrationChanges(True)
         while len(self.llm_pool) < msg.llm_actors:
             self.llm_pool.append(self.createActor(LLMActor))
+        for addr in self.llm_pool:
+            self.send(addr, PoolSize(len(self.llm_pool)))
         self.spare_target = msg.spare_turns
         self.tool_spare_target = msg.spare_tools
         self._replenish()
@@ -374,6 +376,7 @@ class DirectoryActor(ActorTypeDispatcher):
         if msg.childAddress in self.llm_pool:  # replace it; its streams are lost
             i = self.llm_pool.index(msg.childAddress)
             self.llm_pool[i] = self.createActor(LLMActor)
+            self.send(self.llm_pool[i], PoolSize(len(self.llm_pool)))
             for addr in self.turns.values():
                 self.send(addr, LLMActorLost(msg.childAddress))
             return

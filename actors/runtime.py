@@ -190,6 +190,7 @@ class TurnHandle:
         self._base = since  # the seq of self._events[0]
         self._cond = threading.Condition()
         self._events: list[TurnEvent] = []
+        self._arrived: dict[int, float] = {}  # seq -> time.monotonic() the pump received it
         self._early: dict[int, TurnEvent] = {}
         self._cursor = 0
         self._floor = 0  # result() waits for a Finish with this seq or later
@@ -200,10 +201,12 @@ class TurnHandle:
     # -- delivery (pump thread) ----------------------------------------------------------
 
     def _deliver(self, event: TurnEvent) -> None:
+        arrived = time.monotonic()
         with self._cond:
             if event.seq < self._base + len(self._events) or event.seq in self._early:
                 return
             self._early[event.seq] = event
+            self._arrived[event.seq] = arrived
             while self._base + len(self._events) in self._early:
                 self._events.append(self._early.pop(self._base + len(self._events)))
             self._cond.notify_all()
@@ -224,6 +227,10 @@ class TurnHandle:
         """Every event received so far, in order (a copy)."""
         with self._cond:
             return list(self._events)
+
+    def received_at(self, seq: int) -> float | None:
+        """When (``time.monotonic()``) this process received event ``seq``, for latency figures."""
+        return self._arrived.get(seq)
 
     @property
     def finished(self) -> bool:
@@ -384,7 +391,7 @@ class Runtime:
     ``host`` is the only interface anything listens on. With ``store`` (a SQLite file
     path) every turn is durable: unfinished turns of the store are recovered at start, and
     the command line can find this runtime through ``<store>.runtime.json``.
-    ``llm_actors`` LLMActors (default: one per CPU) stream for all turns, and
+    ``llm_actors`` LLMActors (default: two per CPU) stream for all turns, and
     ``spare_turns`` TurnActors and ``spare_tools`` ToolActors are kept forked ahead of need
     by the directory, so that no turn waits for a fork.
     """
@@ -409,7 +416,7 @@ class Runtime:
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
-        self.llm_actors = llm_actors if llm_actors is not None else max(1, os.cpu_count() or 1)
+        self.llm_actors = llm_actors if llm_actors is not None else 2 * max(1, os.cpu_count() or 1)
         self.spare_turns = spare_turns
         self.spare_tools = spare_tools
         self.membership: list[MembershipChanged] = []

@@ -528,6 +528,15 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
+    def do_GET(self) -> None:
+        """``GET /requests``: what was asked and when each text part was written (monotonic)."""
+        if self.path.rstrip("/") != "/requests":
+            return self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+        provider = self.server.provider
+        with provider._lock:
+            log = [{"messages": r.messages, "status": r.status, "written": r.written} for r in provider.requests]
+        self._json(200, {"requests": log})
+
     def do_POST(self) -> None:
         provider = self.server.provider
         if self.path.rstrip("/").endswith("/chat/completions"):
@@ -658,3 +667,33 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
         raise _Cut()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve a responder until interrupted: ``python -m actors.scripted_provider --responder mod:fn``.
+
+    Prints ``{"port": ...}`` on one line once it listens on 127.0.0.1."""
+    import argparse
+    import signal as _signal
+
+    from .tools import import_ref
+
+    parser = argparse.ArgumentParser(prog="python -m actors.scripted_provider")
+    parser.add_argument("--responder", required=True, help="module:function taking a Request, returning a Reply")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    with ScriptedProvider(responder=import_ref(args.responder), port=args.port) as provider:
+        print(json.dumps({"port": provider.port}), flush=True)
+        for sig in (_signal.SIGINT, _signal.SIGTERM):
+            _signal.signal(sig, lambda *_: stop.set())
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    # run the module under its real name, so that the responder's Reply parts are the
+    # same classes as the ones the server checks for
+    from actors.scripted_provider import main as _main
+
+    raise SystemExit(_main())

@@ -1,0 +1,217 @@
+"""Scale: N concurrent turns, each calling a tool and then streaming text. For N in
+10, 50, 100, 200: turns per second, p99 delta latency, memory per active turn (unique RSS
+of the actor system's processes while every turn streams), errors, and lost or reordered
+deltas. Baseline in the same run: the same N turns by N threads running a hand-written
+httpx loop in one process.
+
+    python bench/scale.py [--sizes 10,50,100,200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from actors import Runtime, tool  # noqa: E402
+from actors.providers import OpenAIStream, iter_sse  # noqa: E402
+from actors.runtime import session_processes  # noqa: E402
+from actors.scripted_provider import Reply, Request, Text, call, use_tools  # noqa: E402
+from bench.common import pct, save, table  # noqa: E402
+from messages import Finish, ProviderConfig, TextDelta  # noqa: E402
+
+CHUNKS = 40
+DELAY = 0.01
+
+
+@tool
+def fetch(name: str) -> str:
+    """Fetch a record."""
+    return f"record {name}"
+
+
+def text_of(name: str) -> str:
+    return "".join(f"{name}-{i:03d} " for i in range(CHUNKS))
+
+
+def responder(request: Request) -> Reply:
+    name = request.messages[0]["content"]
+    if request.messages[-1]["role"] == "user":
+        return use_tools(call("fetch", {"name": name}), usage=None)
+    return Reply(parts=tuple(Text(f"{name}-{i:03d} ") for i in range(CHUNKS)), delay=DELAY, usage=None)
+
+
+class RemoteProvider:
+    """The scripted provider in a process of its own, so that no side shares its GIL."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "actors.scripted_provider", "--responder", "bench.scale:responder"],
+            stdout=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        self.port = json.loads(self.proc.stdout.readline())["port"]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def provider(self) -> ProviderConfig:
+        return ProviderConfig(base_url=self.base_url, model="scripted-model")
+
+    def requests(self) -> list[dict]:
+        return httpx.get(f"http://127.0.0.1:{self.port}/requests", timeout=30).json()["requests"]
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(30)
+
+
+def uss_mib(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def latencies(request: dict, arrivals: list[tuple[int, float]]) -> list[float]:
+    out, j = [], 0
+    for offset, wrote in request["written"]:
+        while j < len(arrivals) - 1 and arrivals[j][0] < offset:
+            j += 1
+        out.append(arrivals[j][1] - wrote)
+    return out
+
+
+def stream_requests(provider: RemoteProvider, names: set[str]) -> dict[str, dict]:
+    return {r["messages"][0]["content"]: r for r in provider.requests() if r["messages"][-1]["role"] == "tool" and r["messages"][0]["content"] in names}
+
+
+def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> dict:
+    names = [f"{tag}{i}" for i in range(n)]
+    if rt.spare_turns >= n:  # let the spares finish forking before the turns start
+        time.sleep(0.2 + 0.01 * n)
+    handles = {name: rt.run(name, tools=[fetch]) for name in names}
+    t0 = time.monotonic()
+    arrivals: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
+    texts: dict[str, list[str]] = {name: [] for name in names}
+    errors, mem, lock = 0, [0.0], threading.Lock()
+
+    def follow(name: str) -> None:
+        nonlocal errors
+        total = 0
+        try:
+            for event in handles[name].events(timeout=120):
+                if isinstance(event, TextDelta):
+                    total += len(event.text)
+                    texts[name].append(event.text)
+                    arrivals[name].append((total, handles[name].received_at(event.seq) or time.monotonic()))
+                    if len(texts[name]) == 3 and name == names[-1]:
+                        mem[0] = uss_mib(session_processes(rt.admin_sid))  # every turn is streaming by now
+                if isinstance(event, Finish) and event.finish_reason != "stop":
+                    with lock:
+                        errors += 1
+        except Exception:
+            with lock:
+                errors += 1
+
+    threads = [threading.Thread(target=follow, args=(name,)) for name in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    elapsed = time.monotonic() - t0
+    requests = stream_requests(provider, set(names))
+    lat = [x for name in names if name in requests for x in latencies(requests[name], arrivals[name])]
+    intact = sum("".join(texts[name]) == text_of(name) for name in names)
+    seqs_ok = all([e.seq for e in handles[name].all_events] == list(range(len(handles[name].all_events))) for name in names)
+    return {"turns_per_s": n / elapsed, "p99_delta_ms": pct(lat, 99) * 1000, "p50_delta_ms": pct(lat, 50) * 1000, "mem_per_turn_mib": mem[0] / n, "errors": errors, "intact": intact, "ordered": seqs_ok}
+
+
+def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
+    names = [f"{tag}{i}" for i in range(n)]
+    url = provider.base_url + "/chat/completions"
+    arrivals: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
+    texts: dict[str, str] = {}
+    tools = [{"type": "function", "function": {"name": "fetch", "description": "", "parameters": fetch.parameters}}]
+
+    client = httpx.Client(timeout=120, limits=httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10))
+
+    def turn(name: str) -> None:
+        if True:  # one client shared by every thread, as a tuned baseline would
+            messages: list[dict] = [{"role": "user", "content": name}]
+            while True:
+                acc, total = OpenAIStream(), 0
+                with client.stream("POST", url, json={"model": "m", "messages": messages, "tools": tools, "stream": True}) as r:
+                    for ev in iter_sse(r.iter_lines()):
+                        text = acc.feed(ev.event, ev.data)
+                        if text:
+                            total += len(text)
+                            arrivals[name].append((total, time.monotonic()))
+                        if acc.done:
+                            break
+                message, _, _ = acc.result()
+                calls = message.tool_calls or []
+                if not calls:
+                    texts[name] = message.content or ""
+                    return
+                messages.append({"role": "assistant", "content": None, "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]})
+                for c in calls:
+                    messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps({"ok": True, "data": fetch.fn(**json.loads(c.arguments))})})
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=turn, args=(name,)) for name in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    elapsed = time.monotonic() - t0
+    client.close()
+    requests = stream_requests(provider, set(names))
+    lat = [x for name in names if name in requests for x in latencies(requests[name], arrivals[name])]
+    return {"turns_per_s": n / elapsed, "p99_delta_ms": pct(lat, 99) * 1000, "intact": sum(texts.get(name) == text_of(name) for name in names)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="10,50,100,200")
+    parser.add_argument("--spares", type=int, default=4, help="TurnActors and ToolActors forked ahead")
+    args = parser.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    rows, results = [], {}
+    provider = RemoteProvider()
+    try:
+        rt = Runtime(provider.provider(), spare_turns=args.spares, spare_tools=args.spares).start()
+    except BaseException:
+        provider.close()
+        raise
+    try:
+        for n in sizes:
+            base = run_baseline(provider, n, f"b{n}_")
+            ours = run_greenroom(rt, provider, n, f"g{n}_")
+            results[n] = {"baseline": base, "greenroom": ours}
+            rows.append([n, ours["turns_per_s"], ours["turns_per_s"] / base["turns_per_s"], ours["p99_delta_ms"], base["p99_delta_ms"],
+                         ours["mem_per_turn_mib"], ours["errors"], f"{ours['intact']}/{n}", ours["ordered"]])
+    finally:
+        rt.close()
+        provider.close()
+    print(f"scale: N concurrent turns, each a tool call then {CHUNKS} deltas {DELAY * 1000:g} ms apart")
+    print(table(rows, ["N", "turns/s", "x baseline", "p99 delta ms", "baseline p99 ms", "MiB/turn (USS)", "errors", "deltas intact", "in order"]))
+    print("saved", save("scale", {"results": results}))
+
+
+if __name__ == "__main__":
+    main()
