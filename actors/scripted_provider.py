@@ -489,6 +489,7 @@ class ScriptedProvider:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 512  # many turns connect at once in the scale benchmark
     provider: ScriptedProvider
 
     def handle_error(self, request: Any, client_address: Any) -> None:

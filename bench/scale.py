@@ -146,11 +146,18 @@ def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
     url = provider.base_url + "/chat/completions"
     arrivals: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
     texts: dict[str, str] = {}
+    errors: list[str] = []
     tools = [{"type": "function", "function": {"name": "fetch", "description": "", "parameters": fetch.parameters}}]
 
     client = httpx.Client(timeout=120, limits=httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10))
 
     def turn(name: str) -> None:
+        try:
+            run(name)
+        except Exception as exc:  # counted, like greenroom's errors
+            errors.append(f"{name}: {exc}")
+
+    def run(name: str) -> None:
         if True:  # one client shared by every thread, as a tuned baseline would
             messages: list[dict] = [{"role": "user", "content": name}]
             while True:
@@ -182,7 +189,7 @@ def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
     client.close()
     requests = stream_requests(provider, set(names))
     lat = [x for name in names if name in requests for x in latencies(requests[name], arrivals[name])]
-    return {"turns_per_s": n / elapsed, "p99_delta_ms": pct(lat, 99) * 1000, "intact": sum(texts.get(name) == text_of(name) for name in names)}
+    return {"turns_per_s": n / elapsed, "p99_delta_ms": pct(lat, 99) * 1000, "errors": len(errors), "intact": sum(texts.get(name) == text_of(name) for name in names)}
 
 
 def main() -> None:
@@ -210,6 +217,7 @@ def main() -> None:
         provider.close()
     print(f"scale: N concurrent turns, each a tool call then {CHUNKS} deltas {DELAY * 1000:g} ms apart")
     print(table(rows, ["N", "turns/s", "x baseline", "p99 delta ms", "baseline p99 ms", "MiB/turn (USS)", "errors", "deltas intact", "in order"]))
+    print("baseline errors:", {n: r["baseline"]["errors"] for n, r in results.items()})
     print("saved", save("scale", {"results": results}))
 
 
