@@ -70,6 +70,8 @@ __all__ = [
     "TurnHandle",
     "TurnResult",
     "free_port",
+    "group_processes",
+    "history",
     "lock_store",
     "runtime_file",
     "session_processes",
@@ -131,8 +133,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def session_processes(sid: int) -> list[int]:
-    """Live (non-zombie) processes of session ``sid``."""
+def _live_processes(field: int, value: int) -> list[int]:
+    """Live (non-zombie) processes whose /proc stat ``field`` (after the name) is ``value``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -142,9 +144,27 @@ def session_processes(sid: int) -> list[int]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[0] != "Z" and int(fields[3]) == sid:
+        if fields[0] != "Z" and int(fields[field]) == value:
             found.append(int(entry))
     return found
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session ``sid``."""
+    return _live_processes(3, sid)
+
+
+def group_processes(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``."""
+    return _live_processes(2, pgid)
+
+
+def history(messages: Sequence[ChatMessage] | str, system: str | None = None) -> list[ChatMessage]:
+    """A turn's opening history: a string is one user message; ``system`` goes first."""
+    out = [ChatMessage.user(messages)] if isinstance(messages, str) else list(messages)
+    if system is not None:
+        out.insert(0, ChatMessage.system(system))
+    return out
 
 
 @dataclass(frozen=True)
@@ -626,12 +646,9 @@ class Runtime:
         provider = provider or self.provider
         if provider is None:
             raise ConfigurationError("no provider: pass provider= to Runtime() or to run()")
-        history = [ChatMessage.user(messages)] if isinstance(messages, str) else list(messages)
-        if system is not None:
-            history.insert(0, ChatMessage.system(system))
         start = StartTurn(
             turn_id=turn_id or new_turn_id(),
-            messages=history,
+            messages=history(messages, system),
             tools=tool_specs(tools),
             provider=provider,
             options=options or TurnOptions(),

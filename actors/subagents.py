@@ -63,13 +63,12 @@ def run_subagent(
     provider = provider or ctx.provider
     if provider is None:
         raise ConfigurationError("run_subagent() needs a provider (the parent turn's is not known here)")
-    history = [ChatMessage.user(messages)] if isinstance(messages, str) else list(messages)
-    if system is not None:
-        history.insert(0, ChatMessage.system(system))
+    from .runtime import history
+
     child = ChildTurn(
         StartTurn(
             turn_id=new_turn_id(),
-            messages=history,
+            messages=history(messages, system),
             tools=tool_specs(tools),
             provider=provider,
             options=options or TurnOptions(),

@@ -21,7 +21,7 @@ from actors import Runtime, ToolActor  # noqa: E402
 from actors.scripted_provider import ScriptedProvider  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402
 from bench.stop_latency import ping_pong  # noqa: E402
-from messages import ProviderConfig, RunTool, ToolCall, ToolResult  # noqa: E402
+from messages import RunTool, ToolCall, ToolResult  # noqa: E402
 from actors.tools import tool_specs  # noqa: E402
 from bench.turn_overhead import lookup  # noqa: E402
 

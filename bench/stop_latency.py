@@ -25,6 +25,7 @@ from thespian.actors import ActorTypeDispatcher  # noqa: E402
 
 from actors import Runtime, ToolContext, run_command, tool  # noqa: E402
 from actors.history import history_problems  # noqa: E402
+from actors.runtime import group_processes as group_members  # noqa: E402
 from actors.scripted_provider import ScriptedProvider, call, say, use_tools  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402
 from messages import Finish, TextDelta, ToolProgress  # noqa: E402
@@ -47,20 +48,6 @@ def long_build(marker: str) -> str:
 class Echo(ActorTypeDispatcher):
     def receiveMsg_str(self, msg: str, sender: object) -> None:
         self.send(sender, msg)
-
-
-def group_members(pgid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                out.append(int(entry))
-    return out
 
 
 def wait_gone(pids: list[int], timeout: float = 10.0) -> float:

@@ -6,13 +6,12 @@ system is left behind.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from actors import Runtime
-from actors.runtime import session_processes
+from actors.runtime import group_processes, session_processes
 from actors.scripted_provider import ScriptedProvider
 from messages import RetryPolicy
 
@@ -48,16 +47,4 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live processes of process group ``pgid``."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                out.append(int(entry))
-    return out
+group_members = group_processes

@@ -1,9 +1,9 @@
 """Run one turn on a durable Runtime up to a point, say where it stands, and wait to be killed.
 
-    python -m tests.durable_child STORE BASE_URL SCENARIO TURN_ID [ARG]
+    python -m tests.durable_child STORE BASE_URL SCENARIO TURN_ID
 
 Scenarios: ``approval`` (stops at Finish(awaiting_approval)), ``tool`` and ``tool_safely``
-(stop once the side-effecting tool has recorded its key in the file ARG).
+(stop once the side-effecting tool has recorded its key; the scripted model names the file).
 Prints one JSON line {"turn_id", "sid", "pid"} and then blocks on stdin.
 """
 
@@ -21,7 +21,6 @@ from . import tools_for_tests as T
 
 def main() -> None:
     store, base_url, scenario, turn_id = sys.argv[1:5]
-    arg = sys.argv[5] if len(sys.argv) > 5 else None
     provider = ProviderConfig(base_url=base_url, model="scripted-model", retry=RetryPolicy(max_attempts=1))
     rt = Runtime(provider, store=store).start()
     if scenario == "approval":

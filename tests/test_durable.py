@@ -18,7 +18,7 @@ from actors import Runtime, SnapshotError
 from actors.runtime import session_processes
 from actors.scripted_provider import ScriptedProvider, call, say, use_tools
 from actors.store import SQLiteStore
-from messages import CancelTurn, ChatMessage, Finish, ProviderConfig, RetryPolicy, TurnOptions
+from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy, TurnOptions
 
 from . import tools_for_tests as T
 from .helpers import summary
@@ -32,9 +32,9 @@ def config(provider: ScriptedProvider) -> ProviderConfig:
     return provider.provider(retry=RetryPolicy(max_attempts=1))
 
 
-def run_child(store: Path, provider: ScriptedProvider, scenario: str, turn_id: str, arg: str | None = None) -> dict[str, Any]:
+def run_child(store: Path, provider: ScriptedProvider, scenario: str, turn_id: str) -> dict[str, Any]:
     """Start a durable runtime in a child process, wait until it reached the point, kill it all."""
-    cmd = [sys.executable, "-m", "tests.durable_child", str(store), provider.base_url, scenario, turn_id] + ([arg] if arg else [])
+    cmd = [sys.executable, "-m", "tests.durable_child", str(store), provider.base_url, scenario, turn_id]
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
     try:
         line = child.stdout.readline()  # type: ignore[union-attr]
@@ -94,7 +94,7 @@ def test_a_recorded_side_effect_is_not_repeated_unless_the_tool_is_safe_to_retry
     store, keys = tmp_path / "turns.db", tmp_path / "keys.txt"
     name = "record_key" if scenario == "tool" else "record_key_safely"
     provider.add(use_tools(call(name, {"path": str(keys)})))
-    run_child(store, provider, scenario, "turn_crash2", str(keys))
+    run_child(store, provider, scenario, "turn_crash2")
     provider.add(say("Done."))
     with Runtime(config(provider), store=store) as rt:
         turn = rt.attach("turn_crash2")

@@ -111,9 +111,9 @@ def test_cancel_lets_a_cooperative_tool_leave_at_its_next_check(runtime: Runtime
     turn = runtime.run("work", tools=[T.cooperative])
     turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30)
     turn.cancel("supervisor winds down")
-    events = turn.all_events + list(turn.events(timeout=30))[len(turn.all_events):]
     result = turn.result(30)
-    assert summary(result_events := turn.all_events)[-3:] == [
+    result_events = turn.all_events
+    assert summary(result_events)[-3:] == [
         ("tool_finished", "call_1", "interrupted"),
         ("error", "cancelled", "Agent run cancelled"),
         ("finish", "cancelled"),
@@ -123,7 +123,6 @@ def test_cancel_lets_a_cooperative_tool_leave_at_its_next_check(runtime: Runtime
     assert not marker.exists()
     assert len(provider.requests) == 1
     provider_accepts(provider, result.messages)
-    assert events
 
 
 def test_cancel_lets_the_current_llm_response_complete(runtime: Runtime, provider: ScriptedProvider) -> None:
