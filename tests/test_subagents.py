@@ -51,3 +51,22 @@ def test_a_child_turn_is_stopped_through_its_parent_down_to_its_subprocesses(pro
     assert finish.finish_reason == "stopped"
     assert (finish.parent_turn_id, finish.root_turn_id) == (parent.turn_id, parent.turn_id)
     assert finish.messages[-1].role == "tool"  # the child's history stays valid too
+
+
+def test_a_cancel_of_the_parent_reaches_the_child_turn(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+    marker = tmp_path / "child-finished"
+    provider.add(use_tools(call("delegate_work", {"marker": str(marker)})), use_tools(call("cooperative", {"marker": str(marker)})))
+    parent = runtime.run("delegate the work", tools=[T.delegate_work])
+    working = parent.wait_for(
+        lambda e: isinstance(e, ToolProgress) and isinstance(e.data, dict) and e.data.get("event", {}).get("kind") == "tool_progress",
+        timeout=60,
+    )
+    child_id = working.data["child_turn_id"]
+    parent.cancel("wind everything down")
+    result = parent.result(60)
+    assert result.finish_reason == "cancelled"
+    nested = child_events(parent.all_events)
+    assert [e["kind"] for e in nested][-2:] == ["error", "finish"]
+    assert nested[-1]["finish_reason"] == "cancelled" and nested[-1]["turn_id"] == child_id
+    assert nested[-2]["detail"] == "parent call cancelled: wind everything down"
+    assert not marker.exists()

@@ -346,3 +346,29 @@ def test_every_finish_leaves_a_valid_history() -> None:
     respond(rules, ("c1", "safe", False), ("c2", "gated", True), ("c3", "nope", False))
     rules.handle(StopTurn(turn_id="t"))
     assert history_problems(rules.state.messages) == []
+
+
+def test_a_stop_marker_survives_a_restart_and_the_recovered_turn_ends_stopped() -> None:
+    from messages import Marker, decode_snapshot, encode_snapshot
+
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "safe", False))
+    rules.state.stop = Marker(kind="stop", reason="user", at=1.0)  # written; the end was not
+    recovered = TurnRules(decode_snapshot(encode_snapshot(rules.state)))  # the process died here
+    out = recovered.recover()
+    assert kinds(out) == ["emit:tool_finished", "emit:error", "emit:finish:stopped", "persist", "done"]
+    assert tool_messages(recovered) == [("c1", interrupted_content("the turn was stopped", "user"))]
+
+
+def test_recovery_reruns_only_retry_safe_calls_and_keeps_recorded_results() -> None:
+    safe_retry = ToolSpec(name="again", ref="x:again", retry_safe=True)
+    rules, _ = new(tools=[SAFE, safe_retry])
+    step(rules)
+    respond(rules, ("c1", "safe", False), ("c2", "again", False), ("c3", "safe", False))
+    rules.handle(result("c3", '"done before the crash"'))
+    out = TurnRules(rules.state.model_copy(deep=True)).recover()
+    spawned = [d.run for d in out if isinstance(d, Spawn)]
+    assert [(r.call.id, r.attempt, r.idempotency_key) for r in spawned] == [("c2", 2, "t:c2")]
+    finished = [d.event for d in out if isinstance(d, Emit) and d.event.kind == "tool_finished"]
+    assert [(e.call_id, e.outcome) for e in finished] == [("c1", "interrupted")]

@@ -154,3 +154,11 @@ def sandbox_shell(command: str) -> dict[str, Any]:
     netns = os.readlink("/proc/self/ns/net")
     result = run_command(["sh", "-c", command], on_start=lambda p: ctx.report_progress({"pgid": p.pid, "netns": netns}))
     return {"returncode": result.returncode, "stdout": result.stdout}
+
+
+@tool
+def delegate_work(marker: str) -> str:
+    """Hand long, cooperative work to a child agent; return its answer."""
+    from actors.subagents import run_subagent
+
+    return run_subagent(f"do the work, then write {marker}", tools=[cooperative])
