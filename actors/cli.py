@@ -216,7 +216,11 @@ def _steer(args: argparse.Namespace, command: Message, verb: str) -> int:
         reply = _send_to_runtime(info, command, args.timeout)
         if not reply.ok:
             raise CliError(reply.message)
-        _print(args, {"turn_id": args.turn_id, "sent_to": "runtime", "pid": info["pid"], "ok": True, "message": reply.message}, f"{verb}: done by the running runtime (pid {info['pid']})")
+        _print(
+            args,
+            {"turn_id": args.turn_id, "sent_to": "runtime", "pid": info["pid"], "ok": True, "message": reply.message},
+            f"{verb}: done by the running runtime (pid {info['pid']})",
+        )
         return 0
     _check_offline(store, args.turn_id, command)
     command_id = store.add_command(args.turn_id, command)
@@ -240,7 +244,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    return _steer(args, CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, request_id="cli"), "cancelled")
+    return _steer(
+        args, CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, request_id="cli"), "cancelled"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

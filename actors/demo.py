@@ -70,7 +70,9 @@ def run_shell(command: str) -> dict[str, Any]:
         command: The command line, run with sh -c.
     """
     ctx = ToolContext.current()
-    result = run_command(["sh", "-c", command], on_start=lambda p: ctx.report_progress({"pid": p.pid, "command": command}))
+    result = run_command(
+        ["sh", "-c", command], on_start=lambda p: ctx.report_progress({"pid": p.pid, "command": command})
+    )
     return {"returncode": result.returncode, "stdout": result.stdout.strip()}
 
 

@@ -12,32 +12,46 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import OrderedDict
+from datetime import timedelta
 from typing import Any
 
-from datetime import timedelta
-
-from thespian.actors import ActorExitRequest, ActorSystemConventionUpdate, ActorTypeDispatcher, ChildActorExited, WakeupMessage
-
-import time
+from thespian.actors import (
+    ActorExitRequest,
+    ActorSystemConventionUpdate,
+    ActorTypeDispatcher,
+    ChildActorExited,
+    WakeupMessage,
+)
 
 from messages import ControlReply, ListNodes, MembershipChanged, NodeInfo, NodeList, StartTurn, WatchMembership
 
 from .errors import SnapshotError
+from .llm_actor import LLMActor, PoolSize
 from .plumbing import Hello, Relay, Welcome
 from .store import SQLiteStore
-from .llm_actor import LLMActor, PoolSize
 from .tool_actor import ToolActor
-from .turn_actor import LendToolActor, LentToolActorExited, LLMActorLost, Launch, ToolActorLent, TurnActor, TurnEnded
+from .turn_actor import Launch, LendToolActor, LentToolActorExited, LLMActorLost, ToolActorLent, TurnActor, TurnEnded
 
-__all__ = ["Configure", "Configured", "Quiesce", "Quiesced", "DIRECTORY_NAME", "DirectoryActor", "DirectoryLocator", "LEADER_CAPABILITY", "json_capabilities"]
-
+__all__ = [
+    "Configure",
+    "Configured",
+    "Quiesce",
+    "Quiesced",
+    "DIRECTORY_NAME",
+    "DirectoryActor",
+    "DirectoryLocator",
+    "LEADER_CAPABILITY",
+    "json_capabilities",
+]
 
 
 def log() -> logging.Logger:
     """This module's logger, looked up at call time: Thespian replaces the logging manager
     in every actor process, so a logger created before the fork would log nowhere."""
     return logging.getLogger("greenroom.directory")
+
 
 DIRECTORY_NAME = "greenroom.directory"
 LEADER_CAPABILITY = "greenroom.leader"
@@ -66,6 +80,8 @@ def json_capabilities(capabilities: dict[str, Any]) -> dict[str, Any]:
         if isinstance(v, (str, int, float, bool, type(None), list)):
             out[k] = v
     return out
+
+
 _REMEMBER_ENDED = 10_000
 
 
@@ -74,7 +90,12 @@ class Configure:
     or, on a member node, forward everything to the leader's directory ``upstream``."""
 
     def __init__(
-        self, store_path: str | None = None, upstream: Any = None, llm_actors: int = 0, spare_turns: int = 0, spare_tools: int = 0
+        self,
+        store_path: str | None = None,
+        upstream: Any = None,
+        llm_actors: int = 0,
+        spare_turns: int = 0,
+        spare_tools: int = 0,
     ) -> None:
         self.store_path = store_path
         self.upstream = upstream
@@ -245,17 +266,23 @@ class DirectoryActor(ActorTypeDispatcher):
             return self.send(self.upstream, Relay(msg, reply_to))
         if isinstance(msg, StartTurn):
             if msg.turn_id in self.turns or msg.turn_id in self.ended or self._stored(msg.turn_id):
-                return self._reply(reply_to, msg.turn_id, "start_turn", False, "invalid", f"turn id {msg.turn_id} is already in use")
+                return self._reply(
+                    reply_to, msg.turn_id, "start_turn", False, "invalid", f"turn id {msg.turn_id} is already in use"
+                )
             addr = self._turn_actor()
             self.turns[msg.turn_id] = addr
             lend = self._lend(addr) if any(not t.requires for t in msg.tools) else None
-            self.send(addr, Launch(reply_to, self.store_path, start=msg, llm=self._llm(), tool_actor=lend, announce=announce))
+            self.send(
+                addr, Launch(reply_to, self.store_path, start=msg, llm=self._llm(), tool_actor=lend, announce=announce)
+            )
             self._schedule_replenish()
             return
         turn_id = getattr(msg, "turn_id", None)
         command = getattr(msg, "kind", type(msg).__name__)
         if not turn_id:
-            return self._reply(reply_to, "", command, False, "invalid", f"{command} must name a turn_id when sent to the directory")
+            return self._reply(
+                reply_to, "", command, False, "invalid", f"{command} must name a turn_id when sent to the directory"
+            )
         addr = self.turns.get(turn_id)
         if addr is not None:
             self.send(addr, Relay(msg, reply_to))
@@ -269,9 +296,25 @@ class DirectoryActor(ActorTypeDispatcher):
                     self._reply(reply_to, turn_id, command, True, None, "the turn has already ended", msg.request_id)
             else:
                 reason = self.ended.get(turn_id, "see the store")
-                self._reply(reply_to, turn_id, command, False, "turn_finished", f"turn {turn_id} has ended ({reason})", getattr(msg, "request_id", None))
+                self._reply(
+                    reply_to,
+                    turn_id,
+                    command,
+                    False,
+                    "turn_finished",
+                    f"turn {turn_id} has ended ({reason})",
+                    getattr(msg, "request_id", None),
+                )
         else:
-            self._reply(reply_to, turn_id, command, False, "unknown_turn", f"no turn {turn_id}", getattr(msg, "request_id", None))
+            self._reply(
+                reply_to,
+                turn_id,
+                command,
+                False,
+                "unknown_turn",
+                f"no turn {turn_id}",
+                getattr(msg, "request_id", None),
+            )
 
     # -- spares: forked here, off every turn's path ---------------------------------------
 
@@ -346,7 +389,14 @@ class DirectoryActor(ActorTypeDispatcher):
         return self.store is not None and self.store.exists(turn_id)
 
     def _reply(
-        self, to: Any, turn_id: str, command: str, ok: bool, code: str | None, message: str, request_id: str | None = None
+        self,
+        to: Any,
+        turn_id: str,
+        command: str,
+        ok: bool,
+        code: str | None,
+        message: str,
+        request_id: str | None = None,
     ) -> None:
         self.send(
             to,

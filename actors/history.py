@@ -23,7 +23,9 @@ def history_problems(messages: Sequence[ChatMessage]) -> list[str]:
     for i, m in enumerate(messages):
         if m.role == "tool":
             if not in_tool_run:
-                problems.append(f"message {i}: tool message for {m.tool_call_id!r} does not follow an assistant tool call")
+                problems.append(
+                    f"message {i}: tool message for {m.tool_call_id!r} does not follow an assistant tool call"
+                )
             elif m.tool_call_id not in open_calls:
                 problems.append(f"message {i}: tool message for {m.tool_call_id!r} answers no open tool call")
             else:

@@ -24,11 +24,10 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
 from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, StreamChat
 
 from .plumbing import Inbox
-from .trace import trace
 from .providers.streaming import ProviderClient, StreamWorker
+from .trace import trace
 
 __all__ = ["LLMActor", "PoolSize"]
-
 
 
 def log() -> logging.Logger:

@@ -58,11 +58,20 @@ def parse_capability(text: str) -> tuple[str, Any]:
         return name, raw
 
 
-def start_node(leader: str, listen: str, capabilities: dict[str, Any], admin_port: int, key: bytes, timeout: float = 30.0) -> Any:
+def start_node(
+    leader: str, listen: str, capabilities: dict[str, Any], admin_port: int, key: bytes, timeout: float = 30.0
+) -> Any:
     """Start this node's admin, join ``leader`` and set up the forwarding directory."""
     from thespian.actors import ActorSystem
 
-    from .directory_actor import DIRECTORY_NAME, Configure, Configured, DirectoryActor, DirectoryLocator, LEADER_CAPABILITY
+    from .directory_actor import (
+        DIRECTORY_NAME,
+        LEADER_CAPABILITY,
+        Configure,
+        Configured,
+        DirectoryActor,
+        DirectoryLocator,
+    )
 
     transport.install(listen, key)
     tune_convention()
@@ -79,7 +88,9 @@ def start_node(leader: str, listen: str, capabilities: dict[str, Any], admin_por
         if upstream is None:
             if time.monotonic() > deadline:
                 asys.shutdown()
-                raise ConfigurationError(f"could not join the leader at {leader} within {timeout:g} s (wrong key, or unreachable)")
+                raise ConfigurationError(
+                    f"could not join the leader at {leader} within {timeout:g} s (wrong key, or unreachable)"
+                )
             time.sleep(0.5)  # retry pacing while the convention forms
     directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
     done = asys.ask(directory, Configure(upstream=upstream), timeout)
@@ -95,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True, help="the address this node binds and advertises")
     parser.add_argument("--admin-port", type=int, default=DEFAULT_ADMIN_PORT)
     parser.add_argument("--capability", action="append", default=[], help="NAME or NAME=VALUE (JSON), repeatable")
-    parser.add_argument("--key-file", default=None, help="the deployment key (else $GREENROOM_KEY or $GREENROOM_KEY_FILE)")
+    parser.add_argument(
+        "--key-file", default=None, help="the deployment key (else $GREENROOM_KEY or $GREENROOM_KEY_FILE)"
+    )
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
     try:
@@ -107,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"greenroom node: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({"node": f"{args.listen}:{args.admin_port}", "leader": args.leader, "capabilities": capabilities}), flush=True)
+    print(
+        json.dumps({"node": f"{args.listen}:{args.admin_port}", "leader": args.leader, "capabilities": capabilities}),
+        flush=True,
+    )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -39,7 +39,6 @@ from messages import (
     MembershipChanged,
     NodeInfo,
     NodeList,
-    WatchMembership,
     ProviderConfig,
     RespondToApprovals,
     StartTurn,
@@ -52,16 +51,17 @@ from messages import (
     TurnEvent,
     TurnOptions,
     Usage,
+    WatchMembership,
     new_turn_id,
 )
 
 from . import transport
 from .directory_actor import DIRECTORY_NAME, LEADER_CAPABILITY, Configure, Configured, DirectoryActor, Quiesce
-from .node import tune_convention
-from .providers.streaming import ssl_context
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
-from .store import SQLiteStore, TurnSummary
+from .node import tune_convention
 from .plumbing import Hello, Relay, TurnAttached, Welcome
+from .providers.streaming import ssl_context
+from .store import SQLiteStore, TurnSummary
 from .tools import Tool, tool_specs
 from .trace import trace
 
@@ -79,11 +79,11 @@ __all__ = [
 ]
 
 
-
 def log() -> logging.Logger:
     """This module's logger, looked up at call time: Thespian replaces the logging manager
     in every actor process, so a logger created before the fork would log nowhere."""
     return logging.getLogger("greenroom.runtime")
+
 
 ToolLike = Tool | Callable[..., Any] | ToolSpec
 
@@ -390,7 +390,9 @@ class TurnHandle:
     ) -> None:
         """Several decisions in one message; ``deny_rest`` denies every call still undecided."""
         self._command(
-            RespondToApprovals(turn_id=self.turn_id, responses=list(responses), deny_rest=deny_rest, deny_reason=deny_reason),
+            RespondToApprovals(
+                turn_id=self.turn_id, responses=list(responses), deny_rest=deny_rest, deny_reason=deny_reason
+            ),
             timeout,
         )
 
@@ -497,7 +499,9 @@ class Runtime:
             self._me = welcome.address
             self.admin_sid = welcome.sid
             store = os.path.abspath(self.store_path) if self.store_path is not None else None
-            configure = Configure(store, llm_actors=self.llm_actors, spare_turns=self.spare_turns, spare_tools=self.spare_tools)
+            configure = Configure(
+                store, llm_actors=self.llm_actors, spare_turns=self.spare_turns, spare_tools=self.spare_tools
+            )
             done = self._pump_ctx.ask(self._directory, configure, self._start_timeout)
             if not isinstance(done, Configured):
                 raise RuntimeError(f"the directory did not configure itself (got {done!r})")
@@ -681,6 +685,7 @@ class Runtime:
 
     def wait_for_node(self, capabilities: dict[str, Any], timeout: float = 30.0) -> str:
         """Wait until a node advertising ``capabilities`` has joined; return its name."""
+
         def found() -> str | None:
             for node, caps in self._members.items():
                 if all(caps.get(k) == v for k, v in capabilities.items()):
@@ -697,7 +702,12 @@ class Runtime:
     def _write_runtime_file(self) -> None:
         """Tell the command line where this runtime listens, readable by this user only."""
         assert self.store_path is not None and self.admin_port is not None
-        info = {"pid": os.getpid(), "host": self.host, "admin_port": self.admin_port, "key": transport.current_key().hex()}
+        info = {
+            "pid": os.getpid(),
+            "host": self.host,
+            "admin_port": self.admin_port,
+            "key": transport.current_key().hex(),
+        }
         path = runtime_file(self.store_path)
         fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -739,7 +749,12 @@ def _log_defs() -> dict[str, Any]:
     level = os.environ.get("GREENROOM_LOG_LEVEL", "WARNING").upper()
     handler: dict[str, Any] = {"class": "logging.StreamHandler", "formatter": "plain", "level": level}
     if os.environ.get("GREENROOM_LOG_FILE"):
-        handler = {"class": "logging.FileHandler", "filename": os.environ["GREENROOM_LOG_FILE"], "formatter": "plain", "level": level}
+        handler = {
+            "class": "logging.FileHandler",
+            "filename": os.environ["GREENROOM_LOG_FILE"],
+            "formatter": "plain",
+            "level": level,
+        }
     return {
         "version": 1,
         "disable_existing_loggers": False,

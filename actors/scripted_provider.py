@@ -187,7 +187,11 @@ def _openai_frames(reply: Reply, model: str) -> list[bytes]:
         if isinstance(p, Text):
             frames.append(chunk({"content": p.text}))
         elif isinstance(p, ToolStart):
-            tc: dict[str, Any] = {"index": p.index, "type": "function", "function": {"name": p.name, "arguments": p.arguments}}
+            tc: dict[str, Any] = {
+                "index": p.index,
+                "type": "function",
+                "function": {"name": p.name, "arguments": p.arguments},
+            }
             if p.id is not None:
                 tc["id"] = p.id
             frames.append(chunk({"content": None, "tool_calls": [tc]} if reply.null_content else {"tool_calls": [tc]}))
@@ -267,10 +271,16 @@ def _anthropic_frames(reply: Reply, model: str) -> list[bytes]:
                 block += 1
                 open_kind = ("text", block)
                 frames.append(
-                    _event("content_block_start", {"type": "content_block_start", "index": block, "content_block": {"type": "text", "text": ""}})
+                    _event(
+                        "content_block_start",
+                        {"type": "content_block_start", "index": block, "content_block": {"type": "text", "text": ""}},
+                    )
                 )
             frames.append(
-                _event("content_block_delta", {"type": "content_block_delta", "index": block, "delta": {"type": "text_delta", "text": p.text}})
+                _event(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": block, "delta": {"type": "text_delta", "text": p.text}},
+                )
             )
         elif isinstance(p, ToolStart):
             close()
@@ -283,7 +293,12 @@ def _anthropic_frames(reply: Reply, model: str) -> list[bytes]:
                     {
                         "type": "content_block_start",
                         "index": block,
-                        "content_block": {"type": "tool_use", "id": p.id or f"toolu_{p.index}", "name": p.name, "input": {}},
+                        "content_block": {
+                            "type": "tool_use",
+                            "id": p.id or f"toolu_{p.index}",
+                            "name": p.name,
+                            "input": {},
+                        },
                     },
                 )
             )
@@ -291,7 +306,11 @@ def _anthropic_frames(reply: Reply, model: str) -> list[bytes]:
                 frames.append(
                     _event(
                         "content_block_delta",
-                        {"type": "content_block_delta", "index": block, "delta": {"type": "input_json_delta", "partial_json": p.arguments}},
+                        {
+                            "type": "content_block_delta",
+                            "index": block,
+                            "delta": {"type": "input_json_delta", "partial_json": p.arguments},
+                        },
                     )
                 )
         elif isinstance(p, ToolArgs):
@@ -319,7 +338,11 @@ def _anthropic_tail(reply: Reply, model: str) -> list[bytes]:
     tail = [
         _event(
             "message_delta",
-            {"type": "message_delta", "delta": {"stop_reason": _STOP.get(_finish_of(reply), "end_turn")}, "usage": {"output_tokens": out}},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": _STOP.get(_finish_of(reply), "end_turn")},
+                "usage": {"output_tokens": out},
+            },
         )
     ]
     if reply.done_marker:
@@ -335,7 +358,9 @@ def _openai_history(body: dict[str, Any]) -> list[str]:
         msgs = [
             ChatMessage(
                 role=m["role"],
-                content=m.get("content") if isinstance(m.get("content"), str) or m.get("content") is None else json.dumps(m["content"]),
+                content=m.get("content")
+                if isinstance(m.get("content"), str) or m.get("content") is None
+                else json.dumps(m["content"]),
                 tool_call_id=m.get("tool_call_id"),
                 tool_calls=[
                     ToolCall(id=tc["id"], name=tc["function"]["name"], arguments=tc["function"].get("arguments", ""))
@@ -359,7 +384,9 @@ def _anthropic_history(body: dict[str, Any]) -> list[str]:
         if m.get("role") == "assistant" and uses:
             nxt = msgs[i + 1] if i + 1 < len(msgs) else None
             answered = [
-                b.get("tool_use_id") for b in (nxt.get("content") if nxt and isinstance(nxt.get("content"), list) else []) if b.get("type") == "tool_result"
+                b.get("tool_use_id")
+                for b in (nxt.get("content") if nxt and isinstance(nxt.get("content"), list) else [])
+                if b.get("type") == "tool_result"
             ]
             for u in uses:
                 if answered.count(u) != 1:
@@ -415,7 +442,9 @@ class ScriptedProvider:
         self._closing = threading.Event()
         self._server = _Server((host, port), _Handler)
         self._server.provider = self
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="scripted-provider", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="scripted-provider", daemon=True
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -551,7 +580,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
-            return self._json(400, {"error": {"message": "the request body is not JSON", "type": "invalid_request_error"}})
+            return self._json(
+                400, {"error": {"message": "the request body is not JSON", "type": "invalid_request_error"}}
+            )
         request = Request(api, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         provider._record(request)
         problems = _openai_history(body) if api == "openai" else _anthropic_history(body)
@@ -640,7 +671,9 @@ class _Handler(BaseHTTPRequestHandler):
             if n >= 0 and reply.malformed_after is not None and n == reply.malformed_after:
                 self._write_chunk(b"data: {this is not json\n\n")
             if n >= 0 and reply.error_after is not None and n == reply.error_after:
-                self._write_chunk(b'data: {"error": {"message": "scripted mid-stream error", "type": "server_error"}}\n\n')
+                self._write_chunk(
+                    b'data: {"error": {"message": "scripted mid-stream error", "type": "server_error"}}\n\n'
+                )
             if reply.delay and n >= 0:
                 self._pause(reply.delay)
             self._write_chunk(frame)

@@ -271,9 +271,11 @@ class SQLiteStore:
 
     def pending_commands(self, turn_id: str) -> list[Message]:
         """The turn's queued commands, not taken (for checking a new one against them)."""
-        rows = self._conn().execute(
-            "SELECT data FROM commands WHERE turn_id = ? AND taken_at IS NULL ORDER BY id", (turn_id,)
-        ).fetchall()
+        rows = (
+            self._conn()
+            .execute("SELECT data FROM commands WHERE turn_id = ? AND taken_at IS NULL ORDER BY id", (turn_id,))
+            .fetchall()
+        )
         out = []
         for (data,) in rows:
             try:
@@ -283,9 +285,11 @@ class SQLiteStore:
         return out
 
     def has_commands(self, turn_id: str) -> bool:
-        row = self._conn().execute(
-            "SELECT 1 FROM commands WHERE turn_id = ? AND taken_at IS NULL LIMIT 1", (turn_id,)
-        ).fetchone()
+        row = (
+            self._conn()
+            .execute("SELECT 1 FROM commands WHERE turn_id = ? AND taken_at IS NULL LIMIT 1", (turn_id,))
+            .fetchone()
+        )
         return row is not None
 
     def close(self) -> None:

@@ -83,7 +83,10 @@ def run_subagent(
     assert finish is not None
     if finish.finish_reason in ("stopped", "cancelled"):
         ctx.cancellation.throw_if_requested()
-        raise ToolCancelled("stop" if finish.finish_reason == "stopped" else "cancel", f"child turn {child.start.turn_id} {finish.finish_reason}")
+        raise ToolCancelled(
+            "stop" if finish.finish_reason == "stopped" else "cancel",
+            f"child turn {child.start.turn_id} {finish.finish_reason}",
+        )
     if finish.finish_reason != "stop":
         raise ChildTurnFailed(f"child turn {child.start.turn_id} ended with {finish.finish_reason}")
     for m in reversed(finish.messages):

@@ -28,7 +28,17 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
 
-from messages import CancelTurn, Finish, InterruptTool, ReportProgress, RunTool, StopTurn, ToolAlive, ToolResult, TurnEvent
+from messages import (
+    CancelTurn,
+    Finish,
+    InterruptTool,
+    ReportProgress,
+    RunTool,
+    StopTurn,
+    ToolAlive,
+    ToolResult,
+    TurnEvent,
+)
 
 from .errors import ToolCancelled, ToolDefinitionError
 from .plumbing import Inbox
@@ -37,7 +47,6 @@ from .tools import Tool, error_result, load_tool, ok_result
 from .turn_rules import interrupted_content
 
 __all__ = ["ToolActor", "run_tool_inline"]
-
 
 
 def log() -> logging.Logger:

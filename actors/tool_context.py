@@ -32,11 +32,11 @@ from .errors import ToolCancelled, ToolContextError
 __all__ = ["Cancellation", "Registration", "ToolContext"]
 
 
-
 def log() -> logging.Logger:
     """This module's logger, looked up at call time: Thespian replaces the logging manager
     in every actor process, so a logger created before the fork would log nowhere."""
     return logging.getLogger("greenroom.tools")
+
 
 _current: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar("greenroom_tool_context", default=None)
 

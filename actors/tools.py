@@ -43,7 +43,6 @@ __all__ = [
 ]
 
 
-
 def log() -> logging.Logger:
     """This module's logger, looked up at call time: Thespian replaces the logging manager
     in every actor process, so a logger created before the fork would log nowhere."""
@@ -242,9 +241,7 @@ def tool(
     return wrap(fn) if fn is not None else wrap
 
 
-def requires_approval(
-    t: Tool | Callable[..., Any], when: Callable[[dict[str, Any]], bool] | None = None
-) -> Tool:
+def requires_approval(t: Tool | Callable[..., Any], when: Callable[[dict[str, Any]], bool] | None = None) -> Tool:
     """A copy of ``t`` that needs approval, always or when ``when(arguments)`` is true."""
     base = t if isinstance(t, Tool) else Tool(t)
     gated = object.__new__(Tool)
@@ -299,4 +296,3 @@ def ok_result(data: Any) -> str:
 def error_result(message: str) -> str:
     """A failed call's tool message: ``{"ok": false, "error": ..., "data": null}``."""
     return json.dumps({"ok": False, "error": message, "data": None}, ensure_ascii=False)
-

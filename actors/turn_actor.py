@@ -1,10 +1,12 @@
 """TurnActor: owns one turn's loop state and messages; a thin shell over ``TurnRules``.
 
 Every input (a command, a stream message, a tool result, a timer, a child's exit) goes to
-``TurnRules.handle``; the actor carries the returned decisions out, in order: it sends
-events to its subscribers and appends them to its log, spawns a ToolActor per call and an
-LLMActor per turn, sends itself the next step, sets timers, persists snapshots, answers
-commands. It never blocks.
+``TurnRules.handle``; the actor carries the returned decisions out, in order: it writes
+the snapshot and the new events to the store first (when there is one), sends events to
+its subscribers, streams through the LLMActor the directory gave it (or one of its own),
+runs each call in a ToolActor (a spare lent by the directory, or a fresh one), sends
+itself the next step, sets timers, answers commands. It never blocks and, in the common
+path, never forks: the directory forks spares off every turn's path.
 
 Who is told what:
 
@@ -29,13 +31,13 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ChildActorExi
 
 from messages import AbortStream, ControlReply, StartTurn, Subscribe, ToolAlive, ToolResult, TurnEvent
 
+from .errors import StoreError
 from .llm_actor import LLMActor
 from .plumbing import Relay, TurnAttached
-from .tool_actor import ToolActor
-from .trace import trace
-from .errors import StoreError
 from .store import SQLiteStore, TurnStore
+from .tool_actor import ToolActor
 from .tools import needs_approval
+from .trace import trace
 from .turn_rules import (
     Abort,
     Decision,
@@ -58,11 +60,11 @@ from .turn_rules import (
 __all__ = ["LLMActorLost", "Launch", "LendToolActor", "LentToolActorExited", "ToolActorLent", "TurnActor", "TurnEnded"]
 
 
-
 def log() -> logging.Logger:
     """This module's logger, looked up at call time: Thespian replaces the logging manager
     in every actor process, so a logger created before the fork would log nowhere."""
     return logging.getLogger("greenroom.turn")
+
 
 _LINGER = "linger"
 _LIVENESS = "liveness"
@@ -184,7 +186,13 @@ class TurnActor(ActorTypeDispatcher):
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
         if self.rules is not None:
             if msg.turn_id != self.rules.state.turn_id:
-                self._reject(sender, msg.turn_id, "start_turn", "invalid", f"this TurnActor already runs turn {self.rules.state.turn_id}")
+                self._reject(
+                    sender,
+                    msg.turn_id,
+                    "start_turn",
+                    "invalid",
+                    f"this TurnActor already runs turn {self.rules.state.turn_id}",
+                )
             return
         self.subscribers = [sender]
         self.rules = TurnRules.from_start(msg, needs_approval=needs_approval)
@@ -206,7 +214,13 @@ class TurnActor(ActorTypeDispatcher):
         if self.rules is None:
             return self._reject(sender, turn_id or "", msg.kind, "unknown_turn", "this TurnActor has no turn yet")
         if turn_id is not None and turn_id != self.rules.state.turn_id:
-            return self._reject(sender, turn_id, msg.kind, "unknown_turn", f"this actor runs turn {self.rules.state.turn_id}, not {turn_id}")
+            return self._reject(
+                sender,
+                turn_id,
+                msg.kind,
+                "unknown_turn",
+                f"this actor runs turn {self.rules.state.turn_id}, not {turn_id}",
+            )
         self._apply(self.rules.handle(msg), sender)
 
     receiveMsg_StopTurn = _command
@@ -233,6 +247,7 @@ class TurnActor(ActorTypeDispatcher):
             for command in self.store.take_commands(self.rules.state.turn_id):
                 self._apply(self.rules.handle(command), None)
         self._internal(msg, sender)
+
     receiveMsg_LLMDeltas = _internal
     receiveMsg_LLMRetrying = _internal
     receiveMsg_LLMCompleted = _internal
@@ -272,7 +287,11 @@ class TurnActor(ActorTypeDispatcher):
                 self.tool_actors.pop(call_id, None)
                 where = f"its node {placed.node}" if placed.node else "the node it was placed on"
                 self._internal(
-                    ToolLost(call_id, f"Tool '{cs.call.name}' failed: {where} stopped answering for {options.lost_after:g} s (host lost)"), None
+                    ToolLost(
+                        call_id,
+                        f"Tool '{cs.call.name}' failed: {where} stopped answering for {options.lost_after:g} s (host lost)",
+                    ),
+                    None,
                 )
         if self.placed:
             self.wakeupAfter(timedelta(seconds=options.heartbeat), payload=_LIVENESS)
@@ -414,7 +433,6 @@ class TurnActor(ActorTypeDispatcher):
         if state.stop is not None:
             linger = max(linger, state.options.stop_grace + 0.5)  # let stopped tools finish their grace
         self.wakeupAfter(timedelta(seconds=linger), payload=_LINGER)
-
 
 
 def _describe(x: Any) -> str:

@@ -286,7 +286,11 @@ class TurnRules:
         out: list[Decision] = []
         if s.phase == "streaming":
             s.phase, s.stream_id = "idle", None
-            out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason="recovered after a restart: asking the model again"))
+            out.append(
+                self._emit(
+                    TurnRetrying, attempt=1, delay=0.0, reason="recovered after a restart: asking the model again"
+                )
+            )
         if s.batch is None:
             return out + [Persist("recovered"), ScheduleStep()]
         for cs in s.batch:
@@ -296,7 +300,13 @@ class TurnRules:
             if spec is not None and spec.retry_safe and s.cancel is None:
                 out.extend(self._spawn(cs, spec))
             else:
-                out.extend(self._done(cs, "interrupted", interrupted_content("the runtime stopped while the call ran", "recovered after a restart")))
+                out.extend(
+                    self._done(
+                        cs,
+                        "interrupted",
+                        interrupted_content("the runtime stopped while the call ran", "recovered after a restart"),
+                    )
+                )
         if s.commit_pending:
             out.append(SetTimer("commit", s.options.approval_window, s.round))
         if s.pending_approvals and s.approval_deadline is not None:
@@ -448,7 +458,9 @@ class TurnRules:
             return self._done(
                 cs,
                 "failed",
-                error_content(f"Invalid arguments for tool '{name}': expected a JSON object, got {type(args).__name__}"),
+                error_content(
+                    f"Invalid arguments for tool '{name}': expected a JSON object, got {type(args).__name__}"
+                ),
             )
         cs.arguments = args
         if self._needs_approval(spec, args):
@@ -476,7 +488,10 @@ class TurnRules:
             heartbeat=s.options.heartbeat if spec.requires else None,
             provider=s.provider,
         )
-        return [Spawn(run), self._emit(ToolCallStarted, call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments, round=s.round)]
+        return [
+            Spawn(run),
+            self._emit(ToolCallStarted, call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments, round=s.round),
+        ]
 
     def _done(self, cs: CallState, outcome: ToolOutcome, content: str) -> list[Decision]:
         cs.status, cs.outcome, cs.content = "done", outcome, content
@@ -551,7 +566,9 @@ class TurnRules:
             return self._reply(command, request_id, False, code, message)
 
         if s.phase == "finished":
-            return reject("turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason}); nothing can be approved")
+            return reject(
+                "turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason}); nothing can be approved"
+            )
         if s.stop is not None or s.cancel is not None:
             return reject("not_waiting", f"turn {s.turn_id} is being {'stopped' if s.stop else 'cancelled'}")
         if not responses and not deny_rest:
@@ -645,9 +662,7 @@ class TurnRules:
         for cs in s.batch or ():
             if cs.status == "running":
                 out.append(
-                    Interrupt(
-                        InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason=self._why())
-                    )
+                    Interrupt(InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason=self._why()))
                 )
         return out + self._end("cancelled" if s.cancel is not None else "stopped")
 
@@ -665,7 +680,9 @@ class TurnRules:
         out: list[Decision] = [Persist("cancel_marker")]
         for cs in s.batch or ():
             if cs.status == "running":
-                out.append(Interrupt(InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="cancel", reason=reason)))
+                out.append(
+                    Interrupt(InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="cancel", reason=reason))
+                )
         if grace is not None:
             out.append(SetTimer("cancel_grace", grace, 0))
         if s.phase != "streaming" and not self._running():
@@ -698,7 +715,9 @@ class TurnRules:
         s = self.state
         out: list[Decision] = []
         if s.batch is not None:
-            what = {"stopped": "the turn was stopped", "cancelled": "the turn was cancelled"}.get(reason, "the turn ended")
+            what = {"stopped": "the turn was stopped", "cancelled": "the turn was cancelled"}.get(
+                reason, "the turn ended"
+            )
             for cs in s.batch:
                 if cs.status != "done":
                     out.extend(self._done(cs, "interrupted", interrupted_content(what, self._why() or reason)))
@@ -711,9 +730,7 @@ class TurnRules:
             out.append(self._emit(Error, error_type=error[0], message=error[1]))
         s.phase = "finished"
         s.finish_reason = reason  # type: ignore[assignment]
-        out.append(
-            self._emit(Finish, finish_reason=reason, usage=s.usage, round=s.round, messages=list(s.messages))
-        )
+        out.append(self._emit(Finish, finish_reason=reason, usage=s.usage, round=s.round, messages=list(s.messages)))
         return out + [Persist("finished"), Done()]
 
     # -- helpers --------------------------------------------------------------------------
@@ -731,19 +748,27 @@ class TurnRules:
         return Emit(event)
 
     def _reply(
-        self, command: str, request_id: str | None, ok: bool, code: str | None, message: str, resumes_at: int | None = None
+        self,
+        command: str,
+        request_id: str | None,
+        ok: bool,
+        code: str | None,
+        message: str,
+        resumes_at: int | None = None,
     ) -> list[Decision]:
         """A reply to the command's sender: always for a refusal, for success only if asked."""
         if ok and request_id is None:
             return []
-        return [Reply(
-            ControlReply(
-                turn_id=self.state.turn_id,
-                request_id=request_id,
-                command=command,
-                ok=ok,
-                code=code,  # type: ignore[arg-type]
-                message=message,
-                resumes_at=resumes_at,
+        return [
+            Reply(
+                ControlReply(
+                    turn_id=self.state.turn_id,
+                    request_id=request_id,
+                    command=command,
+                    ok=ok,
+                    code=code,  # type: ignore[arg-type]
+                    message=message,
+                    resumes_at=resumes_at,
+                )
             )
-        )]
+        ]

@@ -40,7 +40,13 @@ def machine() -> dict[str, Any]:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     except OSError:
         pass
-    return {"cpus": os.cpu_count(), "cpu": cpu, "mem_mib": mem, "python": platform.python_version(), "kernel": platform.release()}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "mem_mib": mem,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
 
 
 def table(rows: list[list[Any]], header: list[str]) -> str:

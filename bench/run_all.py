@@ -14,6 +14,10 @@ if __name__ == "__main__":
     failed = []
     for name in BENCHES:
         print(f"\n=== {name}", flush=True)
-        if subprocess.run([sys.executable, str(HERE / name), *sys.argv[1:]] if name == "scale.py" else [sys.executable, str(HERE / name)]).returncode:
+        if subprocess.run(
+            [sys.executable, str(HERE / name), *sys.argv[1:]]
+            if name == "scale.py"
+            else [sys.executable, str(HERE / name)]
+        ).returncode:
             failed.append(name)
     sys.exit(1 if failed else 0)

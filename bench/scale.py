@@ -58,7 +58,10 @@ class RemoteProvider:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "actors.scripted_provider", "--responder", "bench.scale:responder"],
-            stdout=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
         )
         self.port = json.loads(self.proc.stdout.readline())["port"]  # type: ignore[union-attr]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -97,7 +100,11 @@ def latencies(request: dict, arrivals: list[tuple[int, float]]) -> list[float]:
 
 
 def stream_requests(provider: RemoteProvider, names: set[str]) -> dict[str, dict]:
-    return {r["messages"][0]["content"]: r for r in provider.requests() if r["messages"][-1]["role"] == "tool" and r["messages"][0]["content"] in names}
+    return {
+        r["messages"][0]["content"]: r
+        for r in provider.requests()
+        if r["messages"][-1]["role"] == "tool" and r["messages"][0]["content"] in names
+    }
 
 
 def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> dict:
@@ -137,8 +144,18 @@ def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> di
     requests = stream_requests(provider, set(names))
     lat = [x for name in names if name in requests for x in latencies(requests[name], arrivals[name])]
     intact = sum("".join(texts[name]) == text_of(name) for name in names)
-    seqs_ok = all([e.seq for e in handles[name].all_events] == list(range(len(handles[name].all_events))) for name in names)
-    return {"turns_per_s": n / elapsed, "p99_delta_ms": pct(lat, 99) * 1000, "p50_delta_ms": pct(lat, 50) * 1000, "mem_per_turn_mib": mem[0] / n, "errors": errors, "intact": intact, "ordered": seqs_ok}
+    seqs_ok = all(
+        [e.seq for e in handles[name].all_events] == list(range(len(handles[name].all_events))) for name in names
+    )
+    return {
+        "turns_per_s": n / elapsed,
+        "p99_delta_ms": pct(lat, 99) * 1000,
+        "p50_delta_ms": pct(lat, 50) * 1000,
+        "mem_per_turn_mib": mem[0] / n,
+        "errors": errors,
+        "intact": intact,
+        "ordered": seqs_ok,
+    }
 
 
 def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
@@ -162,7 +179,9 @@ def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
             messages: list[dict] = [{"role": "user", "content": name}]
             while True:
                 acc, total = OpenAIStream(), 0
-                with client.stream("POST", url, json={"model": "m", "messages": messages, "tools": tools, "stream": True}) as r:
+                with client.stream(
+                    "POST", url, json={"model": "m", "messages": messages, "tools": tools, "stream": True}
+                ) as r:
                     for ev in iter_sse(r.iter_lines()):
                         text = acc.feed(ev.event, ev.data)
                         if text:
@@ -175,9 +194,24 @@ def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
                 if not calls:
                     texts[name] = message.content or ""
                     return
-                messages.append({"role": "assistant", "content": None, "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]})
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                            for c in calls
+                        ],
+                    }
+                )
                 for c in calls:
-                    messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps({"ok": True, "data": fetch.fn(**json.loads(c.arguments))})})
+                    messages.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": c.id,
+                            "content": json.dumps({"ok": True, "data": fetch.fn(**json.loads(c.arguments))}),
+                        }
+                    )
 
     t0 = time.monotonic()
     threads = [threading.Thread(target=turn, args=(name,)) for name in names]
@@ -189,7 +223,12 @@ def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
     client.close()
     requests = stream_requests(provider, set(names))
     lat = [x for name in names if name in requests for x in latencies(requests[name], arrivals[name])]
-    return {"turns_per_s": n / elapsed, "p99_delta_ms": pct(lat, 99) * 1000, "errors": len(errors), "intact": sum(texts.get(name) == text_of(name) for name in names)}
+    return {
+        "turns_per_s": n / elapsed,
+        "p99_delta_ms": pct(lat, 99) * 1000,
+        "errors": len(errors),
+        "intact": sum(texts.get(name) == text_of(name) for name in names),
+    }
 
 
 def main() -> None:
@@ -210,13 +249,39 @@ def main() -> None:
             base = run_baseline(provider, n, f"b{n}_")
             ours = run_greenroom(rt, provider, n, f"g{n}_")
             results[n] = {"baseline": base, "greenroom": ours}
-            rows.append([n, ours["turns_per_s"], ours["turns_per_s"] / base["turns_per_s"], ours["p99_delta_ms"], base["p99_delta_ms"],
-                         ours["mem_per_turn_mib"], ours["errors"], f"{ours['intact']}/{n}", ours["ordered"]])
+            rows.append(
+                [
+                    n,
+                    ours["turns_per_s"],
+                    ours["turns_per_s"] / base["turns_per_s"],
+                    ours["p99_delta_ms"],
+                    base["p99_delta_ms"],
+                    ours["mem_per_turn_mib"],
+                    ours["errors"],
+                    f"{ours['intact']}/{n}",
+                    ours["ordered"],
+                ]
+            )
     finally:
         rt.close()
         provider.close()
     print(f"scale: N concurrent turns, each a tool call then {CHUNKS} deltas {DELAY * 1000:g} ms apart")
-    print(table(rows, ["N", "turns/s", "x baseline", "p99 delta ms", "baseline p99 ms", "MiB/turn (USS)", "errors", "deltas intact", "in order"]))
+    print(
+        table(
+            rows,
+            [
+                "N",
+                "turns/s",
+                "x baseline",
+                "p99 delta ms",
+                "baseline p99 ms",
+                "MiB/turn (USS)",
+                "errors",
+                "deltas intact",
+                "in order",
+            ],
+        )
+    )
     print("baseline errors:", {n: r["baseline"]["errors"] for n, r in results.items()})
     print("saved", save("scale", {"results": results}))
 

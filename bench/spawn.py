@@ -19,11 +19,11 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher  # noqa: E402
 
 from actors import Runtime, ToolActor  # noqa: E402
 from actors.scripted_provider import ScriptedProvider  # noqa: E402
+from actors.tools import tool_specs  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402
 from bench.stop_latency import ping_pong  # noqa: E402
-from messages import RunTool, ToolCall, ToolResult  # noqa: E402
-from actors.tools import tool_specs  # noqa: E402
 from bench.turn_overhead import lookup  # noqa: E402
+from messages import RunTool, ToolCall, ToolResult  # noqa: E402
 
 
 class Echo(ActorTypeDispatcher):
@@ -46,7 +46,17 @@ class Prober(ActorTypeDispatcher):
         if self.what == "spawn":
             spec = tool_specs([lookup])[0]
             child = self.createActor(ToolActor)
-            self.send(child, RunTool(turn_id="t", root_turn_id="t", call=ToolCall(id="c", name="lookup", arguments="{}"), spec=spec, arguments={"key": "k"}, idempotency_key="t:c"))
+            self.send(
+                child,
+                RunTool(
+                    turn_id="t",
+                    root_turn_id="t",
+                    call=ToolCall(id="c", name="lookup", arguments="{}"),
+                    spec=spec,
+                    arguments={"key": "k"},
+                    idempotency_key="t:c",
+                ),
+            )
         else:
             self.send(self.echo, "ping")
 

@@ -42,7 +42,11 @@ def baseline(provider: ScriptedProvider, reply: Reply) -> tuple[list[float], flo
     arrivals, total = [], 0
     with httpx.Client() as client:
         t0 = time.monotonic()
-        with client.stream("POST", provider.base_url + "/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "go"}], "stream": True}) as r:
+        with client.stream(
+            "POST",
+            provider.base_url + "/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "go"}], "stream": True},
+        ) as r:
             acc = OpenAIStream()
             for ev in iter_sse(r.iter_lines()):
                 text = acc.feed(ev.event, ev.data)
@@ -92,9 +96,24 @@ def main() -> None:
     print(f"streaming: {args.chunks} chunks 5 ms apart, then a burst of {n} chunks")
     print(table(rows, ["", "p50 ms", "p99 ms", "x baseline (p50)"]))
     rate_b, rate_g = n / base_burst, n / our_burst
-    print(table([["baseline", rate_b, 1.0], ["greenroom", rate_g, rate_g / rate_b]], ["sustained rate", "chunks/s", "x baseline"]))
+    print(
+        table(
+            [["baseline", rate_b, 1.0], ["greenroom", rate_g, rate_g / rate_b]],
+            ["sustained rate", "chunks/s", "x baseline"],
+        )
+    )
     print(f"every delta delivered, in order, none lost: {ok1 and ok2}")
-    print("saved", save("streaming", {"latency": {"baseline": b, "greenroom": g}, "rate_per_s": {"baseline": rate_b, "greenroom": rate_g}, "intact": ok1 and ok2}))
+    print(
+        "saved",
+        save(
+            "streaming",
+            {
+                "latency": {"baseline": b, "greenroom": g},
+                "rate_per_s": {"baseline": rate_b, "greenroom": rate_g},
+                "intact": ok1 and ok2,
+            },
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,22 @@ def baseline_turn(client: httpx.Client, url: str) -> str:
                     break
         message, _, _ = acc.result()
         calls = message.tool_calls or []
-        messages.append({"role": "assistant", "content": message.content, **({"tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]} if calls else {})})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": message.content,
+                **(
+                    {
+                        "tool_calls": [
+                            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                            for c in calls
+                        ]
+                    }
+                    if calls
+                    else {}
+                ),
+            }
+        )
         if not calls:
             return message.content or ""
         for c in calls:
@@ -89,7 +103,13 @@ def main() -> None:
     ]
     print(f"turn overhead, {args.turns} two-round turns each (target: greenroom within 3x the baseline)")
     print(table(rows, ["", "p50 ms", "p99 ms", "x baseline (p50)"]))
-    print("saved", save("turn_overhead", {"turns": args.turns, "baseline": b, "greenroom": g, "ratio_p50": g["p50_ms"] / b["p50_ms"]}))
+    print(
+        "saved",
+        save(
+            "turn_overhead",
+            {"turns": args.turns, "baseline": b, "greenroom": g, "ratio_p50": g["p50_ms"] / b["p50_ms"]},
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The main demo (``make demo``): streamed text, parallel tools, an approval, a stop.
 
-    python examples/00_demo.py          # asks before deleting the file
-    python examples/00_demo.py --yes    # approves without asking (--no denies)
+python examples/00_demo.py          # asks before deleting the file
+python examples/00_demo.py --yes    # approves without asking (--no denies)
 """
 
 from actors.demo import main

@@ -1,6 +1,6 @@
 """Quickstart: one turn with a tool, on the built-in scripted provider.
 
-    python examples/01_quickstart.py
+python examples/01_quickstart.py
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ def main() -> None:
         with Runtime(model.provider()) as runtime:
             turn = runtime.run("What is 2 + 3?", tools=[add])
             for event in turn.events(timeout=60):
-                print(event.kind, event.model_dump(exclude={"turn_id", "parent_turn_id", "root_turn_id", "kind", "messages"}))
+                print(
+                    event.kind,
+                    event.model_dump(exclude={"turn_id", "parent_turn_id", "root_turn_id", "kind", "messages"}),
+                )
             result = turn.result()
             print(result.finish_reason, "->", result.text)
 

@@ -107,11 +107,15 @@ def main(argv: list[str] | None = None) -> int:
                 if verdict == "deny_rest":
                     deny_rest = True
                     break
-                decisions.append(ToolApprovalResponse(call_id=request.call_id, approved=verdict == "approve", reason=reason))
+                decisions.append(
+                    ToolApprovalResponse(call_id=request.call_id, approved=verdict == "approve", reason=reason)
+                )
             turn.respond(decisions, deny_rest=deny_rest)
         print("\nfinal history:")
         for m in result.messages:
-            print(f"  [{m.role}] {m.content if m.content is not None else ''}{' ' + str([c.name for c in m.tool_calls]) if m.tool_calls else ''}")
+            print(
+                f"  [{m.role}] {m.content if m.content is not None else ''}{' ' + str([c.name for c in m.tool_calls]) if m.tool_calls else ''}"
+            )
     return 0
 
 

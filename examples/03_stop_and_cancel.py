@@ -1,6 +1,6 @@
 """Stop and cancel: stop ends everything now; cancel lets a cooperative tool finish its step.
 
-    python examples/03_stop_and_cancel.py
+python examples/03_stop_and_cancel.py
 """
 
 from __future__ import annotations

@@ -98,8 +98,13 @@ class Supervisor(ActorTypeDispatcher):
         self.report.events += 1
         if isinstance(event, ToolApprovalRequest):
             approved, reason = policy(event)
-            self.report.decisions.append(f"{event.turn_id[-4:]} {event.name}: {'approved' if approved else 'denied: ' + str(reason)}")
-            self.send(self.directory, ToolApprovalResponse(turn_id=event.turn_id, call_id=event.call_id, approved=approved, reason=reason))
+            self.report.decisions.append(
+                f"{event.turn_id[-4:]} {event.name}: {'approved' if approved else 'denied: ' + str(reason)}"
+            )
+            self.send(
+                self.directory,
+                ToolApprovalResponse(turn_id=event.turn_id, call_id=event.call_id, approved=approved, reason=reason),
+            )
         elif isinstance(event, ToolCallStarted) and event.round >= self.plan.max_rounds:
             self._stop(event.turn_id, f"over budget: {event.round + 1} rounds")
         elif isinstance(event, Finish) and event.terminal:

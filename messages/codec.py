@@ -97,9 +97,7 @@ def decode(data: bytes) -> Message:
 
 def encode_snapshot(state: TurnState) -> bytes:
     """The msgpack bytes of a turn snapshot, tagged with its schema version."""
-    return msgpack.packb(
-        {"v": state.schema_version, "state": state.model_dump(mode="json")}, use_bin_type=True
-    )
+    return msgpack.packb({"v": state.schema_version, "state": state.model_dump(mode="json")}, use_bin_type=True)
 
 
 def decode_snapshot(data: bytes) -> TurnState:

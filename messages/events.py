@@ -35,12 +35,8 @@ __all__ = [
     "TurnStarted",
 ]
 
-FinishReason = Literal[
-    "stop", "max_rounds", "error", "awaiting_approval", "stopped", "cancelled", "length"
-]
-TERMINAL_REASONS: frozenset[str] = frozenset(
-    {"stop", "max_rounds", "error", "stopped", "cancelled", "length"}
-)
+FinishReason = Literal["stop", "max_rounds", "error", "awaiting_approval", "stopped", "cancelled", "length"]
+TERMINAL_REASONS: frozenset[str] = frozenset({"stop", "max_rounds", "error", "stopped", "cancelled", "length"})
 
 
 class TurnEvent(Message):

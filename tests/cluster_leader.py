@@ -28,7 +28,12 @@ def reply_of(spec: dict[str, Any]) -> Reply:
 def main() -> None:
     host, port = sys.argv[1], int(sys.argv[2])
     model = ScriptedProvider().start()
-    rt = Runtime(model.provider(retry=RetryPolicy(max_attempts=1)), host=host, admin_port=port, key=os.environ["GREENROOM_KEY"].encode()).start()
+    rt = Runtime(
+        model.provider(retry=RetryPolicy(max_attempts=1)),
+        host=host,
+        admin_port=port,
+        key=os.environ["GREENROOM_KEY"].encode(),
+    ).start()
     turns: dict[str, Any] = {}
     print(json.dumps({"ready": True, "sid": rt.admin_sid, "netns": os.readlink("/proc/self/ns/net")}), flush=True)
     for line in sys.stdin:
@@ -45,17 +50,24 @@ def main() -> None:
                 out = {"membership": [[m.node, m.joined] for m in rt.membership]}
             elif op == "run":
                 model.add(*[reply_of(r) for r in cmd["replies"]])
-                turns[cmd["turn_id"]] = rt.run(cmd["prompt"], tools=[getattr(T, t) for t in cmd["tools"]], turn_id=cmd["turn_id"])
+                turns[cmd["turn_id"]] = rt.run(
+                    cmd["prompt"], tools=[getattr(T, t) for t in cmd["tools"]], turn_id=cmd["turn_id"]
+                )
                 out = {"turn_id": cmd["turn_id"]}
             elif op == "wait_progress":
-                event = turns[cmd["turn_id"]].wait_for(lambda e: isinstance(e, ToolProgress), timeout=cmd.get("timeout", 30))
+                event = turns[cmd["turn_id"]].wait_for(
+                    lambda e: isinstance(e, ToolProgress), timeout=cmd.get("timeout", 30)
+                )
                 out = {"data": event.data}
             elif op == "stop":  # by turn id, through the directory, as any actor would
                 reply = rt.control(StopTurn(turn_id=cmd["turn_id"], reason=cmd.get("reason", "stop")))
                 out = {"ok": reply.ok}
             elif op == "result":
                 result = turns[cmd["turn_id"]].result(cmd.get("timeout", 60), final=True)
-                out = {"finish_reason": result.finish_reason, "messages": [m.model_dump(mode="json") for m in result.messages]}
+                out = {
+                    "finish_reason": result.finish_reason,
+                    "messages": [m.model_dump(mode="json") for m in result.messages],
+                }
             else:
                 out = {"error": f"unknown op {op}"}
         except Exception as exc:  # reported to the test, which fails with it

@@ -81,16 +81,47 @@ class Cluster:
 
     def start_leader(self) -> dict[str, Any]:
         self.leader = subprocess.Popen(
-            ["ip", "netns", "exec", self.leader_ns, sys.executable, "-m", "tests.cluster_leader", self.leader_ip, str(PORT)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=self.env(),
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.leader_ns,
+                sys.executable,
+                "-m",
+                "tests.cluster_leader",
+                self.leader_ip,
+                str(PORT),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=self.env(),
         )
         self.procs.append(self.leader)
         return self.read()
 
     def start_member(self, *extra: str, key: str | None = None) -> subprocess.Popen[str]:
-        cmd = ["ip", "netns", "exec", self.member_ns, sys.executable, "-m", "actors.cli", "node",
-               "--leader", f"{self.leader_ip}:{PORT}", "--listen", self.member_ip, "--admin-port", str(PORT), *extra]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=self.env(key))
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            self.member_ns,
+            sys.executable,
+            "-m",
+            "actors.cli",
+            "node",
+            "--leader",
+            f"{self.leader_ip}:{PORT}",
+            "--listen",
+            self.member_ip,
+            "--admin-port",
+            str(PORT),
+            *extra,
+        ]
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=self.env(key)
+        )
         self.procs.append(proc)
         return proc
 
@@ -159,16 +190,40 @@ def joined(c: Cluster) -> str:
 def test_a_tool_that_needs_sandbox_runs_in_the_member_namespace(cluster: Cluster) -> None:
     node = joined(cluster)
     assert node == f"{cluster.member_ip}:{PORT}"
-    assert cluster.ask(op="nodes")["nodes"] == [{"kind": "node_info", "node": node, "capabilities": {"sandbox": True, "gpu": False}}]
-    cluster.ask(op="run", turn_id="t_place", prompt="where?", tools=["where_am_i"], replies=[{"tools": [["where_am_i", {}]]}, {"say": "done"}])
+    assert cluster.ask(op="nodes")["nodes"] == [
+        {"kind": "node_info", "node": node, "capabilities": {"sandbox": True, "gpu": False}}
+    ]
+    cluster.ask(
+        op="run",
+        turn_id="t_place",
+        prompt="where?",
+        tools=["where_am_i"],
+        replies=[{"tools": [["where_am_i", {}]]}, {"say": "done"}],
+    )
     result = cluster.ask(op="result", turn_id="t_place")
     assert result["finish_reason"] == "stop"
     data = json.loads(result["messages"][2]["content"])["data"]
     assert data["netns"] == f"net:[{netns_inode(cluster.member_ns)}]"
     assert data["netns"] != f"net:[{netns_inode(cluster.leader_ns)}]"
     listed = subprocess.run(
-        ["ip", "netns", "exec", cluster.leader_ns, sys.executable, "-m", "actors.cli", "nodes", "--admin", f"{cluster.leader_ip}:{PORT}", "--json"],
-        capture_output=True, text=True, cwd=ROOT, env=cluster.env(), timeout=60,
+        [
+            "ip",
+            "netns",
+            "exec",
+            cluster.leader_ns,
+            sys.executable,
+            "-m",
+            "actors.cli",
+            "nodes",
+            "--admin",
+            f"{cluster.leader_ip}:{PORT}",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cluster.env(),
+        timeout=60,
     )
     assert json.loads(listed.stdout) == [{"node": node, "capabilities": {"sandbox": True, "gpu": False}}], listed.stderr
     member = cluster.procs[-1]
@@ -179,7 +234,13 @@ def test_a_tool_that_needs_sandbox_runs_in_the_member_namespace(cluster: Cluster
 
 def test_a_stop_by_turn_id_from_the_leader_ends_the_tool_process_group_on_the_member(cluster: Cluster) -> None:
     joined(cluster)
-    cluster.ask(op="run", turn_id="t_stop", prompt="build", tools=["sandbox_shell"], replies=[{"tools": [["sandbox_shell", {"command": "sleep 300 & sleep 300"}]]}])
+    cluster.ask(
+        op="run",
+        turn_id="t_stop",
+        prompt="build",
+        tools=["sandbox_shell"],
+        replies=[{"tools": [["sandbox_shell", {"command": "sleep 300 & sleep 300"}]]}],
+    )
     progress = cluster.ask(op="wait_progress", turn_id="t_stop")["data"]
     pgid = progress["pgid"]
     assert progress["netns"] == f"net:[{netns_inode(cluster.member_ns)}]"
@@ -197,7 +258,10 @@ def test_a_stop_by_turn_id_from_the_leader_ends_the_tool_process_group_on_the_me
 def test_losing_the_member_mid_call_fails_the_call_within_10_s_and_the_turn_goes_on(cluster: Cluster) -> None:
     joined(cluster)
     cluster.ask(
-        op="run", turn_id="t_lost", prompt="build", tools=["sandbox_shell"],
+        op="run",
+        turn_id="t_lost",
+        prompt="build",
+        tools=["sandbox_shell"],
         replies=[{"tools": [["sandbox_shell", {"command": "sleep 300"}]]}, {"say": "The sandbox host is gone."}],
     )
     cluster.ask(op="wait_progress", turn_id="t_lost")
@@ -221,7 +285,13 @@ def test_a_node_with_the_wrong_key_cannot_join(cluster: Cluster) -> None:
     assert intruder.returncode == 2
     assert f"could not join the leader at {cluster.leader_ip}:{PORT} within 5 s (wrong key, or unreachable)" in err
     assert cluster.ask(op="nodes")["nodes"] == []
-    cluster.ask(op="run", turn_id="t_nowhere", prompt="where?", tools=["where_am_i"], replies=[{"tools": [["where_am_i", {}]]}, {"say": "no sandbox"}])
+    cluster.ask(
+        op="run",
+        turn_id="t_nowhere",
+        prompt="where?",
+        tools=["where_am_i"],
+        replies=[{"tools": [["where_am_i", {}]]}, {"say": "no sandbox"}],
+    )
     result = cluster.ask(op="result", turn_id="t_nowhere")
     assert json.loads(result["messages"][2]["content"]) == {
         "ok": False,

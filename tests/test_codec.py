@@ -9,9 +9,23 @@ import messages as m
 from messages.codec import CodecError, SnapshotVersionError
 
 call = m.ToolCall(id="call_1", name="add", arguments='{"a": 1, "b": 2}')
-provider = m.ProviderConfig(base_url="http://127.0.0.1:1/v1", model="x", api_key_env="OPENAI_API_KEY", headers={"x-trace": "1"})
-spec = m.ToolSpec(name="add", description="Add.", ref="tests.tools_for_tests:add", approval="predicate", approval_ref="a:b", requires={"gpu": True})
-history = [m.ChatMessage.system("s"), m.ChatMessage.user("u"), m.ChatMessage.assistant(None, [call]), m.ChatMessage.tool("{}", "call_1", name="add")]
+provider = m.ProviderConfig(
+    base_url="http://127.0.0.1:1/v1", model="x", api_key_env="OPENAI_API_KEY", headers={"x-trace": "1"}
+)
+spec = m.ToolSpec(
+    name="add",
+    description="Add.",
+    ref="tests.tools_for_tests:add",
+    approval="predicate",
+    approval_ref="a:b",
+    requires={"gpu": True},
+)
+history = [
+    m.ChatMessage.system("s"),
+    m.ChatMessage.user("u"),
+    m.ChatMessage.assistant(None, [call]),
+    m.ChatMessage.tool("{}", "call_1", name="add"),
+]
 ids = {"turn_id": "t1", "seq": 4, "parent_turn_id": "p", "root_turn_id": "r"}
 
 SAMPLES: dict[str, m.Message] = {
@@ -21,32 +35,63 @@ SAMPLES: dict[str, m.Message] = {
     "timeouts": m.Timeouts(connect=1.5, read=2.0, total=None),
     "retry_policy": m.RetryPolicy(max_attempts=2, initial_delay=0.1, max_delay=1.0, jitter=0.0),
     "provider_config": provider,
-    "stream_chat": m.StreamChat(stream_id="t1/s1", provider=provider, messages=history, tools=[{"name": "add", "description": "", "parameters": {}}]),
+    "stream_chat": m.StreamChat(
+        stream_id="t1/s1",
+        provider=provider,
+        messages=history,
+        tools=[{"name": "add", "description": "", "parameters": {}}],
+    ),
     "llm_deltas": m.LLMDeltas(stream_id="t1/s1", seq=0, text="hé"),
     "llm_retrying": m.LLMRetrying(stream_id="t1/s1", seq=1, attempt=1, delay=0.5, reason="HTTP 429"),
-    "llm_completed": m.LLMCompleted(stream_id="t1/s1", seq=2, message=history[2], finish_reason="tool_calls", usage=m.Usage(total_tokens=1)),
-    "llm_failed": m.LLMFailed(stream_id="t1/s1", seq=3, error_type="http_error", message="HTTP 500", partial_text="par"),
+    "llm_completed": m.LLMCompleted(
+        stream_id="t1/s1", seq=2, message=history[2], finish_reason="tool_calls", usage=m.Usage(total_tokens=1)
+    ),
+    "llm_failed": m.LLMFailed(
+        stream_id="t1/s1", seq=3, error_type="http_error", message="HTTP 500", partial_text="par"
+    ),
     "abort_stream": m.AbortStream(stream_id="t1/s1", reason="stop"),
     "tool_spec": spec,
-    "run_tool": m.RunTool(turn_id="t1", root_turn_id="t1", call=call, spec=spec, arguments={"a": 1, "b": [2, None]}, idempotency_key="t1:call_1", attempt=2, stop_grace=0.5, heartbeat=1.0, provider=provider),
+    "run_tool": m.RunTool(
+        turn_id="t1",
+        root_turn_id="t1",
+        call=call,
+        spec=spec,
+        arguments={"a": 1, "b": [2, None]},
+        idempotency_key="t1:call_1",
+        attempt=2,
+        stop_grace=0.5,
+        heartbeat=1.0,
+        provider=provider,
+    ),
     "tool_result": m.ToolResult(turn_id="t1", call_id="call_1", outcome="failed", content='{"ok": false}'),
     "report_progress": m.ReportProgress(turn_id="t1", call_id="call_1", seq=0, data={"pct": 50}),
     "interrupt_tool": m.InterruptTool(turn_id="t1", call_id="call_1", mode="cancel", reason="r"),
     "turn_options": m.TurnOptions(max_rounds=3, approval_timeout=2.5, approval_window=0.0, stop_grace=1.0, linger=0.5),
-    "start_turn": m.StartTurn(turn_id="t1", messages=history, tools=[spec], provider=provider, parent_turn_id="p", root_turn_id="r"),
+    "start_turn": m.StartTurn(
+        turn_id="t1", messages=history, tools=[spec], provider=provider, parent_turn_id="p", root_turn_id="r"
+    ),
     "stop_turn": m.StopTurn(turn_id="t1", reason="user", request_id="q"),
     "cancel_turn": m.CancelTurn(turn_id="t1", reason="sup", grace=1.0),
     "tool_approval_response": m.ToolApprovalResponse(call_id="call_1", approved=False, reason="no", turn_id="t1"),
-    "respond_to_approvals": m.RespondToApprovals(turn_id="t1", responses=[m.ToolApprovalResponse(call_id="c", approved=True)], deny_rest=True, deny_reason="later"),
+    "respond_to_approvals": m.RespondToApprovals(
+        turn_id="t1",
+        responses=[m.ToolApprovalResponse(call_id="c", approved=True)],
+        deny_rest=True,
+        deny_reason="later",
+    ),
     "stop_tool": m.StopTool(turn_id="t1", call_id="call_1"),
     "subscribe": m.Subscribe(turn_id="t1", since=3),
     "node_info": m.NodeInfo(node="10.0.0.2:1900", capabilities={"sandbox": True, "gpu": "a100"}),
-    "membership_changed": m.MembershipChanged(node="10.0.0.2:1900", joined=False, capabilities={"sandbox": True}, at=12.5),
+    "membership_changed": m.MembershipChanged(
+        node="10.0.0.2:1900", joined=False, capabilities={"sandbox": True}, at=12.5
+    ),
     "watch_membership": m.WatchMembership(),
     "list_nodes": m.ListNodes(request_id="q"),
     "node_list": m.NodeList(request_id="q", nodes=[m.NodeInfo(node="n", capabilities={})]),
     "tool_alive": m.ToolAlive(turn_id="t1", call_id="c", node="10.0.0.2:1900"),
-    "control_reply": m.ControlReply(turn_id="t1", request_id="q", command="stop_turn", ok=False, code="duplicate", message="m", resumes_at=7),
+    "control_reply": m.ControlReply(
+        turn_id="t1", request_id="q", command="stop_turn", ok=False, code="duplicate", message="m", resumes_at=7
+    ),
     "turn_started": m.TurnStarted(**ids),
     "text_delta": m.TextDelta(text="hi", **ids),
     "tool_call_started": m.ToolCallStarted(call_id="c", name="add", arguments={"a": 1}, **ids),
@@ -55,7 +100,14 @@ SAMPLES: dict[str, m.Message] = {
     "tool_approval_request": m.ToolApprovalRequest(call_id="c", name="add", arguments={"a": 1}, description="d", **ids),
     "turn_retrying": m.TurnRetrying(attempt=2, delay=0.25, reason="HTTP 503", **ids),
     "error": m.Error(error_type="stopped", message="Agent run stopped", detail="user", **ids),
-    "finish": m.Finish(finish_reason="awaiting_approval", usage=m.Usage(total_tokens=2), round=1, messages=history, pending_approvals=["c"], **ids),
+    "finish": m.Finish(
+        finish_reason="awaiting_approval",
+        usage=m.Usage(total_tokens=2),
+        round=1,
+        messages=history,
+        pending_approvals=["c"],
+        **ids,
+    ),
 }
 
 

@@ -53,7 +53,9 @@ def run_child(store: Path, provider: ScriptedProvider, scenario: str, turn_id: s
 
 
 def greenroom(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "actors.cli", *args], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "actors.cli", *args], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=60
+    )
 
 
 def approve_and_finish(rt: Runtime, turn_id: str) -> list[ChatMessage]:
@@ -64,7 +66,9 @@ def approve_and_finish(rt: Runtime, turn_id: str) -> list[ChatMessage]:
     return result.messages
 
 
-def test_sigkill_while_awaiting_approval_then_a_new_runtime_finishes_the_turn(provider: ScriptedProvider, tmp_path: Path) -> None:
+def test_sigkill_while_awaiting_approval_then_a_new_runtime_finishes_the_turn(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
     store = tmp_path / "turns.db"
     script = [use_tools(call("write_file", {"path": "/etc/motd", "text": "hi"})), say("Written.")]
     provider.add(script[0])
@@ -72,7 +76,9 @@ def test_sigkill_while_awaiting_approval_then_a_new_runtime_finishes_the_turn(pr
     provider.add(script[1])
     with Runtime(config(provider), store=store) as rt:
         assert rt.recovered == ["turn_crash1"]
-        assert [(s.turn_id, s.status, s.pending_approvals) for s in rt.turns()] == [("turn_crash1", "awaiting_approval", ["call_1"])]
+        assert [(s.turn_id, s.status, s.pending_approvals) for s in rt.turns()] == [
+            ("turn_crash1", "awaiting_approval", ["call_1"])
+        ]
         recovered = approve_and_finish(rt, "turn_crash1")
         events = rt.updates("turn_crash1")
     # the same turn, never interrupted
@@ -84,7 +90,12 @@ def test_sigkill_while_awaiting_approval_then_a_new_runtime_finishes_the_turn(pr
         uninterrupted = turn.result(30).messages
     assert recovered == uninterrupted
     assert [e.seq for e in events] == list(range(len(events)))
-    assert summary(events)[-4:] == [("tool_call_started", "call_1"), ("tool_finished", "call_1", "success"), ("text", "Written."), ("finish", "stop")]
+    assert summary(events)[-4:] == [
+        ("tool_call_started", "call_1"),
+        ("tool_finished", "call_1", "success"),
+        ("text", "Written."),
+        ("finish", "stop"),
+    ]
 
 
 @pytest.mark.parametrize("scenario, runs", [("tool", 1), ("tool_safely", 2)])
@@ -104,19 +115,28 @@ def test_a_recorded_side_effect_is_not_repeated_unless_the_tool_is_safe_to_retry
     tool_message = finish.messages[2].content
     if runs == 1:
         assert tool_message == json.dumps(
-            {"ok": False, "error": "Interrupted: the runtime stopped while the call ran (recovered after a restart)", "data": None}
+            {
+                "ok": False,
+                "error": "Interrupted: the runtime stopped while the call ran (recovered after a restart)",
+                "data": None,
+            }
         )
     else:
         assert tool_message == json.dumps({"ok": True, "data": "recorded on attempt 2"})
 
 
-def test_a_cancel_written_while_no_runtime_runs_ends_the_turn_cancelled_at_the_next_start(provider: ScriptedProvider, tmp_path: Path) -> None:
+def test_a_cancel_written_while_no_runtime_runs_ends_the_turn_cancelled_at_the_next_start(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
     store = tmp_path / "turns.db"
     provider.add(use_tools(call("write_file", {"path": "/etc/motd", "text": "hi"})))
     run_child(store, provider, "approval", "turn_crash3")
     out = greenroom("cancel", "turn_crash3", "--store", str(store), "--reason", "abandoned")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "cancelled: no runtime is running; written to the store, applied when the turn is loaded again"
+    assert (
+        out.stdout.strip()
+        == "cancelled: no runtime is running; written to the store, applied when the turn is loaded again"
+    )
     with Runtime(config(provider), store=store) as rt:
         turn = rt.attach("turn_crash3")
         finish = turn.wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
@@ -126,7 +146,9 @@ def test_a_cancel_written_while_no_runtime_runs_ends_the_turn_cancelled_at_the_n
     assert len(provider.requests) == 1
 
 
-def test_a_cancel_in_the_store_reaches_a_running_turn_at_its_next_step(provider: ScriptedProvider, tmp_path: Path) -> None:
+def test_a_cancel_in_the_store_reaches_a_running_turn_at_its_next_step(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
     store, log = tmp_path / "turns.db", str(tmp_path / "runs.log")
     provider.add(use_tools(call("timed_echo", {"text": "x", "seconds": 1.0, "log": log})), say("never asked"))
     with Runtime(config(provider), store=store) as rt:
@@ -137,7 +159,11 @@ def test_a_cancel_in_the_store_reaches_a_running_turn_at_its_next_step(provider:
         subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=ENV, timeout=60)
         result = turn.result(30)
     assert result.finish_reason == "cancelled"
-    assert summary(turn.all_events)[-3:] == [("tool_finished", "call_1", "success"), ("error", "cancelled", "Agent run cancelled"), ("finish", "cancelled")]
+    assert summary(turn.all_events)[-3:] == [
+        ("tool_finished", "call_1", "success"),
+        ("error", "cancelled", "Agent run cancelled"),
+        ("finish", "cancelled"),
+    ]
     assert len(provider.requests) == 1
 
 
@@ -171,7 +197,9 @@ def corrupt(store: Path, turn_id: str, how: str) -> None:
     conn.close()
 
 
-def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(provider: ScriptedProvider, tmp_path: Path) -> None:
+def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
     store = tmp_path / "turns.db"
     provider.add(*[use_tools(call("write_file", {"path": "/etc/x", "text": "y"})) for _ in range(3)])
     with Runtime(config(provider), store=store) as rt:
@@ -193,7 +221,10 @@ def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(provid
         assert approve_and_finish(rt, "turn_good")[-1] == ChatMessage.assistant("Done.")
     out = greenroom("turns", "show", "turn_version", "--store", str(store))
     assert out.returncode == 2
-    assert out.stderr.strip() == "greenroom: turn turn_version: snapshot schema version 99 is not supported (this code reads 1)"
+    assert (
+        out.stderr.strip()
+        == "greenroom: turn turn_version: snapshot schema version 99 is not supported (this code reads 1)"
+    )
 
 
 def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, tmp_path: Path) -> None:
@@ -203,9 +234,14 @@ def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, 
         turn = rt.run("w", tools=[T.write_file], turn_id="turn_cli1")
         assert turn.result(30).finish_reason == "awaiting_approval"
         listed = greenroom("turns", "list", "--store", str(store), "--json")
-        assert [(t["turn_id"], t["status"], t["pending_approvals"]) for t in json.loads(listed.stdout)] == [("turn_cli1", "awaiting_approval", ["call_1"])]
+        assert [(t["turn_id"], t["status"], t["pending_approvals"]) for t in json.loads(listed.stdout)] == [
+            ("turn_cli1", "awaiting_approval", ["call_1"])
+        ]
         bad = greenroom("approve", "turn_cli1", "call_9", "--store", str(store))
-        assert (bad.returncode, bad.stderr.strip()) == (2, "greenroom: no approval was requested for call 'call_9' in turn turn_cli1")
+        assert (bad.returncode, bad.stderr.strip()) == (
+            2,
+            "greenroom: no approval was requested for call 'call_9' in turn turn_cli1",
+        )
         unknown = greenroom("approve", "turn_nope", "call_1", "--store", str(store))
         assert (unknown.returncode, unknown.stderr.strip()) == (2, "greenroom: unknown turn turn_nope")
         ok = greenroom("approve", "turn_cli1", "call_1", "--store", str(store))
@@ -220,7 +256,11 @@ def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, 
 
 def test_the_command_line_against_a_stopped_runtime(provider: ScriptedProvider, tmp_path: Path) -> None:
     store = tmp_path / "turns.db"
-    provider.add(use_tools(call("write_file", {"path": "/etc/x", "text": "y"}), call("write_file", {"path": "/etc/z", "text": "y"})))
+    provider.add(
+        use_tools(
+            call("write_file", {"path": "/etc/x", "text": "y"}), call("write_file", {"path": "/etc/z", "text": "y"})
+        )
+    )
     with Runtime(config(provider), store=store) as rt:
         assert rt.run("w", tools=[T.write_file], turn_id="turn_cli2").result(30).finish_reason == "awaiting_approval"
     listed = greenroom("turns", "list", "--store", str(store))
@@ -234,7 +274,10 @@ def test_the_command_line_against_a_stopped_runtime(provider: ScriptedProvider, 
     with Runtime(config(provider), store=store) as rt:
         turn = rt.attach("turn_cli2")
         finish = turn.wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
-    assert [m.content for m in finish.messages if m.role == "tool"] == [json.dumps({"ok": True, "data": "would write 1 bytes to /etc/x"}), "Rejected: no thanks"]
+    assert [m.content for m in finish.messages if m.role == "tool"] == [
+        json.dumps({"ok": True, "data": "would write 1 bytes to /etc/x"}),
+        "Rejected: no thanks",
+    ]
     assert finish.messages[-1] == ChatMessage.assistant("Half done.")
 
 

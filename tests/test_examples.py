@@ -35,7 +35,9 @@ def test_the_demo_shows_tools_an_approval_and_a_stop() -> None:
     assert "<- call_3 denied: Rejected: the user said no" in out
     assert "file still there: True" in out
     assert "!! Agent run stopped (the user pressed stop)" in out
-    assert out.rstrip().endswith('tool -> {"ok": false, "error": "Interrupted: the turn was stopped (the user pressed stop)", "data": null}')
+    assert out.rstrip().endswith(
+        'tool -> {"ok": false, "error": "Interrupted: the turn was stopped (the user pressed stop)", "data": null}'
+    )
 
 
 def test_the_demo_deletes_the_file_when_approved() -> None:

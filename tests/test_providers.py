@@ -9,7 +9,19 @@ import pytest
 from openai import OpenAI
 
 from actors import Runtime
-from actors.scripted_provider import Chunk, Raw, Reply, ScriptedProvider, Text, ToolArgs, ToolStart, call, fail, say, use_tools
+from actors.scripted_provider import (
+    Chunk,
+    Raw,
+    Reply,
+    ScriptedProvider,
+    Text,
+    ToolArgs,
+    ToolStart,
+    call,
+    fail,
+    say,
+    use_tools,
+)
 from messages import ChatMessage, ProviderConfig, RetryPolicy, Timeouts, ToolCall, TurnOptions, TurnRetrying
 
 from . import tools_for_tests as T
@@ -32,11 +44,20 @@ def chunk(delta: dict[str, Any], finish: str | None = None) -> Chunk:
 
 QUIRKS: dict[str, tuple[Reply, ChatMessage]] = {
     "azure_empty_choices_first": (
-        Reply(parts=(Chunk({"choices": [], "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]}), Text("Hi "), Text("there.")), role_chunk=False),
+        Reply(
+            parts=(
+                Chunk({"choices": [], "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]}),
+                Text("Hi "),
+                Text("there."),
+            ),
+            role_chunk=False,
+        ),
         ChatMessage.assistant("Hi there."),
     ),
     "tool_calls_without_ids": (
-        Reply(parts=(ToolStart(0, None, "add", '{"a": 1,'), ToolArgs(0, ' "b": 2}'), ToolStart(1, None, "add", ADD_ARGS))),
+        Reply(
+            parts=(ToolStart(0, None, "add", '{"a": 1,'), ToolArgs(0, ' "b": 2}'), ToolStart(1, None, "add", ADD_ARGS))
+        ),
         None,  # ids are generated: checked in their own test
     ),
     "whole_arguments_in_one_chunk": (
@@ -48,7 +69,14 @@ QUIRKS: dict[str, tuple[Reply, ChatMessage]] = {
         ChatMessage.assistant(None, [ToolCall(id="call_1", name="add", arguments=ADD_ARGS)]),
     ),
     "legacy_function_call": (
-        Reply(parts=(chunk({"role": "assistant", "content": None, "function_call": {"name": "add", "arguments": ""}}), chunk({"function_call": {"arguments": ADD_ARGS}})), finish_reason="function_call", role_chunk=False),
+        Reply(
+            parts=(
+                chunk({"role": "assistant", "content": None, "function_call": {"name": "add", "arguments": ""}}),
+                chunk({"function_call": {"arguments": ADD_ARGS}}),
+            ),
+            finish_reason="function_call",
+            role_chunk=False,
+        ),
         None,
     ),
     "keep_alive_comments": (
@@ -75,12 +103,16 @@ QUIRKS: dict[str, tuple[Reply, ChatMessage]] = {
 
 
 @pytest.mark.parametrize("quirk", [q for q, (_, expected) in QUIRKS.items() if expected is not None])
-def test_each_quirk_through_a_full_turn_gives_the_exact_message(runtime: Runtime, provider: ScriptedProvider, quirk: str) -> None:
+def test_each_quirk_through_a_full_turn_gives_the_exact_message(
+    runtime: Runtime, provider: ScriptedProvider, quirk: str
+) -> None:
     reply, expected = QUIRKS[quirk]
     assert first_assistant(runtime, provider, reply) == expected
 
 
-def test_tool_calls_without_ids_get_stable_ones_and_the_turn_stays_valid(runtime: Runtime, provider: ScriptedProvider) -> None:
+def test_tool_calls_without_ids_get_stable_ones_and_the_turn_stays_valid(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
     reply, _ = QUIRKS["tool_calls_without_ids"]
     message = first_assistant(runtime, provider, reply)
     ids = [c.id for c in message.tool_calls or []]
@@ -120,7 +152,9 @@ def test_finish_reason_length_ends_the_turn_with_its_own_reason(runtime: Runtime
 
 
 REFERENCE = {
-    "text_tools_usage": use_tools(call("add", {"a": 1, "b": 2}), call("add", {"a": 3, "b": 4}), text="Adding.", fragments=4),
+    "text_tools_usage": use_tools(
+        call("add", {"a": 1, "b": 2}), call("add", {"a": 3, "b": 4}), text="Adding.", fragments=4
+    ),
     "azure_empty_choices_first": QUIRKS["azure_empty_choices_first"][0],
     "content_null_beside_tool_calls": QUIRKS["content_null_beside_tool_calls"][0],
     "keep_alive_comments": QUIRKS["keep_alive_comments"][0],
@@ -130,7 +164,9 @@ REFERENCE = {
 
 
 @pytest.mark.parametrize("case", sorted(REFERENCE))
-def test_accumulation_matches_the_official_openai_package_on_the_same_bytes(runtime: Runtime, provider: ScriptedProvider, case: str) -> None:
+def test_accumulation_matches_the_official_openai_package_on_the_same_bytes(
+    runtime: Runtime, provider: ScriptedProvider, case: str
+) -> None:
     reply = REFERENCE[case]
     provider.add(reply)
     client = OpenAI(api_key="unused", base_url=provider.base_url, max_retries=0)
@@ -150,10 +186,14 @@ def test_accumulation_matches_the_official_openai_package_on_the_same_bytes(runt
 
 def test_429_is_retried_after_its_retry_after(runtime: Runtime, provider: ScriptedProvider) -> None:
     provider.add(fail(429, "slow down", retry_after=0.4), say("ok now"))
-    turn = runtime.run("go", provider=provider.provider(retry=RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=5)))
+    turn = runtime.run(
+        "go", provider=provider.provider(retry=RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=5))
+    )
     events = list(turn.events(timeout=30))
     retries = [e for e in events if isinstance(e, TurnRetrying)]
-    assert [(r.attempt, r.reason) for r in retries] == [(1, 'the provider answered HTTP 429: {"error": {"message": "slow down", "type": "scripted"}}')]
+    assert [(r.attempt, r.reason) for r in retries] == [
+        (1, 'the provider answered HTTP 429: {"error": {"message": "slow down", "type": "scripted"}}')
+    ]
     assert retries[0].delay >= 0.4
     first, second = provider.requests
     assert second.received_at - first.received_at >= 0.4
@@ -163,12 +203,20 @@ def test_429_is_retried_after_its_retry_after(runtime: Runtime, provider: Script
 def test_503_twice_then_success(runtime: Runtime, provider: ScriptedProvider) -> None:
     provider.add(fail(503, "busy"), fail(503, "busy"), say("third time lucky"))
     events = list(runtime.run("go").events(timeout=30))
-    assert summary(events) == [("turn_started",), ("turn_retrying",), ("turn_retrying",), ("text", "third time lucky"), ("finish", "stop")]
+    assert summary(events) == [
+        ("turn_started",),
+        ("turn_retrying",),
+        ("turn_retrying",),
+        ("text", "third time lucky"),
+        ("finish", "stop"),
+    ]
     assert [e.attempt for e in events if isinstance(e, TurnRetrying)] == [1, 2]
     assert len(provider.requests) == 3
 
 
-def test_a_failure_after_the_first_delta_is_not_retried_and_text_is_not_repeated(runtime: Runtime, provider: ScriptedProvider) -> None:
+def test_a_failure_after_the_first_delta_is_not_retried_and_text_is_not_repeated(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
     provider.add(say("alpha beta gamma delta", cut_after=2), say("must not be asked for"))
     turn = runtime.run("go")
     events = list(turn.events(timeout=30))
@@ -178,11 +226,17 @@ def test_a_failure_after_the_first_delta_is_not_retried_and_text_is_not_repeated
     assert turn.result(5).messages[-1] == ChatMessage.assistant("alpha beta ")
 
 
-def test_a_stream_silent_longer_than_the_read_timeout_ends_with_a_clear_error(runtime: Runtime, provider: ScriptedProvider) -> None:
+def test_a_stream_silent_longer_than_the_read_timeout_ends_with_a_clear_error(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
     provider.add(say("one two three", stall_after=1))
     config = provider.provider(timeouts=Timeouts(connect=5, read=0.5, total=60), retry=RetryPolicy(max_attempts=1))
     events = list(runtime.run("go", provider=config).events(timeout=30))
-    assert summary(events)[-3:] == [("text", "one "), ("error", "read_timeout", "the provider sent nothing for 0.5 s"), ("finish", "error")]
+    assert summary(events)[-3:] == [
+        ("text", "one "),
+        ("error", "read_timeout", "the provider sent nothing for 0.5 s"),
+        ("finish", "error"),
+    ]
     assert provider.requests[0].disconnected.wait(5)
 
 
@@ -190,13 +244,19 @@ def test_a_bad_request_is_not_retried(runtime: Runtime, provider: ScriptedProvid
     provider.add(fail(401, "bad key"))
     events = list(runtime.run("go").events(timeout=30))
     assert summary(events)[-2:] == [
-        ("error", "http_error", 'the provider answered HTTP 401: {"error": {"message": "bad key", "type": "scripted"}}'),
+        (
+            "error",
+            "http_error",
+            'the provider answered HTTP 401: {"error": {"message": "bad key", "type": "scripted"}}',
+        ),
         ("finish", "error"),
     ]
     assert len(provider.requests) == 1
 
 
-def test_the_api_key_is_read_from_the_named_variable_and_sent_only_to_the_provider(provider: ScriptedProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_api_key_is_read_from_the_named_variable_and_sent_only_to_the_provider(
+    provider: ScriptedProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GREENROOM_TEST_KEY", "sk-test-secret")
     provider.add(say("authorized"))
     config = provider.provider(api_key_env="GREENROOM_TEST_KEY")
@@ -211,14 +271,25 @@ def test_the_api_key_is_read_from_the_named_variable_and_sent_only_to_the_provid
 # -- Anthropic ------------------------------------------------------------------------------
 
 
-def test_a_full_turn_with_tools_and_an_approval_on_the_anthropic_api(provider: ScriptedProvider, fast_retry: RetryPolicy) -> None:
+def test_a_full_turn_with_tools_and_an_approval_on_the_anthropic_api(
+    provider: ScriptedProvider, fast_retry: RetryPolicy
+) -> None:
     provider.add(
-        use_tools(call("add", {"a": 2, "b": 3}), call("write_file", {"path": "/etc/motd", "text": "hi"}), text="Working on it.", fragments=3),
+        use_tools(
+            call("add", {"a": 2, "b": 3}),
+            call("write_file", {"path": "/etc/motd", "text": "hi"}),
+            text="Working on it.",
+            fragments=3,
+        ),
         say("Added and written."),
     )
     config: ProviderConfig = provider.provider(api="anthropic", max_tokens=256, retry=fast_retry)
     with Runtime(config) as rt:
-        turn = rt.run([ChatMessage.system("Be brief."), ChatMessage.user("add and write")], tools=[T.add, T.write_file], options=TurnOptions())
+        turn = rt.run(
+            [ChatMessage.system("Be brief."), ChatMessage.user("add and write")],
+            tools=[T.add, T.write_file],
+            options=TurnOptions(),
+        )
         first = summary(list(turn.events(timeout=30)))
         assert first[-1] == ("finish", "awaiting_approval") and ("tool_approval_request", "call_2") in first
         turn.approve("call_2")
@@ -228,10 +299,15 @@ def test_a_full_turn_with_tools_and_an_approval_on_the_anthropic_api(provider: S
         ChatMessage.user("add and write"),
         ChatMessage.assistant(
             "Working on it.",
-            [ToolCall(id="call_1", name="add", arguments=ADD_ARGS.replace("1", "2").replace('"b": 2', '"b": 3')), ToolCall(id="call_2", name="write_file", arguments='{"path": "/etc/motd", "text": "hi"}')],
+            [
+                ToolCall(id="call_1", name="add", arguments=ADD_ARGS.replace("1", "2").replace('"b": 2', '"b": 3')),
+                ToolCall(id="call_2", name="write_file", arguments='{"path": "/etc/motd", "text": "hi"}'),
+            ],
         ),
         ChatMessage.tool(json.dumps({"ok": True, "data": 5}), "call_1", name="add"),
-        ChatMessage.tool(json.dumps({"ok": True, "data": "would write 2 bytes to /etc/motd"}), "call_2", name="write_file"),
+        ChatMessage.tool(
+            json.dumps({"ok": True, "data": "would write 2 bytes to /etc/motd"}), "call_2", name="write_file"
+        ),
         ChatMessage.assistant("Added and written."),
     ]
     second = provider.requests[1]
@@ -243,14 +319,23 @@ def test_a_full_turn_with_tools_and_an_approval_on_the_anthropic_api(provider: S
             "content": [
                 {"type": "text", "text": "Working on it."},
                 {"type": "tool_use", "id": "call_1", "name": "add", "input": {"a": 2, "b": 3}},
-                {"type": "tool_use", "id": "call_2", "name": "write_file", "input": {"path": "/etc/motd", "text": "hi"}},
+                {
+                    "type": "tool_use",
+                    "id": "call_2",
+                    "name": "write_file",
+                    "input": {"path": "/etc/motd", "text": "hi"},
+                },
             ],
         },
         {
             "role": "user",
             "content": [
                 {"type": "tool_result", "tool_use_id": "call_1", "content": json.dumps({"ok": True, "data": 5})},
-                {"type": "tool_result", "tool_use_id": "call_2", "content": json.dumps({"ok": True, "data": "would write 2 bytes to /etc/motd"})},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "call_2",
+                    "content": json.dumps({"ok": True, "data": "would write 2 bytes to /etc/motd"}),
+                },
             ],
         },
     ]

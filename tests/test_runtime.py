@@ -46,7 +46,9 @@ def test_turns_can_be_started_and_read_from_several_threads(runtime: Runtime, pr
     assert sorted(results.values()) == sorted(texts)
 
 
-def test_a_malformed_data_line_ends_the_turn_with_an_explicit_error(runtime: Runtime, provider: ScriptedProvider) -> None:
+def test_a_malformed_data_line_ends_the_turn_with_an_explicit_error(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
     provider.add(say("one two three", malformed_after=1))
     turn = runtime.run("hi")
     events = list(turn.events(timeout=30))
@@ -59,7 +61,9 @@ def test_a_malformed_data_line_ends_the_turn_with_an_explicit_error(runtime: Run
     assert turn.result(5).messages[-1].content == "one "
 
 
-def test_a_stream_cut_midway_ends_the_turn_with_an_explicit_error_and_no_retry(runtime: Runtime, provider: ScriptedProvider) -> None:
+def test_a_stream_cut_midway_ends_the_turn_with_an_explicit_error_and_no_retry(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
     provider.add(say("one two three four", cut_after=2))
     turn = runtime.run("hi")
     events = list(turn.events(timeout=30))

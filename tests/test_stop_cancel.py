@@ -34,12 +34,18 @@ def provider_accepts(provider: ScriptedProvider, messages: list[ChatMessage]) ->
     """The strict pairing check of the scripted provider accepts ``messages`` followed by a
     new user message, as the next turn of the conversation would send them."""
     provider.add(say("ok"))
-    body = {"model": "m", "stream": True, "messages": [to_openai_message(m) for m in messages] + [{"role": "user", "content": "next"}]}
+    body = {
+        "model": "m",
+        "stream": True,
+        "messages": [to_openai_message(m) for m in messages] + [{"role": "user", "content": "next"}],
+    }
     response = httpx.post(provider.base_url + "/chat/completions", json=body, timeout=10)
     assert response.status_code == 200, response.text
 
 
-def test_stop_while_the_model_streams_closes_the_connection_and_drops_later_deltas(runtime: Runtime, provider: ScriptedProvider) -> None:
+def test_stop_while_the_model_streams_closes_the_connection_and_drops_later_deltas(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
     text = " ".join(f"w{i}" for i in range(200))
     provider.add(say(text, delay=0.02))
     turn = runtime.run("talk")
@@ -70,7 +76,9 @@ def test_stop_while_the_provider_stalls_aborts_at_once(runtime: Runtime, provide
     provider_accepts(provider, turn.result(5).messages)
 
 
-def test_stop_ends_the_whole_process_group_of_a_tool_and_runs_its_callback_once(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+def test_stop_ends_the_whole_process_group_of_a_tool_and_runs_its_callback_once(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
     marker = tmp_path / "callback.log"
     provider.add(use_tools(call("shell", {"command": "sleep 300 & sleep 300", "marker": str(marker)})))
     turn = runtime.run("build", tools=[T.shell])
@@ -81,12 +89,16 @@ def test_stop_ends_the_whole_process_group_of_a_tool_and_runs_its_callback_once(
     assert wait_until(lambda: group_members(pgid) == [], timeout=5), f"left behind: {group_members(pgid)}"
     result = turn.result(30)
     assert result.finish_reason == "stopped"
-    assert result.messages[-1] == ChatMessage.tool(interrupted_content("the turn was stopped", "enough"), "call_1", name="shell")
+    assert result.messages[-1] == ChatMessage.tool(
+        interrupted_content("the turn was stopped", "enough"), "call_1", name="shell"
+    )
     assert marker.read_text() == "stopped\n"
     provider_accepts(provider, result.messages)
 
 
-def test_stop_cancels_an_async_tool_whose_actor_then_exits_without_waiting_for_the_grace(runtime: Runtime, provider: ScriptedProvider) -> None:
+def test_stop_cancels_an_async_tool_whose_actor_then_exits_without_waiting_for_the_grace(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
     provider.add(use_tools(call("async_sleeper", {"seconds": 300})))
     turn = runtime.run("nap", tools=[T.async_sleeper], options=TurnOptions(stop_grace=60))
     pid = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pid"]
@@ -95,7 +107,9 @@ def test_stop_cancels_an_async_tool_whose_actor_then_exits_without_waiting_for_t
     assert turn.result(30).finish_reason == "stopped"
 
 
-def test_a_blocking_tool_is_left_to_its_flag_and_ends_with_its_process_after_the_grace(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+def test_a_blocking_tool_is_left_to_its_flag_and_ends_with_its_process_after_the_grace(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
     marker = tmp_path / "stop.log"
     provider.add(use_tools(call("wait_for_stop", {"marker": str(marker)})))
     turn = runtime.run("wait", tools=[T.wait_for_stop], options=TurnOptions(stop_grace=0.2))
@@ -105,7 +119,9 @@ def test_a_blocking_tool_is_left_to_its_flag_and_ends_with_its_process_after_the
     assert wait_until(lambda: marker.exists() and marker.read_text() == "stopped\n")
 
 
-def test_cancel_lets_a_cooperative_tool_leave_at_its_next_check(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+def test_cancel_lets_a_cooperative_tool_leave_at_its_next_check(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
     marker = tmp_path / "finished"
     provider.add(use_tools(call("cooperative", {"marker": str(marker)})))
     turn = runtime.run("work", tools=[T.cooperative])
@@ -149,7 +165,9 @@ def test_cancel_with_a_grace_becomes_a_stop(runtime: Runtime, provider: Scripted
     assert result.messages[-1].content == interrupted_content("the turn was cancelled", "wind down")
 
 
-def test_stop_and_cancel_twice_and_stop_after_the_end_have_no_further_effect(runtime: Runtime, provider: ScriptedProvider) -> None:
+def test_stop_and_cancel_twice_and_stop_after_the_end_have_no_further_effect(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
     provider.add(say("a b c d e f g h", stall_after=1))
     turn = runtime.run("talk")
     turn.wait_for(lambda e: isinstance(e, TextDelta), timeout=30)
@@ -164,10 +182,14 @@ def test_stop_and_cancel_twice_and_stop_after_the_end_have_no_further_effect(run
     assert len(turn.all_events) == len(events)
 
 
-def test_stop_tool_ends_one_of_two_parallel_calls_and_the_turn_goes_on(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+def test_stop_tool_ends_one_of_two_parallel_calls_and_the_turn_goes_on(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
     log = str(tmp_path / "runs.log")
     provider.add(
-        use_tools(call("shell", {"command": "sleep 300"}), call("timed_echo", {"text": "ok", "seconds": 0.5, "log": log})),
+        use_tools(
+            call("shell", {"command": "sleep 300"}), call("timed_echo", {"text": "ok", "seconds": 0.5, "log": log})
+        ),
         say("One of them was stopped."),
     )
     turn = runtime.run("both", tools=[T.shell, T.timed_echo])

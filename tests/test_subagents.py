@@ -15,29 +15,49 @@ from .test_stop_cancel import wait_until
 
 
 def child_events(events: list) -> list[dict]:
-    return [e.data["event"] for e in events if isinstance(e, ToolProgress) and isinstance(e.data, dict) and "child_turn_id" in e.data]
+    return [
+        e.data["event"]
+        for e in events
+        if isinstance(e, ToolProgress) and isinstance(e.data, dict) and "child_turn_id" in e.data
+    ]
 
 
 def test_the_child_answer_becomes_the_parent_tool_result(runtime: Runtime, provider: ScriptedProvider) -> None:
-    provider.add(use_tools(call("delegate", {"task": "what is six times seven?"})), say("Forty-two."), say("The helper says 42."))
+    provider.add(
+        use_tools(call("delegate", {"task": "what is six times seven?"})), say("Forty-two."), say("The helper says 42.")
+    )
     turn = runtime.run("ask the helper", tools=[T.delegate])
     result = turn.result(60)
     assert result.finish_reason == "stop"
-    assert result.messages[2] == ChatMessage.tool(json.dumps({"ok": True, "data": "Forty-two."}), "call_1", name="delegate")
+    assert result.messages[2] == ChatMessage.tool(
+        json.dumps({"ok": True, "data": "Forty-two."}), "call_1", name="delegate"
+    )
     assert result.text == "The helper says 42."
     nested = child_events(turn.all_events)
     assert [e["kind"] for e in nested] == ["turn_started", "text_delta", "finish"]
     assert {(e["parent_turn_id"], e["root_turn_id"]) for e in nested} == {(turn.turn_id, turn.turn_id)}
     child_request = provider.requests[1].messages
-    assert child_request == [{"role": "system", "content": "You are a helper agent."}, {"role": "user", "content": "what is six times seven?"}]
+    assert child_request == [
+        {"role": "system", "content": "You are a helper agent."},
+        {"role": "user", "content": "what is six times seven?"},
+    ]
 
 
-def test_a_child_turn_is_stopped_through_its_parent_down_to_its_subprocesses(provider: ScriptedProvider, tmp_path: Path) -> None:
-    provider.add(use_tools(call("delegate", {"task": "build it"})), use_tools(call("shell", {"command": "sleep 300 & sleep 300"})))
+def test_a_child_turn_is_stopped_through_its_parent_down_to_its_subprocesses(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    provider.add(
+        use_tools(call("delegate", {"task": "build it"})),
+        use_tools(call("shell", {"command": "sleep 300 & sleep 300"})),
+    )
     with Runtime(provider.provider(retry=RetryPolicy(max_attempts=1)), store=tmp_path / "turns.db") as rt:
         parent = rt.run("delegate the build", tools=[T.delegate])
         shell_progress = parent.wait_for(
-            lambda e: isinstance(e, ToolProgress) and isinstance(e.data, dict) and e.data.get("event", {}).get("kind") == "tool_progress",
+            lambda e: (
+                isinstance(e, ToolProgress)
+                and isinstance(e.data, dict)
+                and e.data.get("event", {}).get("kind") == "tool_progress"
+            ),
             timeout=60,
         )
         child_id = shell_progress.data["child_turn_id"]
@@ -53,12 +73,21 @@ def test_a_child_turn_is_stopped_through_its_parent_down_to_its_subprocesses(pro
     assert finish.messages[-1].role == "tool"  # the child's history stays valid too
 
 
-def test_a_cancel_of_the_parent_reaches_the_child_turn(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+def test_a_cancel_of_the_parent_reaches_the_child_turn(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
     marker = tmp_path / "child-finished"
-    provider.add(use_tools(call("delegate_work", {"marker": str(marker)})), use_tools(call("cooperative", {"marker": str(marker)})))
+    provider.add(
+        use_tools(call("delegate_work", {"marker": str(marker)})),
+        use_tools(call("cooperative", {"marker": str(marker)})),
+    )
     parent = runtime.run("delegate the work", tools=[T.delegate_work])
     working = parent.wait_for(
-        lambda e: isinstance(e, ToolProgress) and isinstance(e.data, dict) and e.data.get("event", {}).get("kind") == "tool_progress",
+        lambda e: (
+            isinstance(e, ToolProgress)
+            and isinstance(e.data, dict)
+            and e.data.get("event", {}).get("kind") == "tool_progress"
+        ),
         timeout=60,
     )
     child_id = working.data["child_turn_id"]

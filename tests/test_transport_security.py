@@ -47,7 +47,12 @@ def port_of(address: object) -> int:
 
 def test_the_forged_payload_is_live_when_unpickled(tmp_path: Path) -> None:
     marker = tmp_path / "control"
-    subprocess.run([sys.executable, "-c", "import pickle,sys; pickle.loads(sys.stdin.buffer.read())"], input=pickle.dumps(Touch(str(marker))), check=True, timeout=30)
+    subprocess.run(
+        [sys.executable, "-c", "import pickle,sys; pickle.loads(sys.stdin.buffer.read())"],
+        input=pickle.dumps(Touch(str(marker))),
+        check=True,
+        timeout=30,
+    )
     assert marker.exists(), "the payload should run code when unpickled (positive control)"
 
 

@@ -14,7 +14,9 @@ from . import tools_for_tests as T
 from .helpers import assert_seq, err, ok, summary
 
 
-def test_text_then_two_parallel_tools_then_final_text(runtime: Runtime, provider: ScriptedProvider, tmp_path: Path) -> None:
+def test_text_then_two_parallel_tools_then_final_text(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
     log = str(tmp_path / "runs.log")
     provider.add(
         use_tools(
@@ -42,12 +44,21 @@ def test_text_then_two_parallel_tools_then_final_text(runtime: Runtime, provider
     assert turn.result(5).messages == [
         ChatMessage.system("Be brief."),
         ChatMessage.user("Check both."),
-        ChatMessage.assistant("Let me check both.", [ToolCall(id="call_1", name="timed_echo", arguments=args1), ToolCall(id="call_2", name="timed_echo", arguments=args2)]),
+        ChatMessage.assistant(
+            "Let me check both.",
+            [
+                ToolCall(id="call_1", name="timed_echo", arguments=args1),
+                ToolCall(id="call_2", name="timed_echo", arguments=args2),
+            ],
+        ),
         ChatMessage.tool(ok({"echo": "slow"}), "call_1", name="timed_echo"),
         ChatMessage.tool(ok({"echo": "fast"}), "call_2", name="timed_echo"),
         ChatMessage.assistant("Both are done."),
     ]
-    runs = {line.split()[0]: [float(x) for x in line.split()[1:3]] + [int(line.split()[3])] for line in Path(log).read_text().splitlines()}
+    runs = {
+        line.split()[0]: [float(x) for x in line.split()[1:3]] + [int(line.split()[3])]
+        for line in Path(log).read_text().splitlines()
+    }
     (s_start, s_end, s_pid), (f_start, f_end, f_pid) = runs["slow"], runs["fast"]
     assert s_start < f_end and f_start < s_end, "the two calls did not overlap in time"
     assert s_pid != f_pid, "the two calls ran in the same process"
@@ -62,13 +73,19 @@ def test_max_rounds_ends_the_turn_without_another_llm_request(provider: Scripted
         events = list(turn.events(timeout=30))
         sid = rt.admin_sid
     assert session_processes(sid) == []
-    assert summary(events)[-3:] == [("tool_call_started", "call_1"), ("tool_finished", "call_1", "success"), ("finish", "max_rounds")]
+    assert summary(events)[-3:] == [
+        ("tool_call_started", "call_1"),
+        ("tool_finished", "call_1", "success"),
+        ("finish", "max_rounds"),
+    ]
     assert events[-1].round == 1
     assert len(provider.requests) == 1
     assert events[-1].messages[-1] == ChatMessage.tool(ok(3), "call_1", name="add")
 
 
-def test_an_unknown_tool_gets_the_seed_message_and_the_turn_goes_on(runtime: Runtime, provider: ScriptedProvider) -> None:
+def test_an_unknown_tool_gets_the_seed_message_and_the_turn_goes_on(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
     provider.add(use_tools(call("nope", {})), say("Sorry."))
     turn = runtime.run("go", tools=[T.add])
     result = turn.result(30)
@@ -81,16 +98,27 @@ def test_an_unknown_tool_gets_the_seed_message_and_the_turn_goes_on(runtime: Run
     assert ("tool_finished", "call_1", "failed") in summary(turn.all_events)
 
 
-def test_invalid_arguments_go_back_to_the_model_saying_what_is_wrong(runtime: Runtime, provider: ScriptedProvider) -> None:
+def test_invalid_arguments_go_back_to_the_model_saying_what_is_wrong(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
     provider.add(
-        use_tools(call("add", '{"a": 1,'), call("add", {"a": "x", "b": 2}), call("add", {"a": 1, "b": 2, "c": 3}), call("add", "[1, 2]")),
+        use_tools(
+            call("add", '{"a": 1,'),
+            call("add", {"a": "x", "b": 2}),
+            call("add", {"a": 1, "b": 2, "c": 3}),
+            call("add", "[1, 2]"),
+        ),
         say("Fixed."),
     )
     result = runtime.run("go", tools=[T.add]).result(30)
     tool_contents = [m.content for m in result.messages if m.role == "tool"]
     assert tool_contents == [
-        err("Invalid arguments for tool 'add': not valid JSON (Expecting property name enclosed in double quotes: line 1 column 9 (char 8))"),
-        err("Invalid arguments for tool 'add': a: Input should be a valid integer, unable to parse string as an integer"),
+        err(
+            "Invalid arguments for tool 'add': not valid JSON (Expecting property name enclosed in double quotes: line 1 column 9 (char 8))"
+        ),
+        err(
+            "Invalid arguments for tool 'add': a: Input should be a valid integer, unable to parse string as an integer"
+        ),
         err("Invalid arguments for tool 'add': c: Extra inputs are not permitted"),
         err("Invalid arguments for tool 'add': expected a JSON object, got list"),
     ]

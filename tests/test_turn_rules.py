@@ -51,7 +51,13 @@ class Clock:
 
 
 def new(tools: list[ToolSpec] | None = None, **options: Any) -> tuple[TurnRules, list[Any]]:
-    start = StartTurn(turn_id="t", messages=[ChatMessage.user("hi")], tools=tools or [SAFE, GATED], provider=PROVIDER, options=TurnOptions(**options))
+    start = StartTurn(
+        turn_id="t",
+        messages=[ChatMessage.user("hi")],
+        tools=tools or [SAFE, GATED],
+        provider=PROVIDER,
+        options=TurnOptions(**options),
+    )
     rules = TurnRules.from_start(start, clock=Clock())
     return rules, rules.start()
 
@@ -74,7 +80,14 @@ def respond(rules: TurnRules, *calls: tuple[str, str, bool]) -> list[Any]:
     """Stream a response with tool calls ``(id, name, _)`` and complete it."""
     stream_id = rules.state.stream_id
     tool_calls = [ToolCall(id=c[0], name=c[1], arguments="{}") for c in calls]
-    return rules.handle(LLMCompleted(stream_id=stream_id, seq=0, message=ChatMessage.assistant(None, tool_calls or None), finish_reason="tool_calls" if calls else "stop"))
+    return rules.handle(
+        LLMCompleted(
+            stream_id=stream_id,
+            seq=0,
+            message=ChatMessage.assistant(None, tool_calls or None),
+            finish_reason="tool_calls" if calls else "stop",
+        )
+    )
 
 
 def result(call_id: str, content: str = '{"ok": true, "data": 1}') -> ToolResult:
@@ -115,7 +128,12 @@ def test_a_mixed_response_runs_the_safe_call_and_asks_only_about_the_gated_one()
     out = respond(rules, ("c1", "safe", False), ("c2", "gated", True))
     assert kinds(out) == ["persist", "spawn", "emit:tool_call_started", "emit:tool_approval_request"]
     request = out[3].event
-    assert (request.call_id, request.name, request.arguments, request.description) == ("c2", "gated", {}, "Needs a human.")
+    assert (request.call_id, request.name, request.arguments, request.description) == (
+        "c2",
+        "gated",
+        {},
+        "Needs a human.",
+    )
     out = rules.handle(result("c1"))
     assert kinds(out) == ["emit:tool_finished", "persist", "emit:finish:awaiting_approval", "persist"]
     assert out[2].event.pending_approvals == ["c2"]
@@ -161,11 +179,21 @@ def test_two_gated_calls_resume_only_after_the_second_answer() -> None:
 @pytest.mark.parametrize(
     "response, code, message",
     [
-        (ToolApprovalResponse(call_id="zz", approved=True, request_id="q"), "unknown_call", "no approval was requested for call 'zz' in turn t"),
-        (ToolApprovalResponse(call_id="c0", approved=True, request_id="q"), "not_waiting", "call 'c0' is not waiting for approval"),
+        (
+            ToolApprovalResponse(call_id="zz", approved=True, request_id="q"),
+            "unknown_call",
+            "no approval was requested for call 'zz' in turn t",
+        ),
+        (
+            ToolApprovalResponse(call_id="c0", approved=True, request_id="q"),
+            "not_waiting",
+            "call 'c0' is not waiting for approval",
+        ),
     ],
 )
-def test_a_response_for_a_call_that_is_not_waiting_is_refused_and_changes_nothing(response: Any, code: str, message: str) -> None:
+def test_a_response_for_a_call_that_is_not_waiting_is_refused_and_changes_nothing(
+    response: Any, code: str, message: str
+) -> None:
     rules, _ = new()
     step(rules)
     respond(rules, ("c0", "safe", False), ("c1", "gated", True))
@@ -192,14 +220,19 @@ def test_a_response_after_the_turn_finished_is_refused() -> None:
     step(rules)
     respond(rules)
     out = rules.handle(ToolApprovalResponse(call_id="c1", approved=True))
-    assert (out[0].reply.code, out[0].reply.message) == ("turn_finished", "turn t has finished (stop); nothing can be approved")
+    assert (out[0].reply.code, out[0].reply.message) == (
+        "turn_finished",
+        "turn t has finished (stop); nothing can be approved",
+    )
 
 
 def test_deny_rest_denies_what_is_undecided_and_goes_on() -> None:
     rules, _ = new()
     step(rules)
     respond(rules, ("c1", "gated", True), ("c2", "gated", True))
-    out = rules.handle(RespondToApprovals(turn_id="t", responses=[ToolApprovalResponse(call_id="c1", approved=True)], deny_rest=True))
+    out = rules.handle(
+        RespondToApprovals(turn_id="t", responses=[ToolApprovalResponse(call_id="c1", approved=True)], deny_rest=True)
+    )
     assert kinds(out) == ["persist", "settimer"]
     rules.handle(TimerFired("commit", 0))
     rules.handle(result("c1"))
@@ -258,7 +291,16 @@ def test_stop_while_tools_run_interrupts_them_and_synthesizes_their_messages() -
     step(rules)
     respond(rules, ("c1", "safe", False), ("c2", "gated", True))
     out = rules.handle(StopTurn(turn_id="t", reason="user"))
-    assert kinds(out) == ["persist", "interrupt", "emit:tool_finished", "emit:tool_finished", "emit:error", "emit:finish:stopped", "persist", "done"]
+    assert kinds(out) == [
+        "persist",
+        "interrupt",
+        "emit:tool_finished",
+        "emit:tool_finished",
+        "emit:error",
+        "emit:finish:stopped",
+        "persist",
+        "done",
+    ]
     assert out[1].message.mode == "stop"
     assert tool_messages(rules) == [
         ("c1", interrupted_content("the turn was stopped", "user")),
@@ -298,7 +340,15 @@ def test_cancel_waits_for_running_tools_and_a_grace_turns_it_into_a_stop() -> No
     assert SetTimer("cancel_grace", 2.0, 0) in out
     assert step(rules) == []  # the call is still running
     out = rules.handle(TimerFired("cancel_grace", 0))
-    assert kinds(out) == ["persist", "interrupt", "emit:tool_finished", "emit:error", "emit:finish:cancelled", "persist", "done"]
+    assert kinds(out) == [
+        "persist",
+        "interrupt",
+        "emit:tool_finished",
+        "emit:error",
+        "emit:finish:cancelled",
+        "persist",
+        "done",
+    ]
 
 
 def test_stop_tool_ends_one_call_and_the_turn_goes_on() -> None:
@@ -308,7 +358,10 @@ def test_stop_tool_ends_one_call_and_the_turn_goes_on() -> None:
     out = rules.handle(StopTool(turn_id="t", call_id="c1", reason="too slow", request_id="q"))
     assert kinds(out) == ["interrupt", "emit:tool_finished", "persist", "reply"]
     rules.handle(result("c2"))
-    assert tool_messages(rules) == [("c1", interrupted_content("the call was stopped", "too slow")), ("c2", '{"ok": true, "data": 1}')]
+    assert tool_messages(rules) == [
+        ("c1", interrupted_content("the call was stopped", "too slow")),
+        ("c2", '{"ok": true, "data": 1}'),
+    ]
     assert rules.state.phase == "idle"
 
 
@@ -317,7 +370,14 @@ def test_a_lost_tool_actor_fails_its_call() -> None:
     step(rules)
     respond(rules, ("c1", "safe", False))
     rules.handle(ToolLost("c1", "Tool 'safe' failed: its process exited before the call finished"))
-    assert tool_messages(rules) == [("c1", json.dumps({"ok": False, "error": "Tool 'safe' failed: its process exited before the call finished", "data": None}))]
+    assert tool_messages(rules) == [
+        (
+            "c1",
+            json.dumps(
+                {"ok": False, "error": "Tool 'safe' failed: its process exited before the call finished", "data": None}
+            ),
+        )
+    ]
 
 
 def test_a_failed_stream_keeps_partial_text_and_ends_with_error() -> None:

@@ -125,7 +125,9 @@ class AnthropicStream:
 
     def _feed_obj(self, obj: Any) -> str:
         if not isinstance(obj, dict):
-            raise ProviderStreamError("malformed_stream", f"the provider sent an event that is not an object: {obj!r:.200}")
+            raise ProviderStreamError(
+                "malformed_stream", f"the provider sent an event that is not an object: {obj!r:.200}"
+            )
         kind = obj.get("type")
         if kind == "error" or obj.get("error"):
             err = obj.get("error") or {}
@@ -136,7 +138,13 @@ class AnthropicStream:
             self._count(usage)
         elif kind == "content_block_start":
             block = obj.get("content_block") or {}
-            entry = {"type": block.get("type"), "text": [], "id": block.get("id"), "name": block.get("name"), "json": []}
+            entry = {
+                "type": block.get("type"),
+                "text": [],
+                "id": block.get("id"),
+                "name": block.get("name"),
+                "json": [],
+            }
             if block.get("type") == "text" and block.get("text"):
                 entry["text"].append(block["text"])
             if block.get("type") == "tool_use":

@@ -41,7 +41,11 @@ class Accumulator(Protocol):
 
 class Adapter(Protocol):
     def build(
-        self, provider: ProviderConfig, messages: Sequence[ChatMessage], tools: Sequence[dict[str, Any]], api_key: str | None
+        self,
+        provider: ProviderConfig,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[dict[str, Any]],
+        api_key: str | None,
     ) -> tuple[str, dict[str, str], dict[str, Any]]:
         """URL, headers and JSON body of the streaming request."""
 

@@ -104,7 +104,9 @@ class OpenAIStream:
 
     def _feed_obj(self, obj: Any) -> str:
         if not isinstance(obj, dict):
-            raise ProviderStreamError("malformed_stream", f"the provider sent a chunk that is not an object: {obj!r:.200}")
+            raise ProviderStreamError(
+                "malformed_stream", f"the provider sent a chunk that is not an object: {obj!r:.200}"
+            )
         if obj.get("error"):
             err = obj["error"]
             message = err.get("message") if isinstance(err, dict) else str(err)

@@ -28,11 +28,11 @@ import httpx
 
 from messages import StreamChat
 
+from ..trace import trace
 from .anthropic import AnthropicAdapter
 from .base import Adapter, ProviderStreamError
 from .openai import OpenAIAdapter
 from .sse import iter_sse
-from ..trace import trace
 
 __all__ = ["ADAPTERS", "ProviderClient", "StreamOutput", "StreamWorker", "backoff_delay", "ssl_context"]
 
@@ -184,7 +184,9 @@ class StreamWorker:
         total = provider.timeouts.total
         timer = None
         if total is not None:
-            timer = threading.Timer(total, self.abort, args=(("total_timeout", f"the provider stream took longer than {total:g} s"),))
+            timer = threading.Timer(
+                total, self.abort, args=(("total_timeout", f"the provider stream took longer than {total:g} s"),)
+            )
             timer.daemon = True
             timer.start()
         try:
@@ -228,7 +230,9 @@ class StreamWorker:
                 if self._aborted.wait(delay):
                     return self._report_abort()
 
-    def _attempt(self, adapter: Adapter, url: str, headers: dict[str, str], body: dict[str, Any], timeout: httpx.Timeout) -> None:
+    def _attempt(
+        self, adapter: Adapter, url: str, headers: dict[str, str], body: dict[str, Any], timeout: httpx.Timeout
+    ) -> None:
         req = self.request
         try:
             with self.client.client.stream(
@@ -254,7 +258,13 @@ class StreamWorker:
                 return self._emit(("done", message, finish, usage))
         except ProviderStreamError as exc:
             return self._emit(("failed", exc.error_type, exc.message))
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        except (
+            httpx.ConnectError,
+            httpx.ConnectTimeout,
+            httpx.RemoteProtocolError,
+            httpx.ReadError,
+            httpx.WriteError,
+        ) as exc:
             if self._aborted.is_set():
                 return self._report_abort()
             if not self._sent_text:  # nothing reached the turn yet: safe to try again
