@@ -49,6 +49,17 @@ def machine() -> dict[str, Any]:
     }
 
 
+def against_floor(series: list[tuple[str, list[float]]], floor: list[float]) -> tuple[list[list[Any]], dict[str, Any]]:
+    """Table rows ``[label, p50 ms, p99 ms, p50 / floor p50]`` and their summaries by label."""
+    base = summary_ms(floor)["p50_ms"]
+    rows, results = [], {}
+    for label, values in series:
+        s = summary_ms(values)
+        results[label] = s
+        rows.append([label, s["p50_ms"], s["p99_ms"], s["p50_ms"] / base])
+    return rows, results
+
+
 def table(rows: list[list[Any]], header: list[str]) -> str:
     cells = [header] + [[f"{c:.2f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]

@@ -20,7 +20,7 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher  # noqa: E402
 from actors import Runtime, ToolActor  # noqa: E402
 from actors.scripted_provider import ScriptedProvider  # noqa: E402
 from actors.tools import tool_specs  # noqa: E402
-from bench.common import save, summary_ms, table  # noqa: E402
+from bench.common import against_floor, save, table  # noqa: E402
 from bench.stop_latency import ping_pong  # noqa: E402
 from bench.turn_overhead import lookup  # noqa: E402
 from messages import RunTool, ToolCall, ToolResult  # noqa: E402
@@ -85,17 +85,15 @@ def main() -> None:
             t0 = time.perf_counter()
             asys.ask(echo, "x", 10)
             external.append(time.perf_counter() - t0)
-    base = summary_ms(floor)["p50_ms"]
-    rows, results = [], {}
-    for label, values in [
-        ("ToolActor spawn -> first call answered", spawn),
-        ("actor -> actor round trip", actor_rt),
-        ("external ask round trip", external),
-        ("floor: loopback socket ping-pong", floor),
-    ]:
-        s = summary_ms(values)
-        results[label] = s
-        rows.append([label, s["p50_ms"], s["p99_ms"], s["p50_ms"] / base])
+    rows, results = against_floor(
+        [
+            ("ToolActor spawn -> first call answered", spawn),
+            ("actor -> actor round trip", actor_rt),
+            ("external ask round trip", external),
+            ("floor: loopback socket ping-pong", floor),
+        ],
+        floor,
+    )
     print(f"spawn and round trips, {args.n} each")
     print(table(rows, ["", "p50 ms", "p99 ms", "x floor (p50)"]))
     print("saved", save("spawn", {"n": args.n, "results": results}))

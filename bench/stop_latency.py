@@ -27,7 +27,7 @@ from actors import Runtime, ToolContext, run_command, tool  # noqa: E402
 from actors.history import history_problems  # noqa: E402
 from actors.runtime import group_processes as group_members  # noqa: E402
 from actors.scripted_provider import ScriptedProvider, call, say, use_tools  # noqa: E402
-from bench.common import save, summary_ms, table  # noqa: E402
+from bench.common import against_floor, save, table  # noqa: E402
 from messages import Finish, TextDelta, ToolProgress  # noqa: E402
 
 
@@ -143,21 +143,18 @@ def main() -> None:
                 continue
             c.append(request.disconnected_at - t0)
             problems += bool(history_problems(turn.result(5).messages))
-    base = summary_ms(floor)["p50_ms"]
-    rows = []
-    results = {}
-    for label, values in [
-        ("(a) on-stop callback ran", a),
-        ("(b) subprocess group gone", b),
-        ("(c) provider saw the close", c),
-        ("(d) Finish(stopped) at caller, tool running", d_tool),
-        ("(d) Finish(stopped) at caller, streaming", d_stream),
-        ("baseline: external ask round trip", asks),
-        ("floor: loopback TCP ping-pong", floor),
-    ]:
-        s = summary_ms(values)
-        results[label] = s
-        rows.append([label, s["p50_ms"], s["p99_ms"], s["p50_ms"] / base])
+    rows, results = against_floor(
+        [
+            ("(a) on-stop callback ran", a),
+            ("(b) subprocess group gone", b),
+            ("(c) provider saw the close", c),
+            ("(d) Finish(stopped) at caller, tool running", d_tool),
+            ("(d) Finish(stopped) at caller, streaming", d_stream),
+            ("baseline: external ask round trip", asks),
+            ("floor: loopback TCP ping-pong", floor),
+        ],
+        floor,
+    )
     print(f"stop latency, {args.trials} trials per scenario (target: (d) p50 <= 5 ms, p99 <= 20 ms)")
     print(table(rows, ["from stop() to", "p50 ms", "p99 ms", "x ping-pong (p50)"]))
     print(f"trials with an orphan process or an invalid history: {problems}")
