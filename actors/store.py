@@ -81,6 +81,12 @@ class TurnStore(Protocol):
     def take_commands(self, turn_id: str) -> list[Message]:
         """The turn's queued commands in order, marked as taken."""
 
+    def pending_commands(self, turn_id: str) -> list[Message]:
+        """The turn's queued commands in order, not taken."""
+
+    def has_commands(self, turn_id: str) -> bool:
+        """Whether any command waits for the turn (cheap: checked at every step)."""
+
     def close(self) -> None: ...
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import ConfigurationError, TransportAuthError
 
-__all__ = ["KEY_ENV", "KEY_FILE_ENV", "SignedPickle", "current_key", "install", "installed", "load_key"]
+__all__ = ["KEY_ENV", "KEY_FILE_ENV", "SignedPickle", "current_key", "install", "load_key"]
 
 KEY_ENV = "GREENROOM_KEY"
 KEY_FILE_ENV = "GREENROOM_KEY_FILE"
@@ -87,11 +87,6 @@ def current_key() -> bytes:
     if not _installed:
         raise ConfigurationError("the transport is not installed in this process")
     return _installed["key"]  # type: ignore[no-any-return]
-
-
-def installed() -> dict[str, Any]:
-    """What ``install`` set in this process (``bind_host``, whether a key is set)."""
-    return {k: v for k, v in _installed.items() if k != "key"}
 
 
 def install(bind_host: str, key: bytes | None = None) -> bytes:

@@ -158,16 +158,6 @@ class StreamWorker:
         trace("worker emit", self.request.stream_id, out[0])
         self._emit_raw(out)
 
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
-
-    @property
-    def aborted(self) -> bool:
-        return self._aborted.is_set()
-
     def abort(self, report: tuple[str, str] | None = None) -> None:
         """Abort now. With ``report`` the worker emits it as its failure; otherwise nothing."""
         with self._lock:
