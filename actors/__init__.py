@@ -1,14 +1,15 @@
 """greenroom: an actor-model runtime for LLM agent turns, on Thespian.
 
-A ``TurnActor`` owns a turn's loop and history, an ``LLMActor`` streams the provider's
-deltas, and a ``ToolActor`` runs each tool call in its own process. Stop, cancel and
-approval responses are plain messages; the turn's rules live in ``TurnRules``.
+A ``TurnActor`` owns a turn's loop and history and an ``LLMActor`` streams the provider's
+deltas, both inside a ``TurnHost`` process that hosts many turns; a ``ToolActor`` owns each
+tool call, in a pooled tool process. Stop, cancel and approval responses are plain
+messages; the turn's rules live in ``TurnRules``.
 """
 
 from __future__ import annotations
 
 from .commands import CommandResult, run_command
-from .directory_actor import DIRECTORY_NAME, DirectoryActor
+from .directory_actor import DirectoryActor
 from .errors import (
     CodecError,
     ConfigurationError,
@@ -24,8 +25,12 @@ from .errors import (
     TurnTimeout,
 )
 from .history import history_problems
+from .handle import TurnHandle, TurnResult
+from .internal import EventBatch
 from .llm_actor import LLMActor
-from .runtime import Runtime, TurnHandle, TurnResult
+from .names import DIRECTORY_NAME
+from .runtime import Runtime
+from .supervisor import Supervisor
 from .tool_actor import ToolActor
 from .tool_context import Cancellation, Registration, ToolContext
 from .tools import Tool, requires_approval, tool
@@ -40,6 +45,7 @@ __all__ = [
     "ControlRejected",
     "DIRECTORY_NAME",
     "DirectoryActor",
+    "EventBatch",
     "GreenroomError",
     "LLMActor",
     "Registration",
@@ -47,6 +53,7 @@ __all__ = [
     "RuntimeClosedError",
     "SnapshotError",
     "StoreError",
+    "Supervisor",
     "Tool",
     "ToolActor",
     "ToolCancelled",

@@ -135,15 +135,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _running_runtime(path: str) -> dict[str, Any] | None:
-    from .runtime import runtime_file, store_in_use
+    from .store_files import running_runtime
 
-    if not store_in_use(path):
-        return None
-    try:
-        with open(runtime_file(path)) as f:
-            return json.load(f)  # type: ignore[no-any-return]
-    except (OSError, ValueError):
-        return None
+    return running_runtime(path)
 
 
 def _ask_runtime(info: dict[str, Any], command: Message, timeout: float) -> Any:
@@ -154,7 +148,8 @@ def _ask_runtime(info: dict[str, Any], command: Message, timeout: float) -> Any:
     from thespian.actors import ActorSystem
 
     from . import transport
-    from .directory_actor import DIRECTORY_NAME, DirectoryActor
+    from .directory_actor import DirectoryActor
+    from .names import DIRECTORY_NAME
 
     key = bytes.fromhex(info["key"]) if info.get("key") else transport.load_key()
     if key is None:

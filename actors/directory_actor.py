@@ -1,18 +1,25 @@
-"""DirectoryActor: starts turns and finds them again by ``turn_id``.
+"""DirectoryActor: the one address a caller needs; it starts the hosts and finds every turn.
 
-The directory is the one address a caller, a supervisor or another process needs: it
-creates a TurnActor for each ``StartTurn`` and forwards every command that names a
-``turn_id`` (stop, cancel, approvals, ``StopTool``, ``Subscribe``) to that turn, keeping the
-original sender as the one to answer. For a turn that has ended and gone, a stop or a cancel
-is answered "no effect" (not an error) and anything else ``turn_finished``; an id it never
-saw is ``unknown_turn``. A turn id is never reused.
+On the leader it starts the node's ``ToolPool`` and one ``TurnHost`` per slot, recovers the
+store's unfinished turns onto their hosts, and forwards anything that names a ``turn_id``
+(``StartTurn`` from a supervisor, stop, cancel, approvals, ``StopTool``, ``Subscribe``) to
+the host of its slot, keeping the original sender as the one to answer. The Runtime skips
+it: it knows the hosts and sends to them directly.
+
+A host that dies is replaced in its slot at once. With a store, the new host recovers the
+slot's unfinished turns and the Runtime re-subscribes its handles; without one, those
+turns are lost, and each of their callers gets ``Error(host_lost)`` and
+``Finish(error)`` (from the Runtime for its own turns, from here for turns a supervisor
+started through the directory; these two carry ``seq=-1``: they are not the turn's own).
+
+On a member node it starts the node's pool, registers it with the leader's directory and
+forwards every turn command there. It never runs a thread, so it may fork.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
@@ -25,88 +32,48 @@ from thespian.actors import (
     WakeupMessage,
 )
 
-from messages import ControlReply, ListNodes, MembershipChanged, NodeInfo, NodeList, StartTurn, WatchMembership
+from messages import Error, Finish, ListNodes, StartTurn, WatchMembership, reply_for
 
-from .errors import SnapshotError
-from .llm_actor import LLMActor, PoolSize
-from .plumbing import Hello, Relay, Welcome
+from .internal import (
+    Configure,
+    Configured,
+    FindPool,
+    Hello,
+    HostConfig,
+    HostGone,
+    HostReady,
+    HostReplaced,
+    PoolConfig,
+    PoolFound,
+    PoolInfo,
+    PoolsChanged,
+    Recover,
+    Recovered,
+    RegisterPool,
+    Relay,
+    Shutdown,
+    ShutdownDone,
+    Welcome,
+)
+from .membership import Membership
+from .names import DIRECTORY_NAME, LEADER_CAPABILITY, json_capabilities, node_name, slot_of
 from .store import SQLiteStore
-from .tool_actor import ToolActor
-from .turn_actor import Launch, LendToolActor, LentToolActorExited, LLMActorLost, ToolActorLent, TurnActor, TurnEnded
+from .tool_pool import ToolPool
+from .turn_host import TurnHost
 
-__all__ = [
-    "Configure",
-    "Configured",
-    "Quiesce",
-    "Quiesced",
-    "DIRECTORY_NAME",
-    "DirectoryActor",
-    "DirectoryLocator",
-    "LEADER_CAPABILITY",
-    "json_capabilities",
-]
+__all__ = ["DirectoryActor", "DirectoryLocator"]
+
+_REMEMBER_ROUTED = 10_000
+_FORWARDED = ("StopTurn", "CancelTurn", "ToolApprovalResponse", "RespondToApprovals", "StopTool", "Subscribe")
 
 
 def log() -> logging.Logger:
-    """This module's logger, looked up at call time: Thespian replaces the logging manager
-    in every actor process, so a logger created before the fork would log nowhere."""
     return logging.getLogger("greenroom.directory")
 
 
-DIRECTORY_NAME = "greenroom.directory"
-LEADER_CAPABILITY = "greenroom.leader"
-
-
-def node_name(admin_address: Any) -> str:
-    """``host:port`` of a node's admin address."""
-    details = getattr(admin_address, "addressDetails", None)
-    sockname = getattr(details, "sockname", None)
-    if isinstance(sockname, tuple) and len(sockname) >= 2:
-        return f"{sockname[0]}:{sockname[1]}"
-    return str(admin_address)
-
-
-_THESPIAN_KEYS = ("Thespian", "Python Version", "Admin Port", "Convention Address.IPv4")
-
-
-def json_capabilities(capabilities: dict[str, Any]) -> dict[str, Any]:
-    """The capabilities a person set: plain JSON data, without Thespian's own entries."""
-    out: dict[str, Any] = {}
-    for k, v in (capabilities or {}).items():
-        if k.startswith(_THESPIAN_KEYS):
-            continue
-        if isinstance(v, tuple):
-            v = list(v)
-        if isinstance(v, (str, int, float, bool, type(None), list)):
-            out[k] = v
-    return out
-
-
-_REMEMBER_ENDED = 10_000
-
-
-class Configure:
-    """From the Runtime: use the store at ``store_path`` and recover its unfinished turns;
-    or, on a member node, forward everything to the leader's directory ``upstream``."""
-
-    def __init__(
-        self,
-        store_path: str | None = None,
-        upstream: Any = None,
-        llm_actors: int = 0,
-        spare_turns: int = 0,
-        spare_tools: int = 0,
-    ) -> None:
-        self.store_path = store_path
-        self.upstream = upstream
-        self.llm_actors = llm_actors
-        self.spare_turns = spare_turns
-        self.spare_tools = spare_tools
-
-
 class DirectoryLocator(ActorTypeDispatcher):
-    """Created on the leader (the node advertising ``greenroom.leader``) by a member, to
-    learn the address of the leader's directory: global names do not span a convention."""
+    """Created on the leader by a member node, to learn the address of the leader's
+    directory: global names do not span a convention."""
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: dict[str, Any], requirements: dict[str, Any] | None) -> bool:
@@ -114,137 +81,181 @@ class DirectoryLocator(ActorTypeDispatcher):
 
     def receiveMessage(self, msg: Any, sender: Any) -> None:
         if msg == "where":
-            # the address may still be local until Thespian resolves the global name: the
-            # reply waits for that, so this actor must not exit at once
             self.send(sender, self.createActor(DirectoryActor, globalName=DIRECTORY_NAME))
             self.wakeupAfter(timedelta(seconds=30), payload="done")
         elif isinstance(msg, WakeupMessage):
             self.send(self.myAddress, ActorExitRequest())
 
 
-class Quiesce:
-    """From the Runtime before it shuts down: fork no more spares, retire the idle ones, and
-    answer ``Quiesced`` once they have exited.
-
-    Thespian's shutdown can miss a child whose creation handshake is still under way, and
-    its parent then waits for it for ever; retiring the spares first avoids that."""
-
-
-class Quiesced:
-    pass
-
-
-class Configured:
-    """The answer to ``Configure``: the turns recovered, and those that could not be."""
-
-    def __init__(self, recovered: list[str], errors: dict[str, str]) -> None:
-        self.recovered = recovered
-        self.errors = errors
-
-
 class DirectoryActor(ActorTypeDispatcher):
-    """Maps turn ids to TurnActors. Create it with ``globalName=DIRECTORY_NAME``."""
+    """Create it with ``globalName=DIRECTORY_NAME``; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.turns: dict[str, Any] = {}
-        self.ended: OrderedDict[str, str] = OrderedDict()
-        self.store_path: str | None = None
+        self.config: Configure | None = None
+        self.hosts: list[Any] = []
+        self.pool: Any = None
         self.store: SQLiteStore | None = None
-        self.upstream: Any = None  # set on a member node: the leader's directory
-        self.members: dict[str, dict[str, Any]] = {}
-        self.watchers: list[Any] = []
-        self.watching = False
-        self.llm_pool: list[Any] = []  # LLMActors shared by this directory's turns
-        self._next_llm = 0
-        self.spares: list[Any] = []  # TurnActors forked ahead of need
-        self.spare_target = 0
-        self.tool_spares: list[Any] = []  # ToolActors forked ahead of need, lent to turns
-        self.tool_spare_target = 0
-        self.lent: list[tuple[Any, Any]] = []  # (lent ToolActor, the TurnActor using it); addresses are not hashable
-        self.replenish_scheduled = False
-        self.quiet = False  # no more forks: the runtime is shutting down
-        self.quiesce_waiters: list[Any] = []
+        self.upstream: Any = None
+        self.membership = Membership(self.send)
+        self.routed: OrderedDict[str, Any] = OrderedDict()  # turn id -> who started it through here
+        self.configuring: Any = None
+        self.waiting: set[int] = set()  # slots whose HostReady / Recovered is awaited
+        self.recovered: list[str] = []
+        self.errors: dict[str, str] = {}
+        self.replacing: set[int] = set()
+        self.shutdown_waiters: list[Any] = []
+        self.shutdown_pending: set[int] = set()
+        self.closing = False
 
-    def receiveMsg_Configure(self, msg: Configure, sender: Any) -> None:
-        """Recover every unfinished turn of the store; a turn that cannot be read is skipped."""
-        recovered: list[str] = []
-        errors: dict[str, str] = {}
-        if msg.upstream is not None:
-            self.upstream = msg.upstream
-            self.send(sender, Configured(recovered, errors))
-            return
-        if not self.watching:
-            self.watching = True
-            self.notifyOnSystemRegistrationChanges(True)
-        while len(self.llm_pool) < msg.llm_actors:
-            self.llm_pool.append(self.createActor(LLMActor))
-        for addr in self.llm_pool:
-            self.send(addr, PoolSize(len(self.llm_pool)))
-        self.spare_target = msg.spare_turns
-        self.tool_spare_target = msg.spare_tools
-        self._replenish()
-        if msg.store_path is not None and self.store is None:
-            self.store_path = msg.store_path
-            self.store = SQLiteStore(msg.store_path)
-            for turn_id in self.store.unfinished():
-                if turn_id in self.turns:
-                    continue
-                try:
-                    self.store.load(turn_id)
-                except (SnapshotError, KeyError) as exc:
-                    errors[turn_id] = str(exc)
-                    log().error("cannot recover turn %s: %s", turn_id, exc)
-                    continue
-                addr = self._turn_actor()
-                self.turns[turn_id] = addr
-                self.send(addr, Launch(None, self.store_path, recover_id=turn_id, llm=self._llm()))
-                recovered.append(turn_id)
-        self.send(sender, Configured(recovered, errors))
+    # -- configuration and recovery -------------------------------------------------------
 
     def receiveMsg_Hello(self, msg: Hello, sender: Any) -> None:
         self.send(sender, Welcome(sender, os.getpid(), os.getsid(0)))
 
+    def receiveMsg_Configure(self, msg: Configure, sender: Any) -> None:
+        if self.config is not None:
+            return  # a redelivery: configuration happens once
+        self.config = msg
+        self.pool = self.createActor(ToolPool)
+        self.send(self.pool, PoolConfig(msg.tool_processes, msg.recycle_after, self.myAddress, msg.node))
+        local = PoolInfo(msg.node, dict(msg.capabilities), self.pool)
+        if msg.upstream is not None:
+            self.upstream = msg.upstream
+            self.send(self.upstream, RegisterPool(local))
+            self.send(sender, Configured([], [], {}))
+            return
+        self.membership.register(local, local=True)
+        self.notifyOnSystemRegistrationChanges(True)
+        if msg.store_path is not None:
+            self.store = SQLiteStore(msg.store_path)
+        self.configuring = sender
+        count = max(1, msg.hosts)
+        self.hosts = [self._new_host(slot, count) for slot in range(count)]
+        self.waiting = set(range(len(self.hosts)))
+
+    def _new_host(self, slot: int, count: int) -> Any:
+        assert self.config is not None
+        host = self.createActor(TurnHost)
+        c = self.config
+        self.send(host, HostConfig(slot, count, c.store_path, self.pool, self.myAddress, c.inline_async_tools))
+        return host
+
+    def receiveMsg_HostReady(self, msg: HostReady, sender: Any) -> None:
+        if msg.slot in self.replacing:
+            return self._recover_slot(msg.slot)
+        self.waiting.discard(msg.slot)
+        if self.waiting or self.configuring is None:
+            return
+        self.waiting = set(range(len(self.hosts)))
+        for slot in range(len(self.hosts)):
+            self._recover_slot(slot)
+
+    def _recover_slot(self, slot: int) -> None:
+        turn_ids = [t for t in self._unfinished() if slot_of(t, len(self.hosts)) == slot]
+        self.send(self.hosts[slot], Recover(turn_ids))
+
+    def _unfinished(self) -> list[str]:
+        if self.store is None:
+            return []
+        try:
+            return self.store.unfinished()
+        except Exception as exc:  # a damaged store: say so once, recover nothing
+            self.errors["*"] = f"cannot list the store's turns: {exc}"
+            log().error("cannot list the unfinished turns of the store: %s", exc)
+            return []
+
+    def receiveMsg_Recovered(self, msg: Recovered, sender: Any) -> None:
+        if msg.slot in self.replacing:
+            self.replacing.discard(msg.slot)
+            self._host_replaced(msg.slot, msg.recovered)
+            return
+        self.recovered.extend(msg.recovered)
+        self.errors.update(msg.errors)
+        self.waiting.discard(msg.slot)
+        if not self.waiting and self.configuring is not None:
+            self.send(self.configuring, Configured(list(self.hosts), self.recovered, self.errors))
+            self.configuring = None
+
+    # -- routing --------------------------------------------------------------------------
+
     def receiveMsg_Relay(self, relay: Relay, sender: Any) -> None:
-        self._dispatch(relay.message, relay.reply_to, relay.announce)
+        self._route(relay.message, relay.reply_to)
 
-    def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
-        self._dispatch(msg, sender)
+    def receiveMessage(self, message: Any, sender: Any) -> Any:
+        if type(message).__name__ in _FORWARDED or isinstance(message, StartTurn):
+            return self._route(message, sender)
+        return super().receiveMessage(message, sender)
 
-    def _forward(self, msg: Any, sender: Any) -> None:
-        self._dispatch(msg, sender)
+    def _route(self, msg: Any, reply_to: Any) -> None:
+        if isinstance(msg, WatchMembership):
+            return self._watch(reply_to)
+        if isinstance(msg, ListNodes):
+            return self._list(msg, reply_to)
+        if self.upstream is not None:
+            return self.send(self.upstream, Relay(msg, reply_to))
+        turn_id = getattr(msg, "turn_id", None)
+        if not turn_id or not self.hosts:
+            return self.send(reply_to, reply_for(msg, False, "invalid", f"{msg.kind} must name a turn_id"))
+        if isinstance(msg, StartTurn):
+            self.routed[turn_id] = reply_to
+            while len(self.routed) > _REMEMBER_ROUTED:
+                self.routed.popitem(last=False)
+        self.send(self.hosts[slot_of(turn_id, len(self.hosts))], Relay(msg, reply_to))
 
-    receiveMsg_StopTurn = _forward
-    receiveMsg_CancelTurn = _forward
-    receiveMsg_ToolApprovalResponse = _forward
-    receiveMsg_RespondToApprovals = _forward
-    receiveMsg_StopTool = _forward
-    receiveMsg_Subscribe = _forward
+    # -- hosts that die -------------------------------------------------------------------
 
-    # -- membership -----------------------------------------------------------------------
+    def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
+        if msg.childAddress not in self.hosts or self.closing:
+            if msg.childAddress == self.pool:
+                log().error("the tool pool exited; tool calls can no longer start")
+            return
+        slot = self.hosts.index(msg.childAddress)
+        log().error("TurnHost %d exited; its turns are %s", slot, "recovered" if self.store else "lost")
+        if self.pool is not None:
+            self.send(self.pool, HostGone(msg.childAddress))
+        self.replacing.add(slot)
+        self.hosts[slot] = self._new_host(slot, len(self.hosts))
+
+    def _host_replaced(self, slot: int, recovered: list[str]) -> None:
+        for watcher in self.membership.watchers:
+            self.send(watcher, HostReplaced(slot, self.hosts[slot], recovered))
+        for turn_id, who in list(self.routed.items()):
+            if slot_of(turn_id, len(self.hosts)) != slot:
+                continue
+            if turn_id in recovered:
+                self.send(self.hosts[slot], Relay(_subscribe(turn_id), who))
+            else:
+                for event in _host_lost_events(turn_id):
+                    self.send(who, event)
+                del self.routed[turn_id]
+
+    # -- membership and placement ---------------------------------------------------------
 
     def receiveMsg_ActorSystemConventionUpdate(self, msg: ActorSystemConventionUpdate, sender: Any) -> None:
         node = node_name(msg.remoteAdminAddress)
-        capabilities = json_capabilities(msg.remoteCapabilities or {})
-        if msg.remoteAdded:
-            self.members[node] = capabilities
-        else:
-            capabilities = self.members.pop(node, capabilities)
-        change = MembershipChanged(node=node, joined=bool(msg.remoteAdded), capabilities=capabilities, at=time.time())
-        log().info("node %s %s", node, "joined" if change.joined else "left")
-        for watcher in self.watchers:
-            self.send(watcher, change)
+        changed = self.membership.convention_update(node, json_capabilities(msg.remoteCapabilities or {}), bool(msg.remoteAdded))
+        if changed:
+            self._pools_changed()
+
+    def receiveMsg_RegisterPool(self, msg: RegisterPool, sender: Any) -> None:
+        self.membership.register(msg.pool)
+        self._pools_changed()
+
+    def _pools_changed(self) -> None:
+        for host in self.hosts:
+            self.send(host, PoolsChanged(list(self.membership.pools.values())))
+
+    def receiveMsg_FindPool(self, msg: FindPool, sender: Any) -> None:
+        self.send(sender, PoolFound(msg.requires, self.membership.find_pool(msg.requires)))
 
     def receiveMsg_WatchMembership(self, msg: WatchMembership, sender: Any) -> None:
-        if self.upstream is not None:
-            return self.send(self.upstream, Relay(msg, sender))
         self._watch(sender)
 
     def _watch(self, who: Any) -> None:
-        if who not in self.watchers:
-            self.watchers.append(who)
-        for node, capabilities in self.members.items():
-            self.send(who, MembershipChanged(node=node, joined=True, capabilities=capabilities))
+        if self.upstream is not None:
+            return self.send(self.upstream, Relay(WatchMembership(), who))
+        self.membership.watch(who)
 
     def receiveMsg_ListNodes(self, msg: ListNodes, sender: Any) -> None:
         self._list(msg, sender)
@@ -252,198 +263,54 @@ class DirectoryActor(ActorTypeDispatcher):
     def _list(self, msg: ListNodes, who: Any) -> None:
         if self.upstream is not None:
             return self.send(self.upstream, Relay(msg, who))
-        nodes = [NodeInfo(node=n, capabilities=c) for n, c in sorted(self.members.items())]
-        self.send(who, NodeList(request_id=msg.request_id, nodes=nodes))
-
-    # -- turns ----------------------------------------------------------------------------
-
-    def _dispatch(self, msg: Any, reply_to: Any, announce: bool = False) -> None:
-        if isinstance(msg, WatchMembership):
-            return self._watch(reply_to) if self.upstream is None else self.send(self.upstream, Relay(msg, reply_to))
-        if isinstance(msg, ListNodes):
-            return self._list(msg, reply_to)
-        if self.upstream is not None:  # a member node's directory: the leader runs the turns
-            return self.send(self.upstream, Relay(msg, reply_to))
-        if isinstance(msg, StartTurn):
-            if msg.turn_id in self.turns or msg.turn_id in self.ended or self._stored(msg.turn_id):
-                return self._reply(
-                    reply_to, msg.turn_id, "start_turn", False, "invalid", f"turn id {msg.turn_id} is already in use"
-                )
-            addr = self._turn_actor()
-            self.turns[msg.turn_id] = addr
-            lend = self._lend(addr) if any(not t.requires for t in msg.tools) else None
-            self.send(
-                addr, Launch(reply_to, self.store_path, start=msg, llm=self._llm(), tool_actor=lend, announce=announce)
-            )
-            self._schedule_replenish()
-            return
-        turn_id = getattr(msg, "turn_id", None)
-        command = getattr(msg, "kind", type(msg).__name__)
-        if not turn_id:
-            return self._reply(
-                reply_to, "", command, False, "invalid", f"{command} must name a turn_id when sent to the directory"
-            )
-        addr = self.turns.get(turn_id)
-        if addr is not None:
-            self.send(addr, Relay(msg, reply_to))
-        elif command == "subscribe" and self._stored(turn_id):
-            assert self.store is not None
-            for event in self.store.events(turn_id, msg.since):
-                self.send(reply_to, event)
-        elif turn_id in self.ended or self._stored(turn_id):
-            if command in ("stop_turn", "cancel_turn"):
-                if getattr(msg, "request_id", None) is not None:
-                    self._reply(reply_to, turn_id, command, True, None, "the turn has already ended", msg.request_id)
-            else:
-                reason = self.ended.get(turn_id, "see the store")
-                self._reply(
-                    reply_to,
-                    turn_id,
-                    command,
-                    False,
-                    "turn_finished",
-                    f"turn {turn_id} has ended ({reason})",
-                    getattr(msg, "request_id", None),
-                )
-        else:
-            self._reply(
-                reply_to,
-                turn_id,
-                command,
-                False,
-                "unknown_turn",
-                f"no turn {turn_id}",
-                getattr(msg, "request_id", None),
-            )
-
-    # -- spares: forked here, off every turn's path ---------------------------------------
-
-    def _turn_actor(self) -> Any:
-        return self.spares.pop(0) if self.spares else self.createActor(TurnActor)
-
-    def _lend(self, turn: Any) -> Any:
-        if not self.tool_spares or self.quiet:
-            return None
-        addr = self.tool_spares.pop(0)
-        self.lent.append((addr, turn))
-        return addr
-
-    def receiveMsg_LendToolActor(self, msg: LendToolActor, sender: Any) -> None:
-        addr = self._lend(sender)
-        if addr is not None:
-            self.send(sender, ToolActorLent(addr))
-            self._schedule_replenish()
-        elif not self.quiet:  # none ready: fork one now for this turn
-            addr = self.createActor(ToolActor)
-            self.lent.append((addr, sender))
-            self.send(sender, ToolActorLent(addr))
-
-    def _schedule_replenish(self) -> None:
-        """Fork spares a moment later: a fork blocks this actor, and what it just sent should
-        go out first (a self-sent message would be handled before the sends complete)."""
-        if not self.replenish_scheduled:
-            self.replenish_scheduled = True
-            self.wakeupAfter(timedelta(milliseconds=5), payload="replenish")
-
-    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
-        if msg.payload == "replenish":
-            self.replenish_scheduled = False
-            self._replenish()
-        elif msg.payload == "quiesce":
-            self._quiesced(force=True)
-
-    def receiveMsg_Quiesce(self, msg: Quiesce, sender: Any) -> None:
-        """Retire every idle spare and answer once they have all exited (at most 3 s)."""
-        self.quiet = True
-        self.quiesce_waiters.append(sender)
-        for addr in self.spares + self.tool_spares:
-            self.send(addr, ActorExitRequest())
-        self.wakeupAfter(timedelta(seconds=3), payload="quiesce")
-        self._quiesced()
-
-    def _quiesced(self, force: bool = False) -> None:
-        if self.quiesce_waiters and (force or not (self.spares or self.tool_spares)):
-            for who in self.quiesce_waiters:
-                self.send(who, Quiesced())
-            self.quiesce_waiters = []
-
-    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
-        self.quiet = True
-
-    def _replenish(self) -> None:
-        if self.quiet:
-            return
-        while len(self.spares) < self.spare_target:
-            self.spares.append(self.createActor(TurnActor))
-        while len(self.tool_spares) < self.tool_spare_target:
-            self.tool_spares.append(self.createActor(ToolActor))
-
-    def _llm(self) -> Any:
-        """The next LLMActor of the pool (round robin), or None: the turn starts its own."""
-        if not self.llm_pool:
-            return None
-        self._next_llm = (self._next_llm + 1) % len(self.llm_pool)
-        return self.llm_pool[self._next_llm]
-
-    def _stored(self, turn_id: str) -> bool:
-        return self.store is not None and self.store.exists(turn_id)
-
-    def _reply(
-        self,
-        to: Any,
-        turn_id: str,
-        command: str,
-        ok: bool,
-        code: str | None,
-        message: str,
-        request_id: str | None = None,
-    ) -> None:
-        self.send(
-            to,
-            ControlReply(turn_id=turn_id, request_id=request_id, command=command, ok=ok, code=code, message=message),  # type: ignore[arg-type]
-        )
+        self.send(who, self.membership.listing(msg))
 
     def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
         """A watcher that cannot be reached any more is dropped."""
-        if isinstance(msg.poisonMessage, MembershipChanged) and sender in self.watchers:
-            self.watchers.remove(sender)
+        self.membership.unwatch(sender)
 
-    def receiveMsg_TurnEnded(self, msg: TurnEnded, sender: Any) -> None:
-        self._remember(msg.turn_id, msg.finish_reason)
+    # -- the end --------------------------------------------------------------------------
 
-    def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
-        if msg.childAddress in self.spares or msg.childAddress in self.tool_spares:
-            for pool in (self.spares, self.tool_spares):
-                if msg.childAddress in pool:
-                    pool.remove(msg.childAddress)
-            self._quiesced()
-            return
-        for pair in self.lent:
-            if pair[0] == msg.childAddress:
-                self.lent.remove(pair)
-                self.send(pair[1], LentToolActorExited(msg.childAddress))
-                return
-        if msg.childAddress in self.llm_pool:  # replace it; its streams are lost
-            i = self.llm_pool.index(msg.childAddress)
-            self.llm_pool[i] = self.createActor(LLMActor)
-            self.send(self.llm_pool[i], PoolSize(len(self.llm_pool)))
-            for addr in self.turns.values():
-                self.send(addr, LLMActorLost(msg.childAddress))
-            return
-        for pair in list(self.lent):
-            if pair[1] == msg.childAddress:  # the turn is gone: so is what it borrowed
-                self.lent.remove(pair)
-                self.send(pair[0], ActorExitRequest())
-        for turn_id, addr in list(self.turns.items()):
-            if addr == msg.childAddress:
-                del self.turns[turn_id]
-                if turn_id not in self.ended:
-                    self._remember(turn_id, "lost")
+    def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
+        self.closing = True
+        self.shutdown_waiters.append(sender)
+        if self.pool is not None:
+            self.send(self.pool, msg)
+        self.shutdown_pending = set(range(len(self.hosts)))
+        for host in self.hosts:
+            self.send(host, msg)
+        self.wakeupAfter(timedelta(seconds=1.5), payload="shutdown")
+        self._shutdown_done()
 
-    def _remember(self, turn_id: str, reason: str) -> None:
-        self.ended[turn_id] = reason
-        while len(self.ended) > _REMEMBER_ENDED:
-            self.ended.popitem(last=False)
+    def receiveMsg_ShutdownDone(self, msg: ShutdownDone, sender: Any) -> None:
+        if sender in self.hosts:
+            self.shutdown_pending.discard(self.hosts.index(sender))
+        self._shutdown_done()
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
+        if msg.payload == "shutdown":
+            self.shutdown_pending.clear()
+            self._shutdown_done()
+
+    def _shutdown_done(self) -> None:
+        if not self.shutdown_pending:
+            for who in self.shutdown_waiters:
+                self.send(who, ShutdownDone())
+            self.shutdown_waiters = []
 
     def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
         log().debug("DirectoryActor ignored %r", type(msg).__name__)
+
+
+def _subscribe(turn_id: str) -> Any:
+    from messages import Subscribe
+
+    return Subscribe(turn_id=turn_id, since=0)
+
+
+def _host_lost_events(turn_id: str) -> list[Any]:
+    detail = "the process that ran this turn died; without a store the turn cannot be recovered"
+    return [
+        Error(turn_id=turn_id, seq=-1, error_type="host_lost", message="Agent run lost", detail=detail),
+        Finish(turn_id=turn_id, seq=-1, finish_reason="error"),
+    ]

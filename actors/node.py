@@ -64,19 +64,18 @@ def start_node(
     """Start this node's admin, join ``leader`` and set up the forwarding directory."""
     from thespian.actors import ActorSystem
 
-    from .directory_actor import (
-        DIRECTORY_NAME,
-        LEADER_CAPABILITY,
-        Configure,
-        Configured,
-        DirectoryActor,
-        DirectoryLocator,
-    )
+    from .directory_actor import DirectoryActor, DirectoryLocator
+    from .internal import Configure, Configured
+    from .lifeline import Lifeline
+    from .logs import log_defs
+    from .names import DIRECTORY_NAME, LEADER_CAPABILITY
 
     transport.install(listen, key)
     tune_convention()
     caps = {"Admin Port": admin_port, "Convention Address.IPv4": leader, **capabilities}
-    asys = ActorSystem("multiprocTCPBase", caps, transientUnique=True)
+    lifeline = Lifeline()  # the node's whole tree ends with this process, however it ends
+    with lifeline.forking():
+        asys = ActorSystem("multiprocTCPBase", caps, logDefs=log_defs(), transientUnique=True)
     deadline = time.monotonic() + timeout
     upstream = None
     while upstream is None:  # the leader becomes reachable once our registration is accepted
@@ -93,7 +92,8 @@ def start_node(
                 )
             time.sleep(0.5)  # retry pacing while the convention forms
     directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
-    done = asys.ask(directory, Configure(upstream=upstream), timeout)
+    node = f"{listen}:{admin_port}"
+    done = asys.ask(directory, Configure(upstream=upstream, node=node, capabilities=capabilities), timeout)
     if not isinstance(done, Configured):
         asys.shutdown()
         raise ConfigurationError("the node's directory did not start")

@@ -22,6 +22,7 @@ not the loss of the machine's power.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -36,7 +37,9 @@ from messages.codec import CodecError
 
 from .errors import SnapshotError, StoreError
 
-__all__ = ["SQLiteStore", "TurnStore", "TurnSummary", "open_store"]
+__all__ = ["EncodedEvent", "SQLiteStore", "TurnStore", "TurnSummary"]
+
+EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
 
 
 class TurnSummary(BaseModel):
@@ -57,8 +60,9 @@ class TurnSummary(BaseModel):
 class TurnStore(Protocol):
     """What the runtime needs from a store. Every method is safe to call from any process."""
 
-    def save(self, state: TurnState, events: Sequence[TurnEvent]) -> None:
-        """Write the snapshot and append the events, atomically."""
+    def save(self, state: TurnState, events: Sequence[EncodedEvent]) -> None:
+        """Write the snapshot and append the (already encoded) events, atomically; on any
+        failure nothing is written and ``StoreError`` says why."""
 
     def load(self, turn_id: str) -> TurnState:
         """The latest snapshot; ``KeyError`` if unknown, ``SnapshotError`` if unreadable."""
@@ -75,6 +79,25 @@ class TurnStore(Protocol):
     def events(self, turn_id: str, since: int = 0) -> list[TurnEvent]:
         """The turn's events with ``seq >= since``, in order."""
 
+    def event_payloads(self, turn_id: str, since: int = 0) -> list[tuple[str, bytes]]:
+        """The turn's events with ``seq >= since`` as ``(kind, bytes)``, in order."""
+
+    def event_payloads(self, turn_id: str, since: int = 0) -> list[tuple[str, bytes]]:
+        try:
+            rows = self._conn().execute(
+                "SELECT kind, data FROM events WHERE turn_id = ? AND seq >= ? ORDER BY seq", (turn_id, since)
+            )
+            return [(kind, bytes(data)) for kind, data in rows]
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the events of turn {turn_id} from {self.path}: {exc}") from None
+
+    def turns_with_commands(self) -> list[str]:
+        try:
+            rows = self._conn().execute("SELECT DISTINCT turn_id FROM commands WHERE taken_at IS NULL")
+            return [r[0] for r in rows]
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the command inbox of {self.path}: {exc}") from None
+
     def add_command(self, turn_id: str, command: Message) -> int:
         """Queue a command for the turn; returns its id."""
 
@@ -87,7 +110,41 @@ class TurnStore(Protocol):
     def has_commands(self, turn_id: str) -> bool:
         """Whether any command waits for the turn (cheap: checked at every step)."""
 
+    def turns_with_commands(self) -> list[str]:
+        """Turns for which a command waits (polled by each host)."""
+
     def close(self) -> None: ...
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS turns (
+    turn_id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    finish_reason TEXT,
+    round INTEGER NOT NULL DEFAULT 0,
+    parent_turn_id TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    waiting_since REAL,
+    pending TEXT NOT NULL DEFAULT '',
+    snapshot BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    turn_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (turn_id, seq)
+);
+CREATE TABLE IF NOT EXISTS commands (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn_id TEXT NOT NULL,
+    data BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    taken_at REAL
+);
+CREATE INDEX IF NOT EXISTS commands_open ON commands (turn_id, taken_at);
+"""
 
 
 def _status(state: TurnState) -> str:
@@ -105,39 +162,30 @@ class SQLiteStore:
         self.path = str(path)
         self._local = threading.local()
         self._pid = -1
-        conn = self._conn()
-        with conn:
-            conn.executescript(
-                """
-                CREATE TABLE IF NOT EXISTS turns (
-                    turn_id TEXT PRIMARY KEY,
-                    status TEXT NOT NULL,
-                    finish_reason TEXT,
-                    round INTEGER NOT NULL DEFAULT 0,
-                    parent_turn_id TEXT,
-                    created_at REAL NOT NULL,
-                    updated_at REAL NOT NULL,
-                    waiting_since REAL,
-                    pending TEXT NOT NULL DEFAULT '',
-                    snapshot BLOB NOT NULL
-                );
-                CREATE TABLE IF NOT EXISTS events (
-                    turn_id TEXT NOT NULL,
-                    seq INTEGER NOT NULL,
-                    kind TEXT NOT NULL,
-                    data BLOB NOT NULL,
-                    PRIMARY KEY (turn_id, seq)
-                );
-                CREATE TABLE IF NOT EXISTS commands (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    turn_id TEXT NOT NULL,
-                    data BLOB NOT NULL,
-                    created_at REAL NOT NULL,
-                    taken_at REAL
-                );
-                CREATE INDEX IF NOT EXISTS commands_open ON commands (turn_id, taken_at);
-                """
-            )
+        if os.path.isdir(self.path):
+            raise StoreError(f"the turn store {self.path} is a directory, not a greenroom database")
+        if not os.path.exists(self.path):
+            # the database (and so its -wal and -shm) is readable by this user only
+            try:
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise StoreError(f"cannot create the turn store {self.path}: {exc}") from None
+        try:
+            with self._conn() as conn:
+                conn.executescript(_SCHEMA)
+                self._check(conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path} is not a greenroom turn store: {exc}") from None
+
+    def _check(self, conn: sqlite3.Connection) -> None:
+        """Fail at once, naming the file, if the tables are not the ones greenroom writes."""
+        expected = {"turns": {"turn_id", "status", "snapshot"}, "events": {"turn_id", "seq", "data"}}
+        for table, columns in expected.items():
+            found = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if not columns <= found:
+                raise StoreError(f"{self.path} is not a greenroom turn store: table {table!r} is damaged")
 
     def _conn(self) -> sqlite3.Connection:
         import os
@@ -154,8 +202,12 @@ class SQLiteStore:
             self._pid = os.getpid()
         return conn
 
-    def save(self, state: TurnState, events: Sequence[TurnEvent]) -> None:
+    def save(self, state: TurnState, events: Sequence[EncodedEvent]) -> None:
         conn = self._conn()
+        try:
+            snapshot = encode_snapshot(state)
+        except Exception as exc:  # nothing was begun: nothing to roll back
+            raise StoreError(f"cannot encode turn {state.turn_id}: {exc}") from None
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(
@@ -175,20 +227,21 @@ class SQLiteStore:
                     state.updated_at or time.time(),
                     state.waiting_since,
                     ",".join(state.pending_approvals),
-                    encode_snapshot(state),
+                    snapshot,
                 ),
             )
             if events:
                 conn.executemany(
                     "INSERT OR IGNORE INTO events (turn_id, seq, kind, data) VALUES (?, ?, ?, ?)",
-                    [(e.turn_id, e.seq, e.kind, encode(e)) for e in events],
+                    [(state.turn_id, seq, kind, data) for seq, kind, data in events],
                 )
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+        except Exception as exc:  # whatever failed, the transaction must not stay open
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
             raise StoreError(f"cannot write turn {state.turn_id} to {self.path}: {exc}") from None
 
     def load(self, turn_id: str) -> TurnState:
@@ -248,6 +301,22 @@ class SQLiteStore:
             out.append(event)  # type: ignore[arg-type]
         return out  # type: ignore[return-value]
 
+    def event_payloads(self, turn_id: str, since: int = 0) -> list[tuple[str, bytes]]:
+        try:
+            rows = self._conn().execute(
+                "SELECT kind, data FROM events WHERE turn_id = ? AND seq >= ? ORDER BY seq", (turn_id, since)
+            )
+            return [(kind, bytes(data)) for kind, data in rows]
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the events of turn {turn_id} from {self.path}: {exc}") from None
+
+    def turns_with_commands(self) -> list[str]:
+        try:
+            rows = self._conn().execute("SELECT DISTINCT turn_id FROM commands WHERE taken_at IS NULL")
+            return [r[0] for r in rows]
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the command inbox of {self.path}: {exc}") from None
+
     def add_command(self, turn_id: str, command: Message) -> int:
         cur = self._conn().execute(
             "INSERT INTO commands (turn_id, data, created_at) VALUES (?, ?, ?)", (turn_id, encode(command), time.time())
@@ -303,10 +372,3 @@ class SQLiteStore:
         if conn is not None:
             conn.close()
             self._local.conn = None
-
-
-def open_store(spec: str | Path | TurnStore | None) -> TurnStore | None:
-    """A store from a path (SQLite), a store object, or None."""
-    if spec is None or not isinstance(spec, (str, Path)):
-        return spec
-    return SQLiteStore(spec)

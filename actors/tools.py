@@ -114,6 +114,8 @@ class Tool:
         requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
         requires: dict[str, Any] | None = None,
         retry_safe: bool = False,
+        inline: bool = False,
+        isolate: bool = False,
     ) -> None:
         if not callable(fn):
             raise ToolDefinitionError(f"a tool needs a function, got {fn!r}")
@@ -126,6 +128,12 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(fn)
         self.requires = dict(requires or {})
         self.retry_safe = retry_safe
+        if inline and not self.is_async:
+            raise ToolDefinitionError(f"tool {self.name!r}: inline=True is for async def tools only")
+        if inline and isolate:
+            raise ToolDefinitionError(f"tool {self.name!r}: a tool is either inline or isolated, not both")
+        self.inline = inline
+        self.isolate = isolate
         self.approval: bool | Callable[[dict[str, Any]], bool] = requires_approval
         self.args_model = self._build_model(arg_docs)
         self.parameters = _strip_titles(self.args_model.model_json_schema())
@@ -190,6 +198,9 @@ class Tool:
             approval_ref=approval_ref,
             requires=self.requires,
             retry_safe=self.retry_safe,
+            is_async=self.is_async,
+            inline=self.inline,
+            isolate=self.isolate,
         )
 
     # -- running -------------------------------------------------------------------------
@@ -225,6 +236,8 @@ def tool(
     requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
     requires: dict[str, Any] | None = None,
     retry_safe: bool = False,
+    inline: bool = False,
+    isolate: bool = False,
 ) -> Any:
     """Make ``fn`` a ``Tool``; usable bare (``@tool``) or with options (``@tool(...)``)."""
 
@@ -236,6 +249,8 @@ def tool(
             requires_approval=requires_approval,
             requires=requires,
             retry_safe=retry_safe,
+            inline=inline,
+            isolate=isolate,
         )
 
     return wrap(fn) if fn is not None else wrap

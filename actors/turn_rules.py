@@ -61,6 +61,7 @@ from messages import (
 from messages.tool import ReportProgress, ToolOutcome
 
 from .history import history_problems
+from .text import TooDeep, safe_json, safe_text
 from .tools import error_result as error_content
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "TakeStep",
     "TimerFired",
     "ToolLost",
+    "StoreFailed",
     "StreamLost",
     "TurnRules",
     "error_content",
@@ -192,6 +194,13 @@ class StreamLost:
     """The LLMActor exited while it streamed ``stream_id``."""
 
     stream_id: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class StoreFailed:
+    """The turn's write-ahead to the store failed; the turn cannot go on durably."""
+
     detail: str
 
 
@@ -324,9 +333,23 @@ class TurnRules:
         if isinstance(msg, (LLMDeltas, LLMRetrying, LLMCompleted, LLMFailed)):
             return self._on_stream_message(msg)
         if isinstance(msg, ToolResult):
-            return self._on_tool_result(msg.call_id, msg.outcome, msg.content)
+            return self._on_tool_result(msg.call_id, msg.outcome, safe_text(msg.content))
         if isinstance(msg, ToolLost):
             return self._on_tool_result(msg.call_id, "failed", error_content(msg.message))
+        if isinstance(msg, StoreFailed):
+            if s.phase == "finished":
+                return []
+            if s.phase == "streaming" and s.stream_id is not None:
+                aborted: list[Decision] = [Abort(s.stream_id, "the store failed")]
+                self._keep_partial_text()
+            else:
+                aborted = []
+            interrupts = [
+                Interrupt(InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason="the store failed"))
+                for cs in s.batch or ()
+                if cs.status == "running"
+            ]
+            return aborted + interrupts + self._end("error", ("store_error", f"the turn store failed: {msg.detail}"))
         if isinstance(msg, StreamLost):
             if msg.stream_id != s.stream_id or s.phase != "streaming":
                 return []
@@ -388,8 +411,9 @@ class TurnRules:
             m = self._early.pop(self._next_seq)
             self._next_seq += 1
             if isinstance(m, LLMDeltas):
-                self._text += m.text
-                out.append(self._emit(TextDelta, text=m.text))
+                text = safe_text(m.text)
+                self._text += text
+                out.append(self._emit(TextDelta, text=text))
             elif isinstance(m, LLMRetrying):
                 out.append(self._emit(TurnRetrying, attempt=m.attempt, delay=m.delay, reason=m.reason))
             elif isinstance(m, LLMCompleted):
@@ -418,10 +442,11 @@ class TurnRules:
         s = self.state
         if msg.usage is not None:
             s.usage = s.usage + msg.usage
-        s.messages.append(msg.message)
+        message = _safe_message(msg.message)
+        s.messages.append(message)
         s.stream_id = None
         self._text = ""
-        calls = msg.message.tool_calls or []
+        calls = message.tool_calls or []
         if not calls:
             s.phase = "idle"
             if s.cancel is not None:
@@ -449,8 +474,10 @@ class TurnRules:
             return self._done(cs, "failed", f"Tool '{name}' not found")
         raw = (cs.call.arguments or "").strip() or "{}"
         try:
-            args = json.loads(raw)
-        except ValueError as exc:
+            args = safe_json(json.loads(raw))
+        except TooDeep as exc:
+            return self._done(cs, "failed", error_content(f"Invalid arguments for tool '{name}': {exc}"))
+        except (ValueError, RecursionError) as exc:
             return self._done(
                 cs, "failed", error_content(f"Invalid arguments for tool '{name}': not valid JSON ({exc})")
             )
@@ -699,6 +726,8 @@ class TurnRules:
             return reply(False, "turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason})")
         cs = s.call(call_id)
         if cs is None:
+            if any(call_id in [c.id for c in m.tool_calls or ()] for m in s.messages):
+                return reply(False, "not_waiting", f"call {call_id!r} has already finished")
             return reply(False, "unknown_call", f"call {call_id!r} is not running in turn {s.turn_id}")
         if cs.status == "done":
             return reply(False, "not_waiting", f"call {call_id!r} has already finished")
@@ -772,3 +801,27 @@ class TurnRules:
                 )
             )
         ]
+
+
+def _safe_message(message: ChatMessage) -> ChatMessage:
+    """The model's message with safe strings and distinct tool call ids.
+
+    Some OpenAI-compatible servers send two calls with the same id in one response; each
+    would need its own tool message, so a repeated id becomes ``<id>_2``, ``<id>_3``, ...
+    in the history itself (the model sees the ids it is answered with)."""
+    content = safe_text(message.content) if message.content is not None else None
+    calls = message.tool_calls
+    if calls:
+        used: set[str] = set()
+        fixed = []
+        for c in calls:
+            new_id, n = c.id, 1
+            while new_id in used:
+                n += 1
+                new_id = f"{c.id}_{n}"
+            used.add(new_id)
+            fixed.append(c.model_copy(update={"id": new_id, "name": safe_text(c.name), "arguments": safe_text(c.arguments)}))
+        calls = fixed
+    if content == message.content and calls == message.tool_calls:
+        return message
+    return message.model_copy(update={"content": content, "tool_calls": calls})

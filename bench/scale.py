@@ -26,7 +26,7 @@ import httpx  # noqa: E402
 
 from actors import Runtime, tool  # noqa: E402
 from actors.providers import OpenAIStream, iter_sse  # noqa: E402
-from actors.runtime import session_processes  # noqa: E402
+from actors.processes import session_processes  # noqa: E402
 from actors.scripted_provider import Reply, Request, Text, call, use_tools  # noqa: E402
 from bench.common import pct, save, table  # noqa: E402
 from messages import Finish, ProviderConfig, TextDelta  # noqa: E402

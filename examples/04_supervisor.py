@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from thespian.actors import ActorTypeDispatcher
-
-from actors import DIRECTORY_NAME, DirectoryActor, Runtime, tool
+from actors import DIRECTORY_NAME, DirectoryActor, Runtime, Supervisor, tool
 from actors.scripted_provider import Request, ScriptedProvider, call, say, use_tools
 from actors.tools import tool_specs
 from messages import (
@@ -79,7 +77,7 @@ class Report:
     events: int = 0
 
 
-class Supervisor(ActorTypeDispatcher):
+class BudgetSupervisor(Supervisor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.report = Report()
@@ -147,7 +145,7 @@ def main() -> None:
         prompts = ["tidy up the disk", "send the weekly report", "wait for the build"]
         tools = tool_specs([delete_path, send_email, poll])
         turns = [StartTurn(messages=[ChatMessage.user(p)], tools=tools, provider=provider) for p in prompts]
-        supervisor = runtime.actor_system.createActor(Supervisor)
+        supervisor = runtime.actor_system.createActor(BudgetSupervisor)
         report = runtime.actor_system.ask(supervisor, Supervise(turns, max_rounds=3, max_seconds=30), 60)
         assert isinstance(report, Report), report
         for start, prompt in zip(turns, prompts):

@@ -31,6 +31,7 @@ from .control import (
     ToolApprovalResponse,
     TurnOptions,
     new_turn_id,
+    reply_for,
 )
 from .events import (
     TERMINAL_REASONS,
@@ -93,6 +94,7 @@ __all__ = [
     "NodeList",
     "ProviderConfig",
     "RejectCode",
+    "reply_for",
     "ReportProgress",
     "RespondToApprovals",
     "RetryPolicy",

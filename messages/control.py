@@ -33,6 +33,7 @@ __all__ = [
     "ToolApprovalResponse",
     "TurnOptions",
     "new_turn_id",
+    "reply_for",
 ]
 
 
@@ -133,6 +134,7 @@ class Subscribe(Message):
     kind: Literal["subscribe"] = "subscribe"
     turn_id: str
     since: int = Field(default=0, ge=0)
+    request_id: str | None = None
 
 
 RejectCode = Literal[
@@ -161,3 +163,24 @@ class ControlReply(Message):
     code: RejectCode | None = None
     message: str = ""
     resumes_at: int | None = None
+
+
+def reply_for(
+    command: Message,
+    ok: bool,
+    code: RejectCode | None = None,
+    message: str = "",
+    *,
+    turn_id: str | None = None,
+    resumes_at: int | None = None,
+) -> ControlReply:
+    """The ``ControlReply`` to ``command``: its turn, its ``request_id``, its kind."""
+    return ControlReply(
+        turn_id=turn_id if turn_id is not None else (getattr(command, "turn_id", None) or ""),
+        request_id=getattr(command, "request_id", None),
+        command=getattr(command, "kind", type(command).__name__),
+        ok=ok,
+        code=code,
+        message=message,
+        resumes_at=resumes_at,
+    )

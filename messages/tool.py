@@ -37,7 +37,9 @@ class ToolSpec(Message):
     ``approval`` says whether a call needs a human decision: ``"predicate"`` asks the
     callable at ``approval_ref`` with the call's parsed arguments. ``requires`` lists the
     capabilities a node must advertise to run it. ``retry_safe`` declares that running a
-    call twice with the same idempotency key is harmless (used on recovery).
+    call twice with the same idempotency key is harmless (used on recovery). ``inline``
+    runs an ``async def`` tool (``is_async``) in its turn's host instead of a tool process;
+    ``isolate`` gives each call a fresh tool process of its own.
     """
 
     kind: Literal["tool_spec"] = "tool_spec"
@@ -49,6 +51,9 @@ class ToolSpec(Message):
     approval_ref: str | None = None
     requires: dict[str, Any] = Field(default_factory=dict)
     retry_safe: bool = False
+    is_async: bool = False
+    inline: bool = False
+    isolate: bool = False
 
 
 class RunTool(Message):

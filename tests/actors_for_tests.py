@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from thespian.actors import ActorTypeDispatcher
-
-from actors import DIRECTORY_NAME, DirectoryActor
+from actors import DIRECTORY_NAME, DirectoryActor, Supervisor as SupervisorBase
 from messages import ControlReply, Finish, StartTurn, ToolApprovalRequest, TurnEvent
 
 
@@ -32,7 +30,7 @@ class Seen:
     replies: list[ControlReply]
 
 
-class Supervisor(ActorTypeDispatcher):
+class Supervisor(SupervisorBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.events: list[TurnEvent] = []

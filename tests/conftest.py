@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from actors import Runtime
-from actors.runtime import group_processes, session_processes
+from actors.processes import group_processes, session_processes
 from actors.scripted_provider import ScriptedProvider
 from messages import RetryPolicy
 

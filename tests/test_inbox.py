@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.plumbing import Inbox
+from actors.inbox import Inbox
 
 
 @pytest.fixture(autouse=True)

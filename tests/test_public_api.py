@@ -11,8 +11,8 @@ import messages
 
 ACTORS = [
     "Cancellation", "CodecError", "CommandResult", "ConfigurationError", "ControlRejected", "DIRECTORY_NAME",
-    "DirectoryActor", "GreenroomError", "LLMActor", "Registration", "Runtime", "RuntimeClosedError", "SnapshotError",
-    "StoreError", "Tool", "ToolActor", "ToolCancelled", "ToolContext", "ToolContextError", "ToolDefinitionError",
+    "DirectoryActor", "EventBatch", "GreenroomError", "LLMActor", "Registration", "Runtime", "RuntimeClosedError", "SnapshotError",
+    "StoreError", "Supervisor", "Tool", "ToolActor", "ToolCancelled", "ToolContext", "ToolContextError", "ToolDefinitionError",
     "TransportAuthError", "TurnActor", "TurnHandle", "TurnResult", "TurnRules", "TurnTimeout", "history_problems",
     "requires_approval", "run_command", "tool",
 ]  # fmt: skip
@@ -26,7 +26,7 @@ MESSAGES = [
     "TextDelta", "Timeouts", "ToolAlive", "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted",
     "ToolFinished", "ToolOutcome", "ToolProgress", "ToolResult", "ToolSpec", "TurnEvent", "TurnEventUnion",
     "TurnOptions", "TurnRetrying", "TurnStarted", "TurnState", "Usage", "WatchMembership", "decode", "decode_snapshot",
-    "encode", "encode_snapshot", "message_classes", "new_turn_id",
+    "encode", "encode_snapshot", "message_classes", "new_turn_id", "reply_for",
 ]  # fmt: skip
 
 KINDS = {

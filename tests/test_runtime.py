@@ -7,7 +7,7 @@ import os
 import threading
 
 from actors import Runtime
-from actors.runtime import session_processes
+from actors.processes import session_processes
 from actors.scripted_provider import ScriptedProvider, say
 from messages import Finish, TextDelta
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from actors import Runtime
-from actors.runtime import session_processes
+from actors.processes import session_processes
 from actors.scripted_provider import ScriptedProvider, call, fail, say, use_tools
 from messages import ChatMessage, ToolCall, TurnOptions
 

@@ -87,10 +87,15 @@ def cooperative(marker: str, steps: int = 600) -> str:
 
 
 @tool
-async def async_sleeper(seconds: float = 60.0) -> str:
-    """An async tool that sleeps; a stop cancels its task."""
+async def async_sleeper(seconds: float = 60.0, marker: str | None = None) -> str:
+    """An async tool that sleeps; a stop cancels its task (noted in ``marker``)."""
     ToolContext.current().report_progress({"pid": os.getpid()})
-    await asyncio.sleep(seconds)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        if marker is not None:
+            append_line(marker, "cancelled")
+        raise
     return "woke"
 
 

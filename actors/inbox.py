@@ -1,22 +1,17 @@
-"""Internal pieces the actor shells share. Not part of the public API.
+"""How a worker thread hands results to its actor without calling Thespian.
 
-- ``Inbox``: how a worker thread hands results to its actor. The thread only puts an item
-  on a queue and writes one byte to a pipe; the actor returns ``ThespianWatch([inbox.fd])``
-  from every handler and drains the queue on ``WatchMessage``. Only the actor thread ever
-  calls Thespian (``send`` is not thread-safe).
-- ``Relay``: a message forwarded on behalf of someone else, so that replies and events go
-  to ``reply_to`` rather than to the forwarder. It carries an actor address, so it is a
-  plain picklable class and not part of the msgpack catalogue.
+The thread only puts an item on a queue and writes one byte to a pipe; the actor returns
+``ThespianWatch([inbox.fd])`` from every handler and drains the queue on ``WatchMessage``.
+Only the actor's thread ever calls Thespian (``send`` is not thread-safe). Not public.
 """
 
 from __future__ import annotations
 
 import os
 import queue
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Hello", "Inbox", "Relay", "TurnAttached", "Welcome"]
+__all__ = ["Inbox"]
 
 
 class Inbox:
@@ -67,37 +62,3 @@ class Inbox:
                 os.close(fd)
             except OSError:
                 pass
-
-
-@dataclass(frozen=True)
-class Relay:
-    """``message`` forwarded by an intermediary; answer ``reply_to``, not the sender.
-
-    ``announce`` (the Runtime's event pump sets it on ``StartTurn``) asks the new TurnActor
-    to tell ``reply_to`` its address, so later commands skip the directory's hop."""
-
-    message: Any
-    reply_to: Any
-    announce: bool = False
-
-
-@dataclass(frozen=True)
-class TurnAttached:
-    """A TurnActor's address, for the Runtime that started it (see ``Relay.announce``)."""
-
-    turn_id: str
-    address: Any
-
-
-@dataclass(frozen=True)
-class Hello:
-    """Ask an actor for the address it sees you at (used by the Runtime's event pump)."""
-
-
-@dataclass(frozen=True)
-class Welcome:
-    """The answer to ``Hello``: your address, and the answering actor's pid and session."""
-
-    address: Any
-    pid: int
-    sid: int

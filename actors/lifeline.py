@@ -1,0 +1,121 @@
+"""The lifeline: every process of a runtime's tree ends when its owner ends, however it ends.
+
+The owner (the process that starts a ``Runtime`` or a ``greenroom node``) opens a pipe
+before it starts the actor system and holds the only write end. Every process forked into
+the tree (Thespian's admin and logger, every actor, every pooled tool process) inherits the
+read end, and a watchdog thread in each blocks reading it. Nothing is ever written: when the
+owner cuts the lifeline (``Runtime.close()``) or dies in any way (SIGKILL, the OOM killer,
+``os._exit``, a broken pipe), the kernel closes the write end, every read returns EOF at
+once, and each watchdog ends its own process's descendants (tool subprocesses included,
+whatever session or group they moved to) and then its process. No poll, no timer.
+
+Guarantees:
+
+- the write end exists only in the owner: an at-fork hook closes it in every child the
+  owner forks (Thespian's admin, and the application's own ``multiprocessing`` children),
+  so no child can keep a lifeline alive; both ends are close-on-exec, so programs started
+  with ``exec`` hold neither;
+- a process joins a tree only if it is forked by a member, or by the owner's thread inside
+  ``Lifeline.forking()``; other forks of the owner stay out of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+
+from .processes import descendants, signal_all
+
+__all__ = ["Lifeline", "in_tree", "on_cut"]
+
+_owned: dict[int, int] = {}  # write fd -> read fd of the lifelines this process owns
+_owned_lock = threading.Lock()
+_forking: tuple[int, int] | None = None  # (thread ident, read fd) while the owner forks a tree
+_member_fd: int | None = None  # the read end this process watches, if it is in a tree
+_cleanups: list[Callable[[], None]] = []
+
+
+class Lifeline:
+    """One tree's lifeline, owned by the process that created it."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()  # both close-on-exec
+        with _owned_lock:
+            _owned[self.write_fd] = self.read_fd
+
+    @contextlib.contextmanager
+    def forking(self) -> Iterator[None]:
+        """Processes this thread forks inside the block (and all they fork) join the tree."""
+        global _forking
+        _forking = (threading.get_ident(), self.read_fd)
+        try:
+            yield
+        finally:
+            _forking = None
+
+    @property
+    def cut(self) -> bool:
+        return self.write_fd not in _owned
+
+    def cut_now(self) -> None:
+        """End the tree: every member sees EOF at once and ends. Idempotent."""
+        with _owned_lock:
+            r = _owned.pop(self.write_fd, None)
+        if r is not None:
+            os.close(self.write_fd)
+            os.close(r)
+
+
+def in_tree() -> bool:
+    """True in a process that belongs to a runtime's tree (not in the owner)."""
+    return _member_fd is not None
+
+
+def on_cut(cleanup: Callable[[], None]) -> None:
+    """Run ``cleanup`` in this member process when its lifeline is cut, before it ends."""
+    _cleanups.append(cleanup)
+
+
+def _end_this_process() -> None:
+    for cleanup in list(_cleanups):
+        with contextlib.suppress(BaseException):
+            cleanup()
+    with contextlib.suppress(BaseException):
+        signal_all(descendants(os.getpid()), 9)
+    os._exit(0)
+
+
+def _watch(fd: int) -> None:
+    try:
+        while os.read(fd, 1):
+            pass  # nothing is ever written; only EOF matters
+    except OSError:
+        pass
+    _end_this_process()
+
+
+def _after_fork_in_child() -> None:
+    global _member_fd, _forking
+    for w, r in list(_owned.items()):
+        with contextlib.suppress(OSError):
+            os.close(w)
+        if _forking is None or r != _forking[1]:
+            with contextlib.suppress(OSError):
+                os.close(r)
+    _owned.clear()
+    if _forking is not None and _forking[0] == threading.get_ident():
+        _member_fd = _forking[1]
+        _cleanups.clear()
+    _forking = None
+    if _member_fd is None:
+        return
+    # A member forks only from its main thread; the watchdog holds no lock, so forking
+    # beside it is safe (Python 3.12+ warns about threads at fork in general).
+    warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks", category=DeprecationWarning)
+    threading.Thread(target=_watch, args=(_member_fd,), name="greenroom-lifeline", daemon=True).start()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,37 @@
+"""Logging for every process of a runtime, set from the environment of the owner.
+
+- ``GREENROOM_LOG_LEVEL`` (default ``WARNING``): the level of greenroom's own loggers
+  (``greenroom.*``); at ``INFO`` one line per turn start, finish, approval, stop and
+  cancel, at ``DEBUG`` each message a TurnActor handles;
+- ``GREENROOM_LOG_FILE``: append there instead of standard error;
+- third-party loggers (Thespian, httpx, httpcore) stay at ``WARNING``, or at
+  ``GREENROOM_LOG_THIRD_PARTY`` when that is set.
+
+Actor processes log through Thespian's logging process, configured with ``log_defs()``.
+Thespian replaces the logging manager in every actor process, so loggers are looked up
+when used (``logging.getLogger(...)`` inside functions), never kept from before a fork.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["log_defs"]
+
+
+def log_defs() -> dict[str, Any]:
+    """A ``logging.config.dictConfig`` mapping for the runtime's processes."""
+    level = os.environ.get("GREENROOM_LOG_LEVEL", "WARNING").upper()
+    others = os.environ.get("GREENROOM_LOG_THIRD_PARTY", "WARNING").upper()
+    handler: dict[str, Any] = {"class": "logging.StreamHandler", "formatter": "plain"}
+    if os.environ.get("GREENROOM_LOG_FILE"):
+        handler = {"class": "logging.FileHandler", "filename": os.environ["GREENROOM_LOG_FILE"], "formatter": "plain"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"}},
+        "handlers": {"out": handler},
+        "loggers": {"greenroom": {"level": level, "handlers": ["out"], "propagate": False}},
+        "root": {"handlers": ["out"], "level": others},
+    }

@@ -1,0 +1,78 @@
+"""Event batches to subscribers, clocked by the acknowledgements of the transport.
+
+Thespian's TCP transport has one message in flight per target, each waiting for its ACK.
+Sending one message per event therefore queues behind the ACKs at any real rate, and a
+fixed flush window either delays every event or breaks at scale. An ``Outbox`` instead
+sends a subscriber one ``EventBatch`` and keeps collecting until that batch is
+acknowledged; then everything collected leaves in the next batch. A quiet subscriber gets
+each event at once; a busy one gets fewer, larger batches, never more than one waiting.
+
+- ``Finish``, ``ToolApprovalRequest`` and ``Error`` are urgent: what is collected leaves at
+  once, even while a batch is in flight (the transport queues it behind);
+- a subscriber whose transmit fails as a dead target is dropped, with what it had pending.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .internal import EventBatch
+
+__all__ = ["Outbox", "URGENT_KINDS"]
+
+URGENT_KINDS = frozenset({"finish", "tool_approval_request", "error"})
+
+Send = Callable[[Any, Any, Callable[[bool], None]], None]
+
+
+def log() -> logging.Logger:
+    return logging.getLogger("greenroom.host")
+
+
+class Outbox:
+    """The events waiting for one subscriber."""
+
+    __slots__ = ("address", "_send", "pending", "in_flight", "urgent", "dead")
+
+    def __init__(self, address: Any, send: Send) -> None:
+        self.address = address
+        self._send = send  # send(address, message, done(ok)) on the actor thread
+        self.pending: list[bytes] = []
+        self.in_flight = 0
+        self.urgent = False
+        self.dead = False
+
+    def add(self, payload: bytes, kind: str) -> None:
+        """Collect one encoded event; ``flush_if_ready`` decides when it leaves."""
+        if self.dead:
+            return
+        self.pending.append(payload)
+        if kind in URGENT_KINDS:
+            self.urgent = True
+
+    def flush_if_ready(self) -> None:
+        """Send what is collected if nothing is in flight, or if something is urgent."""
+        if self.pending and (self.in_flight == 0 or self.urgent):
+            self._flush()
+
+    def _flush(self) -> None:
+        batch, self.pending, self.urgent = EventBatch(self.pending), [], False
+        self.in_flight += 1
+        self._send(self.address, batch, self._acknowledged)
+
+    def _acknowledged(self, ok: bool) -> None:
+        self.in_flight -= 1
+        if not ok:
+            if not self.dead:
+                log().info("subscriber %s cannot be reached; its events are dropped", self.address)
+            self.dead = True
+            self.pending = []
+            return
+        if self.in_flight == 0 and self.pending:
+            self._flush()
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending and self.in_flight == 0

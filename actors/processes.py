@@ -1,0 +1,179 @@
+"""What greenroom knows about processes, read from ``/proc``, and how it ends them.
+
+Everything here works by PID on processes greenroom started (or their descendants): it
+never matches processes by name. Linux only (``/proc``, ``prctl``).
+
+- ``session_processes``, ``group_processes``: live members of a session or process group;
+- ``children`` and ``descendants``: a process's tree, through ``/proc/<pid>/task/*/children``
+  (cheap) with a full ``/proc`` scan as the fallback;
+- ``end_processes``: SIGKILL a list of PIDs and wait (bounded) until they are gone;
+- ``become_subreaper``: orphaned descendants of this process are re-parented to it instead
+  of to init, so a tool's double-forked daemon stays in reach.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterable
+
+__all__ = [
+    "alive",
+    "become_subreaper",
+    "children",
+    "descendants",
+    "end_processes",
+    "free_port",
+    "group_processes",
+    "reap_children",
+    "session_processes",
+    "signal_all",
+    "wait_gone",
+]
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].decode().split()
+    except (OSError, IndexError):
+        return None
+
+
+def _exited(pid: int | str, fields: list[str]) -> bool:
+    """A zombie whose threads have all exited: it holds no file, no lock, nothing.
+
+    A multi-threaded process killed by a signal can show its main thread as a zombie while
+    its other threads are still exiting and still hold the process's files (and locks)."""
+    if fields[0] != "Z":
+        return False
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except OSError:
+        return True
+
+
+def alive(pid: int) -> bool:
+    """True until ``pid`` has exited completely (a zombie whose threads are all gone)."""
+    fields = _stat_fields(pid)
+    return fields is not None and not _exited(pid, fields)
+
+
+def _live_processes(index: int, value: int) -> list[int]:
+    """Live processes whose stat field ``index`` (after the name) equals ``value``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(entry)
+        if fields is not None and not _exited(entry, fields) and int(fields[index]) == value:
+            found.append(int(entry))
+    return found
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session ``sid``."""
+    return _live_processes(3, sid)
+
+
+def group_processes(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``."""
+    return _live_processes(2, pgid)
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (zombies included)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            return _children_by_scan(pid)  # a kernel without CONFIG_PROC_CHILDREN
+        except OSError:
+            continue
+    return out
+
+
+def _children_by_scan(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(entry)
+            if fields is not None and int(fields[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, parents before their children (zombies included)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children(todo.pop()):
+            if child not in out:
+                out.append(child)
+                todo.append(child)
+    return out
+
+
+def signal_all(pids: Iterable[int], sig: int) -> None:
+    """Send ``sig`` to each PID that still exists."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
+    """Wait until none of ``pids`` is alive (zombies count as gone); return those left."""
+    left = [p for p in pids if alive(p)]
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while left and time.monotonic() < deadline:
+        time.sleep(delay)  # polling the process table: there is nothing to wait on
+        delay = min(delay * 2, 0.02)
+        left = [p for p in left if alive(p)]
+    return left
+
+
+def end_processes(pids: Iterable[int], timeout: float = 2.0) -> list[int]:
+    """SIGKILL ``pids`` and wait until they are gone; return any still alive after ``timeout``."""
+    pids = list(pids)
+    signal_all(pids, signal.SIGKILL)
+    return wait_gone(pids, timeout)
+
+
+def reap_children(keep: Iterable[int] = ()) -> None:
+    """Collect the exit status of this process's exited children, except those in ``keep``."""
+    keep = set(keep)
+    for pid in children(os.getpid()):
+        if pid not in keep:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants; False if not supported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
