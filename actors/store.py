@@ -82,22 +82,6 @@ class TurnStore(Protocol):
     def event_payloads(self, turn_id: str, since: int = 0) -> list[tuple[str, bytes]]:
         """The turn's events with ``seq >= since`` as ``(kind, bytes)``, in order."""
 
-    def event_payloads(self, turn_id: str, since: int = 0) -> list[tuple[str, bytes]]:
-        try:
-            rows = self._conn().execute(
-                "SELECT kind, data FROM events WHERE turn_id = ? AND seq >= ? ORDER BY seq", (turn_id, since)
-            )
-            return [(kind, bytes(data)) for kind, data in rows]
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the events of turn {turn_id} from {self.path}: {exc}") from None
-
-    def turns_with_commands(self) -> list[str]:
-        try:
-            rows = self._conn().execute("SELECT DISTINCT turn_id FROM commands WHERE taken_at IS NULL")
-            return [r[0] for r in rows]
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the command inbox of {self.path}: {exc}") from None
-
     def add_command(self, turn_id: str, command: Message) -> int:
         """Queue a command for the turn; returns its id."""
 

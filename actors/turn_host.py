@@ -40,7 +40,6 @@ from messages import (
     StartTurn,
     Subscribe,
     ToolAlive,
-    ToolProgress,
     TurnEvent,
     encode,
     reply_for,

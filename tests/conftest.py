@@ -38,13 +38,4 @@ def runtime(provider: ScriptedProvider, fast_retry: RetryPolicy) -> Iterator[Run
         assert session_processes(rt.admin_sid) == [], "the Runtime left processes behind"
 
 
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` runs and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 group_members = group_processes

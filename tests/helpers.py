@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
+
+from actors.processes import alive
 
 from messages import Finish, TextDelta, ToolFinished, TurnEvent
 
@@ -43,3 +46,19 @@ def assert_seq(events: list[TurnEvent]) -> None:
     assert [e.seq for e in events] == list(range(len(events)))
     finishes = [i for i, e in enumerate(events) if isinstance(e, Finish) and e.terminal]
     assert finishes == [len(events) - 1]
+
+
+def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
+    """Poll a condition that has no event to wait on (a process table, a file) until it
+    holds or ``timeout`` passes; return whether it holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return bool(predicate())
+
+
+def pid_alive(pid: int) -> bool:
+    """True until ``pid`` has exited completely."""
+    return alive(pid)

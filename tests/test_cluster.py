@@ -26,7 +26,7 @@ from actors.history import history_problems
 from messages import ChatMessage
 
 from .conftest import group_members
-from .test_stop_cancel import wait_until
+from .helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 PORT = 1900

@@ -22,7 +22,7 @@ from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy, TurnOptio
 
 from . import tools_for_tests as T
 from .helpers import summary
-from .test_stop_cancel import wait_until
+from .helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))

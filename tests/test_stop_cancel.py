@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -16,18 +15,8 @@ from actors.turn_rules import interrupted_content
 from messages import ChatMessage, Error, Finish, StopTurn, TextDelta, ToolCallStarted, ToolProgress, TurnOptions
 
 from . import tools_for_tests as T
-from .conftest import group_members, pid_alive
-from .helpers import assert_seq, summary
-
-
-def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
-    """Poll a condition (e.g. a process table) until it holds or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return bool(predicate())
+from .conftest import group_members
+from .helpers import assert_seq, pid_alive, summary, wait_until
 
 
 def provider_accepts(provider: ScriptedProvider, messages: list[ChatMessage]) -> None:

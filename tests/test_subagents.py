@@ -11,7 +11,7 @@ from messages import ChatMessage, Finish, RetryPolicy, ToolProgress
 
 from . import tools_for_tests as T
 from .conftest import group_members
-from .test_stop_cancel import wait_until
+from .helpers import wait_until
 
 
 def child_events(events: list) -> list[dict]:

@@ -167,3 +167,41 @@ def delegate_work(marker: str) -> str:
     from actors.subagents import run_subagent
 
     return run_subagent(f"do the work, then write {marker}", tools=[cooperative])
+
+
+@tool
+def spawn_naive(stubborn: bool = True) -> str:
+    """Start children the naive ways, report every pid, then wait in a stubborn command.
+
+    A plain ``Popen``; a shell that backgrounds a ``sleep`` and exits (the sleep is orphaned);
+    a double-forked daemon in its own session that ignores SIGTERM; a ``multiprocessing``
+    child; then, with ``stubborn``, a ``run_command`` group that ignores SIGTERM, which the
+    call waits for (otherwise it returns once its children are started).
+    """
+    import multiprocessing
+    import subprocess
+
+    ctx = ToolContext.current()
+    pids = [subprocess.Popen(["sleep", "300"]).pid]
+    background = "sleep 300 >/dev/null 2>&1 & echo $!"
+    pids.append(int(subprocess.run(["sh", "-c", background], capture_output=True, text=True).stdout))
+    daemon = "setsid sh -c 'trap \"\" TERM; sleep 300' >/dev/null 2>&1 & echo $!"
+    pids.append(int(subprocess.run(["sh", "-c", daemon], capture_output=True, text=True).stdout))
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(300,))
+    child.start()
+    pids.append(child.pid)  # type: ignore[arg-type]
+    if not stubborn:
+        ctx.report_progress({"pids": pids, "worker": os.getpid()})
+        return "started"
+    run_command(
+        ["sh", "-c", "trap '' TERM; sleep 300"],
+        on_start=lambda p: ctx.report_progress({"pids": [*pids, p.pid], "worker": os.getpid()}),
+    )
+    return "the stubborn command ended"
+
+
+@tool(requires_approval=True)
+def append_key(path: str) -> str:
+    """Append this call's idempotency key to ``path`` (a side effect that needs approval)."""
+    append_line(path, ToolContext.current().idempotency_key)
+    return "appended"

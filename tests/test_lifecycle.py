@@ -1,0 +1,222 @@
+"""When things end: close() in any state, the owner's death in any way, signals, and every
+process a tool started, however it started it. Proved by scanning /proc."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors import Runtime
+from actors.processes import descendants, session_processes
+from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.store import SQLiteStore
+from actors.store_files import runtime_file, store_in_use
+from messages import Error, Finish, TextDelta, ToolProgress, TurnOptions
+
+from . import tools_for_tests as T
+from .helpers import pid_alive, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+INTERRUPTED = json.dumps(
+    {"ok": False, "error": "Interrupted: the runtime stopped while the call ran (recovered after a restart)", "data": None}
+)
+
+
+def tree(sid: int, extra: list[int]) -> list[int]:
+    """Every process of a runtime's tree: its session, their descendants, and ``extra``."""
+    pids = set(extra)
+    for pid in session_processes(sid):
+        pids.add(pid)
+        pids.update(descendants(pid))
+    return sorted(pids)
+
+
+def none_alive(pids: list[int]) -> bool:
+    return not [p for p in pids if pid_alive(p)]
+
+
+def start_owner(
+    provider: ScriptedProvider, store: Path | None, scenario: str, turn_id: str, mode: str
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    cmd = [sys.executable, "-m", "tests.owner_child", str(store or "-"), provider.base_url, scenario, turn_id, mode]
+    child = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=ENV
+    )
+    try:
+        info = json.loads(child.stdout.readline())  # type: ignore[union-attr]
+    except Exception:
+        child.kill()
+        child.wait(10)
+        raise
+    return child, info
+
+
+# -- close() ----------------------------------------------------------------------------------
+
+
+def test_an_exception_raised_in_the_with_block_is_not_swallowed(provider: ScriptedProvider) -> None:
+    provider.add(say("never read", delay=0.05))
+    with pytest.raises(ValueError, match="the caller's own error"):
+        with Runtime(provider.provider()) as rt:
+            rt.run("talk")
+            raise ValueError("the caller's own error")
+    assert session_processes(rt.admin_sid) == []  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("state", ["just_started", "streaming", "tool_running", "awaiting_approval", "tool_children"])
+def test_close_in_any_state_ends_live_turns_stopped_and_leaves_no_process(
+    provider: ScriptedProvider, state: str, tmp_path: Path
+) -> None:
+    tools: list[Any] = []
+    if state in ("just_started", "streaming"):
+        provider.add(say(" ".join(["word"] * 500), delay=0.02))
+    elif state == "tool_running":
+        provider.add(use_tools(call("wait_for_stop", {"marker": str(tmp_path / "stopped")})))
+        tools = [T.wait_for_stop]
+    elif state == "awaiting_approval":
+        provider.add(use_tools(call("delete_file", {"path": str(tmp_path / "x")})))
+        tools = [T.delete_file]
+    else:
+        provider.add(use_tools(call("spawn_naive", {})))
+        tools = [T.spawn_naive]
+    rt = Runtime(provider.provider()).start()
+    turn = rt.run("go", tools=tools)
+    extra: list[int] = []
+    if state == "streaming":
+        turn.wait_for(lambda e: isinstance(e, TextDelta))
+    elif state in ("tool_running", "tool_children"):
+        progress = turn.wait_for(lambda e: isinstance(e, ToolProgress))
+        extra = progress.data["pids"] if isinstance(progress.data, dict) else []
+    elif state == "awaiting_approval":
+        assert turn.result(30).finish_reason == "awaiting_approval"
+    everything = tree(rt.admin_sid, extra)  # type: ignore[arg-type]
+    rt.close()
+    assert [p for p in everything if pid_alive(p)] == []
+    events = turn.all_events
+    if state == "awaiting_approval":
+        assert isinstance(events[-1], Finish) and events[-1].finish_reason == "stopped"
+    else:
+        finish = events[-1]
+        assert isinstance(finish, Finish) and finish.finish_reason == "stopped", events[-3:]
+    error = events[-2]
+    assert isinstance(error, Error) and (error.error_type, error.detail) == ("stopped", "the runtime is closing")
+
+
+def test_close_with_a_store_leaves_the_turn_to_be_recovered(provider: ScriptedProvider, tmp_path: Path) -> None:
+    store = tmp_path / "turns.db"
+    provider.add(use_tools(call("delete_file", {"path": str(tmp_path / "x")})))
+    with Runtime(provider.provider(), store=store) as rt:
+        turn = rt.run("go", tools=[T.delete_file])
+        assert turn.result(30).finish_reason == "awaiting_approval"
+    assert [(s.turn_id, s.status) for s in SQLiteStore(store).summaries()] == [(turn.turn_id, "awaiting_approval")]
+    assert not store_in_use(str(store)) and not os.path.exists(runtime_file(str(store)))
+    with Runtime(provider.provider(), store=store) as rt:
+        assert rt.recovered == [turn.turn_id]
+
+
+# -- a tool's processes -----------------------------------------------------------------------
+
+
+def test_stop_ends_every_process_a_tool_started_however_it_started_it(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
+    provider.add(use_tools(call("spawn_naive", {})), say("again"), use_tools(call("add", {"a": 1, "b": 2})), say("3"))
+    turn = runtime.run("go", tools=[T.spawn_naive], options=TurnOptions(stop_grace=0.2))
+    pids = turn.wait_for(lambda e: isinstance(e, ToolProgress)).data["pids"]
+    assert all(pid_alive(p) for p in pids)
+    turn.stop()
+    assert turn.result(30).finish_reason == "stopped"
+    assert wait_until(lambda: none_alive(pids), timeout=5), [p for p in pids if pid_alive(p)]
+    # the stubborn call's process ended with it and was replaced: tools still run
+    assert runtime.run("add", tools=[T.add]).result(30).finish_reason == "stop"
+
+
+def test_a_call_that_returns_leaves_none_of_its_children_behind(runtime: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(use_tools(call("spawn_naive", {"stubborn": False})), say("done"))
+    turn = runtime.run("go", tools=[T.spawn_naive], options=TurnOptions(stop_grace=0.2))
+    pids = turn.wait_for(lambda e: isinstance(e, ToolProgress)).data["pids"]
+    assert turn.result(30).finish_reason == "stop"
+    assert wait_until(lambda: none_alive(pids), timeout=5), [p for p in pids if pid_alive(p)]
+
+
+# -- the owner's death ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["sigkill", "os_exit", "exception", "broken_pipe"])
+def test_when_the_owner_dies_its_whole_tree_ends_and_a_new_runtime_recovers_the_turn(
+    provider: ScriptedProvider, tmp_path: Path, how: str
+) -> None:
+    store = tmp_path / "turns.db"
+    provider.add(use_tools(call("spawn_naive", {})))
+    mode = {"sigkill": "wait", "os_exit": "exit", "exception": "raise", "broken_pipe": "spam"}[how]
+    child, info = start_owner(provider, store, "naive", "turn_owner", mode)
+    everything = tree(info["sid"], info["pids"])
+    assert len(everything) > len(info["pids"])
+    if how == "sigkill":
+        os.kill(child.pid, signal.SIGKILL)
+    elif how == "broken_pipe":
+        child.stdout.close()  # type: ignore[union-attr]
+    child.wait(30)
+    assert wait_until(lambda: none_alive(everything), timeout=2), [p for p in everything if pid_alive(p)]
+    assert not store_in_use(str(store))
+    provider.add(say("Recovered."))
+    with Runtime(provider.provider(), store=store) as rt:
+        assert rt.recovered == ["turn_owner"]
+        finish = rt.attach("turn_owner").wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
+    assert finish.finish_reason == "stop"
+    assert finish.messages[2].content == INTERRUPTED
+
+
+def test_sigterm_to_the_owner_closes_gracefully_and_the_paused_turn_resumes_later(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    store, keys = tmp_path / "turns.db", tmp_path / "keys.txt"
+    provider.add(use_tools(call("append_key", {"path": str(keys)})))
+    child, info = start_owner(provider, store, "gated", "turn_term", "wait")
+    everything = tree(info["sid"], [])
+    os.kill(child.pid, signal.SIGTERM)
+    assert child.wait(30) == -signal.SIGTERM
+    assert wait_until(lambda: none_alive(everything), timeout=2)
+    assert [(s.turn_id, s.status) for s in SQLiteStore(store).summaries()] == [("turn_term", "awaiting_approval")]
+    provider.add(say("Appended."))
+    with Runtime(provider.provider(), store=store) as rt:
+        turn = rt.attach("turn_term")
+        turn.approve("call_1")
+        assert turn.result(30).finish_reason == "stop"
+    assert keys.read_text() == "turn_term:call_1\n"
+
+
+def test_a_command_line_approval_while_the_owner_is_dead_is_kept_and_runs_the_call_once(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    store, keys = tmp_path / "turns.db", tmp_path / "keys.txt"
+    provider.add(use_tools(call("append_key", {"path": str(keys)})))
+    child, info = start_owner(provider, store, "gated", "turn_dead", "wait")
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(10)
+    assert wait_until(lambda: none_alive(tree(info["sid"], [])), timeout=2)
+    assert os.path.exists(runtime_file(str(store)))  # stale: its pid is dead, its lock free
+    cli = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "approve", "turn_dead", "call_1", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=ENV,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "written to the store" in cli.stdout
+    assert not keys.exists()
+    provider.add(say("Appended."))
+    with Runtime(provider.provider(), store=store) as rt:
+        finish = rt.attach("turn_dead").wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
+    assert finish.finish_reason == "stop"
+    assert keys.read_text() == "turn_dead:call_1\n"
