@@ -418,21 +418,25 @@ class Runtime:
             return stream
 
     def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> TurnHandle:
-        """A handle on a turn started elsewhere, receiving its events from ``since`` on.
-
-        An unknown turn raises ``ControlRejected("unknown_turn")`` at once."""
-        endpoint = self._running()
+        """A handle on a turn started elsewhere (or recovered), with its events from ``since``
+        on, then as they happen. An unknown turn raises ``ControlRejected("unknown_turn")``."""
+        self._running()
+        with self._streams_lock:
+            mine = self._streams.get(turn_id)
+        if mine is not None and since >= mine._base:  # started here: already subscribed
+            handle = TurnHandle(self, mine)
+            handle._cursor = since - mine._base
+            return handle
         stream = self._open_stream(turn_id, since, fresh=False)
-        endpoint.send(self._host_of(turn_id), Subscribe(turn_id=turn_id, since=since))
-        deadline = time.monotonic() + timeout
-        with stream._cond:
-            while not stream.events and not stream.rejections and time.monotonic() < deadline:
-                stream._cond.wait(min(0.5, max(0.0, deadline - time.monotonic())))
-            refused = stream.rejections[0] if stream.rejections and not stream.events else None
-        if refused is not None:
+        try:
+            reply = self._command(Subscribe(turn_id=turn_id, since=since)).result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout} s") from None
+        if not reply.ok:
             with self._streams_lock:
-                self._streams.pop(turn_id, None)
-            raise ControlRejected(refused.code or "invalid", refused.message)
+                if self._streams.get(turn_id) is stream:
+                    del self._streams[turn_id]
+            raise ControlRejected(reply.code or "invalid", reply.message)
         return TurnHandle(self, stream)
 
     # -- nodes ----------------------------------------------------------------------------

@@ -74,6 +74,8 @@ class ToolWorker(ActorTypeDispatcher):
             content = error_result(f"Tool '{run.spec.name}' could not start: its tool process was {reason}")
             self.send(sender, WorkerResult(_result(run, "failed", content), retiring=True))
             return
+        if run.provider is not None and run.provider.api_key_env:
+            os.environ.pop(run.provider.api_key_env, None)  # the key is the LLM's, never a tool's
         self._calls += 1
         self._generation += 1
         self._host, self._progress_seq, self._children = sender, 0, {}

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from messages import (
     AbortStream,
-    ControlReply,
     StartTurn,
     Subscribe,
     TurnEvent,
     TurnState,
+    reply_for,
 )
 
 from .errors import StoreError
@@ -97,7 +97,7 @@ class TurnActor(LocalActor):
                 self._subscribe(sender)
             self._apply(self.rules.start(), sender)
         elif isinstance(message, Subscribe):
-            self._replay(message.since, sender)
+            self._replay(message, sender)
         elif isinstance(message, _Recover):
             self._apply(self.rules.recover(), None)
         elif isinstance(message, _StoredCommands):
@@ -125,22 +125,22 @@ class TurnActor(LocalActor):
         if who not in self.subscribers:
             self.subscribers.append(who)
 
-    def _replay(self, since: int, who: Any) -> None:
-        """Send ``who`` the events from ``since`` on, then everything new."""
+    def _replay(self, request: Subscribe, who: Any) -> None:
+        """Send ``who`` the events from ``since`` on, then everything new; confirm if asked."""
         store = self.host.store
         if store is not None:
             try:
-                past = store.event_payloads(self.turn_id, since)
+                past = store.event_payloads(self.turn_id, request.since)
             except StoreError as exc:
-                self.host.reply(
-                    who, _refusal(self.turn_id, "subscribe", "invalid", f"cannot read the events of {self.turn_id}: {exc}")
-                )
+                self.host.reply(who, reply_for(request, False, "invalid", f"cannot read the events of {self.turn_id}: {exc}"))
                 return
         else:
-            past = self.log[since:]
+            past = self.log[request.since :]
         for kind, payload in past:
             self.host.deliver(who, payload, kind)
         self._subscribe(who)
+        if request.request_id is not None:
+            self.host.reply(who, reply_for(request, True))
 
     # -- carrying decisions out ---------------------------------------------------------
 
@@ -221,5 +221,3 @@ class _StoredCommands:
 STORED_COMMANDS = _StoredCommands()
 
 
-def _refusal(turn_id: str, command: str, code: str, message: str) -> ControlReply:
-    return ControlReply(turn_id=turn_id, command=command, ok=False, code=code, message=message)  # type: ignore[arg-type]

@@ -155,6 +155,9 @@ class TurnHost(ActorTypeDispatcher):
                     self.deliver(sender, payload, kind)
             except StoreError as exc:
                 self.reply(sender, reply_for(msg, False, "invalid", f"cannot read turn {msg.turn_id}: {exc}"))
+                return
+            if msg.request_id is not None:
+                self.reply(sender, reply_for(msg, True, None, "the turn has ended; its events follow from the store"))
         elif msg.turn_id in self.ended:
             self.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended"))
         else:

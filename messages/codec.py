@@ -63,10 +63,14 @@ def message_classes() -> dict[str, type[Message]]:
 
 
 def encode(message: Message) -> bytes:
-    """The msgpack bytes of ``message``."""
+    """The msgpack bytes of ``message``; ``CodecError`` if it holds something that is not
+    plain data (an object, a string that is not valid Unicode, nesting past msgpack's limit)."""
     if _BY_KIND.get(getattr(message, "kind", None)) is not type(message):
         raise CodecError(f"{type(message).__name__} is not a greenroom message class")
-    return msgpack.packb(message.model_dump(mode="json"), use_bin_type=True)
+    try:
+        return msgpack.packb(message.model_dump(mode="json"), use_bin_type=True)  # type: ignore[no-any-return]
+    except Exception as exc:  # pydantic and msgpack raise several unrelated types
+        raise CodecError(f"cannot encode a {message.kind!r} message: {type(exc).__name__}: {exc}") from None
 
 
 def _unpack(data: bytes, what: str) -> Any:

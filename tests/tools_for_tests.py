@@ -205,3 +205,31 @@ def append_key(path: str) -> str:
     """Append this call's idempotency key to ``path`` (a side effect that needs approval)."""
     append_line(path, ToolContext.current().idempotency_key)
     return "appended"
+
+
+@tool
+def weird_text() -> str:
+    """A file name that is not UTF-8, as ``os.listdir`` returns it (a lone surrogate)."""
+    return os.fsdecode(b"report-\xff.txt")
+
+
+@tool
+def unencodable_progress() -> str:
+    """Report progress that is not JSON data, then answer normally."""
+    ToolContext.current().report_progress(object())
+    return "reported"
+
+
+@tool(inline=True)
+async def host_pid(wait: bool = False) -> int:
+    """Runs inline, in the turn's host process: report that process's pid (and wait if asked)."""
+    ToolContext.current().report_progress({"pid": os.getpid()})
+    if wait:
+        await asyncio.sleep(300)
+    return os.getpid()
+
+
+@tool
+def show_env(name: str) -> str | None:
+    """The value of an environment variable as the tool's process sees it."""
+    return os.environ.get(name)
