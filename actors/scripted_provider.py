@@ -5,14 +5,17 @@
 a list of ``Reply`` objects taken in order, or a ``responder(request) -> Reply`` function.
 A reply is written as a real chunked HTTP stream and can misbehave on purpose: delays
 between chunks, a stall (the server then waits for the client to hang up), a cut without
-the end of the body, a malformed data line, an HTTP error with ``Retry-After``.
+the end of the body, a malformed data line, an HTTP error with ``Retry-After``. A reply can
+also come as one non-streaming JSON response, as from a server that ignores ``stream: true``
+(``non_streaming=True``), or as any bytes with any status and content type (``raw_response``).
 
 Every request is recorded (``requests``) with an event set when the client disconnected
 before the reply was complete, so tests can see that a stop really closed the connection.
 A request whose history breaks the tool-call pairing rule is refused with HTTP 400, as
 OpenAI does.
 
-Builders: ``say(text)``, ``call(name, args)`` with ``use_tools(...)``, ``fail(status)``.
+Builders: ``say(text)``, ``call(name, args)`` with ``use_tools(...)``, ``fail(status)``,
+``raw_response(status, content_type, body)``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ __all__ = [
     "ToolStart",
     "call",
     "fail",
+    "raw_response",
     "say",
     "use_tools",
 ]
@@ -94,7 +98,13 @@ Part = Text | ToolStart | ToolArgs | Chunk | Raw
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted response. Counts (``stall_after`` ...) are in parts, before the end."""
+    """One scripted response. Counts (``stall_after`` ...) are in parts, before the end.
+
+    With ``non_streaming`` its text and tool calls are sent as one JSON completion (a
+    ``chat.completion`` or a Messages response; ``Chunk``, ``Raw`` and the stream's
+    misbehaviours do not apply). With ``body`` those bytes are sent as they are, with
+    ``status`` and ``content_type`` (None: no content-type header), and nothing else applies.
+    """
 
     parts: tuple[Part, ...] = ()
     finish_reason: str | None = None
@@ -111,6 +121,9 @@ class Reply:
     error_after: int | None = None
     crlf: bool = False
     null_content: bool = False
+    non_streaming: bool = False
+    body: bytes | None = None
+    content_type: str | None = None
 
     def but(self, **changes: Any) -> Reply:
         """A copy with ``changes``."""
@@ -163,6 +176,11 @@ def fail(status: int, message: str = "scripted failure", retry_after: float | No
     return Reply(status=status, error=message, retry_after=retry_after)
 
 
+def raw_response(status: int, content_type: str | None, body: bytes) -> Reply:
+    """A reply of exactly ``body`` with ``status`` and ``content_type`` (None: no content-type header)."""
+    return Reply(status=status, body=body, content_type=content_type)
+
+
 # -- rendering ------------------------------------------------------------------------------
 
 
@@ -205,6 +223,11 @@ def _openai_frames(reply: Reply, model: str) -> list[bytes]:
     return frames
 
 
+def _openai_usage(usage: tuple[int, int]) -> dict[str, int]:
+    prompt, completion = usage
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
 def _openai_tail(reply: Reply, model: str) -> list[bytes]:
     base = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
     tail = [
@@ -213,8 +236,7 @@ def _openai_tail(reply: Reply, model: str) -> list[bytes]:
         + b"\n\n"
     ]
     if reply.usage is not None:
-        p, c = reply.usage
-        usage = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+        usage = _openai_usage(reply.usage)
         tail.append(b"data: " + json.dumps(dict(base, choices=[], usage=usage)).encode() + b"\n\n")
     if reply.done_marker:
         tail.append(b"data: [DONE]\n\n")
@@ -348,6 +370,65 @@ def _anthropic_tail(reply: Reply, model: str) -> list[bytes]:
     if reply.done_marker:
         tail.append(_event("message_stop", {"type": "message_stop"}))
     return tail
+
+
+def _whole_text(reply: Reply) -> str:
+    return "".join(p.text for p in reply.parts if isinstance(p, Text))
+
+
+def _whole_calls(reply: Reply) -> list[tuple[ToolStart, str]]:
+    """Each tool call of ``reply`` in order: its first fragment and all its arguments."""
+    return [
+        (p, p.arguments + "".join(q.fragment for q in reply.parts if isinstance(q, ToolArgs) and q.index == p.index))
+        for p in reply.parts
+        if isinstance(p, ToolStart)
+    ]
+
+
+def _openai_completion(reply: Reply, model: str) -> dict[str, Any]:
+    """``reply`` as one non-streaming ``chat.completion`` (a call sent without an id has none)."""
+    message: dict[str, Any] = {"role": "assistant", "content": _whole_text(reply) or None}
+    calls = _whole_calls(reply)
+    if calls:
+        message["tool_calls"] = [
+            {
+                **({"id": p.id} if p.id is not None else {}),
+                "type": "function",
+                "function": {"name": p.name, "arguments": args},
+            }
+            for p, args in calls
+        ]
+    obj: dict[str, Any] = {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": _finish_of(reply)}],
+    }
+    if reply.usage is not None:
+        obj["usage"] = _openai_usage(reply.usage)
+    return obj
+
+
+def _anthropic_message(reply: Reply, model: str) -> dict[str, Any]:
+    """``reply`` as one non-streaming Messages response: its text block, then its tool_use blocks."""
+    text = _whole_text(reply)
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content += [
+        {"type": "tool_use", "id": p.id or f"toolu_{p.index}", "name": p.name, "input": json.loads(args or "{}")}
+        for p, args in _whole_calls(reply)
+    ]
+    usage_in, usage_out = reply.usage or (0, 0)
+    return {
+        "id": "msg_scripted",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": _STOP.get(_finish_of(reply), "end_turn"),
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage_in, "output_tokens": usage_out},
+    }
 
 
 # -- history checks ---------------------------------------------------------------------------
@@ -592,10 +673,17 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(400, {"error": {"message": "; ".join(problems), "type": "invalid_request_error"}})
         reply = provider._next_reply(request)
         request.status = reply.status
+        if reply.body is not None:
+            request.finished.set()
+            return self._send(reply.status, reply.content_type, reply.body)
         if reply.status != 200:
             headers = {"retry-after": f"{reply.retry_after:g}"} if reply.retry_after is not None else {}
             request.finished.set()
             return self._json(reply.status, {"error": {"message": reply.error or "error", "type": "scripted"}}, headers)
+        if reply.non_streaming:
+            request.finished.set()
+            whole = _openai_completion if api == "openai" else _anthropic_message
+            return self._json(200, whole(reply, provider.model))
         try:
             self._stream(reply, api, provider.model, request)
         except _Disconnected:
@@ -608,9 +696,13 @@ class _Handler(BaseHTTPRequestHandler):
             request.finished.set()
 
     def _json(self, status: int, obj: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(obj).encode()
+        self._send(status, "application/json", json.dumps(obj).encode(), headers)
+
+    def _send(self, status: int, content_type: str | None, data: bytes, headers: dict[str, str] | None = None) -> None:
+        """A whole response of ``data``, with a content-type header unless ``content_type`` is None."""
         self.send_response(status)
-        self.send_header("content-type", "application/json")
+        if content_type is not None:
+            self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)

@@ -14,7 +14,7 @@ import os
 import signal
 import time
 
-__all__ = ["trace"]
+__all__ = ["enable", "trace"]
 
 _DIR = os.environ.get("GREENROOM_TRACE_DIR")
 _RING = os.environ.get("GREENROOM_TRACE_RING") == "1"
@@ -27,6 +27,12 @@ def _dump(signum: int, frame: object) -> None:
     with open(f"/tmp/greenroom-ring-{os.getpid()}.log", "w") as f:
         for t, parts in list(_ring):
             f.write(f"{t:.6f} " + " ".join(str(p) for p in parts) + "\n")
+
+
+def enable(directory: str | None) -> None:
+    """Trace to ``directory`` from now on, in this process and every process forked from it."""
+    global _DIR
+    _DIR = directory
 
 
 def trace(*parts: object) -> None:

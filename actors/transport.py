@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigurationError, TransportAuthError
+from .trace import trace
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "SignedPickle", "current_key", "install", "load_key"]
 
@@ -50,6 +51,7 @@ class SignedPickle:
         self._acks = {pickle.dumps(ackPacket): ackPacket, pickle.dumps(ackDataErrPacket): ackDataErrPacket}
 
     def dumps(self, obj: Any) -> bytes:
+        trace("frame", type(obj[1]).__name__ if isinstance(obj, tuple) and len(obj) == 2 else type(obj).__name__)
         body = pickle.dumps(obj)
         return MAGIC + hmac.new(self._key, body, hashlib.sha256).digest() + body
 

@@ -2,7 +2,8 @@
 10, 50, 100, 200: turns per second, p99 delta latency, memory per active turn (unique RSS
 of the actor system's processes while every turn streams), errors, and lost or reordered
 deltas. Baseline in the same run: the same N turns by N threads running a hand-written
-httpx loop in one process.
+httpx loop in one process. Also: the memory of an idle TurnActor (a turn paused for
+approval), from the unique RSS of the runtime's processes before and after 200 of them.
 
     python bench/scale.py [--sizes 10,50,100,200]
 """
@@ -24,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from actors import Runtime, tool  # noqa: E402
+from actors import Runtime, requires_approval, tool  # noqa: E402
 from actors.providers import OpenAIStream, iter_sse  # noqa: E402
 from actors.processes import session_processes  # noqa: E402
 from actors.scripted_provider import Reply, Request, Text, call, use_tools  # noqa: E402
@@ -43,6 +44,9 @@ def fetch(name: str) -> str:
 
 def text_of(name: str) -> str:
     return "".join(f"{name}-{i:03d} " for i in range(CHUNKS))
+
+
+gated_fetch = requires_approval(fetch)
 
 
 def responder(request: Request) -> Reply:
@@ -109,8 +113,6 @@ def stream_requests(provider: RemoteProvider, names: set[str]) -> dict[str, dict
 
 def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> dict:
     names = [f"{tag}{i}" for i in range(n)]
-    if rt.spare_turns >= n:  # let the spares finish forking before the turns start
-        time.sleep(0.2 + 0.01 * n)
     handles = {name: rt.run(name, tools=[fetch]) for name in names}
     t0 = time.monotonic()
     arrivals: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
@@ -156,6 +158,18 @@ def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> di
         "intact": intact,
         "ordered": seqs_ok,
     }
+
+
+def idle_turn_kib(rt: Runtime, n: int = 200) -> float:
+    """Unique memory per idle TurnActor: N turns paused for approval, before and after."""
+    before = uss_mib(session_processes(rt.admin_sid))  # type: ignore[arg-type]
+    handles = [rt.run(f"idle{i}", tools=[gated_fetch]) for i in range(n)]
+    for h in handles:
+        assert h.result(120).finish_reason == "awaiting_approval"
+    after = uss_mib(session_processes(rt.admin_sid))  # type: ignore[arg-type]
+    for h in handles:
+        h.stop()
+    return (after - before) * 1024 / n
 
 
 def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
@@ -234,13 +248,13 @@ def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="10,50,100,200")
-    parser.add_argument("--spares", type=int, default=4, help="TurnActors and ToolActors forked ahead")
+    parser.add_argument("--tool-processes", type=int, default=4, help="idle tool processes kept forked ahead")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     rows, results = [], {}
     provider = RemoteProvider()
     try:
-        rt = Runtime(provider.provider(), spare_turns=args.spares, spare_tools=args.spares).start()
+        rt = Runtime(provider.provider(), tool_processes=args.tool_processes).start()
     except BaseException:
         provider.close()
         raise
@@ -262,6 +276,7 @@ def main() -> None:
                     ours["ordered"],
                 ]
             )
+        idle_kib = idle_turn_kib(rt)
     finally:
         rt.close()
         provider.close()
@@ -283,7 +298,8 @@ def main() -> None:
         )
     )
     print("baseline errors:", {n: r["baseline"]["errors"] for n, r in results.items()})
-    print("saved", save("scale", {"results": results}))
+    print(f"memory per idle TurnActor (a turn paused for approval, 200 of them): {idle_kib:.1f} KiB")
+    print("saved", save("scale", {"results": results, "idle_turn_kib": idle_kib}))
 
 
 if __name__ == "__main__":

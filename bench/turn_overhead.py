@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -20,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 
 from actors import Runtime, tool  # noqa: E402
+from actors import trace  # noqa: E402
 from actors.providers import OpenAIStream, iter_sse  # noqa: E402
 from actors.scripted_provider import Request, ScriptedProvider, call, say, use_tools  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402
@@ -73,6 +77,35 @@ def baseline_turn(client: httpx.Client, url: str) -> str:
             messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps({"ok": True, "data": result})})
 
 
+def frames(directory: str) -> Counter[str]:
+    """Frames serialized so far by every process of the tree, by message class."""
+    out: Counter[str] = Counter()
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name)) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and parts[1] == "frame":
+                    out[parts[2]] += 1
+    return out
+
+
+def count_messages(provider: ScriptedProvider, turns: int = 50) -> tuple[float, dict[str, float]]:
+    """Cross-process messages per turn, counted where every process serializes a frame."""
+    with tempfile.TemporaryDirectory() as directory:
+        trace.enable(directory)
+        try:
+            with Runtime(provider.provider()) as rt:
+                for _ in range(10):
+                    rt.run("look alpha up", tools=[lookup]).result(30)
+                before = frames(directory)
+                for _ in range(turns):
+                    rt.run("look alpha up", tools=[lookup]).result(30)
+                counted = frames(directory) - before
+        finally:
+            trace.enable(None)
+    return sum(counted.values()) / turns, {k: v / turns for k, v in sorted(counted.items())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
@@ -96,6 +129,7 @@ def main() -> None:
                 result = rt.run("look alpha up", tools=[lookup]).result(30)
                 ours.append(time.perf_counter() - t0)
                 assert result.finish_reason == "stop" and result.text.startswith("The value")
+        per_turn, kinds = count_messages(provider)
     b, g = summary_ms(base), summary_ms(ours)
     rows = [
         ["baseline (httpx loop, one process)", b["p50_ms"], b["p99_ms"], 1.0],
@@ -103,11 +137,20 @@ def main() -> None:
     ]
     print(f"turn overhead, {args.turns} two-round turns each (target: greenroom within 3x the baseline)")
     print(table(rows, ["", "p50 ms", "p99 ms", "x baseline (p50)"]))
+    detail = ", ".join(f"{k} {v:g}" for k, v in kinds.items())
+    print(f"cross-process messages per two-round turn (target: under 8): {per_turn:g} ({detail})")
     print(
         "saved",
         save(
             "turn_overhead",
-            {"turns": args.turns, "baseline": b, "greenroom": g, "ratio_p50": g["p50_ms"] / b["p50_ms"]},
+            {
+                "turns": args.turns,
+                "baseline": b,
+                "greenroom": g,
+                "ratio_p50": g["p50_ms"] / b["p50_ms"],
+                "messages_per_turn": per_turn,
+                "messages_by_kind": kinds,
+            },
         ),
     )
 

@@ -19,6 +19,7 @@ from actors.scripted_provider import (
     ToolStart,
     call,
     fail,
+    raw_response,
     say,
     use_tools,
 )
@@ -341,3 +342,136 @@ def test_a_full_turn_with_tools_and_an_approval_on_the_anthropic_api(
     ]
     assert [t["name"] for t in second.body["tools"]] == ["add", "write_file"]
     assert second.body["tools"][0]["input_schema"]["required"] == ["a", "b"]
+
+
+# -- 200 answers that are not event streams ------------------------------------------------
+
+
+def test_a_non_streaming_chat_completion_is_the_whole_answer(runtime: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(say("Hello from a server that ignores stream.", non_streaming=True, usage=(21, 8)))
+    turn = runtime.run("go")
+    assert summary(list(turn.events(timeout=30))) == [
+        ("turn_started",),
+        ("text", "Hello from a server that ignores stream."),
+        ("finish", "stop"),
+    ]
+    result = turn.result(5)
+    assert result.messages == [
+        ChatMessage.user("go"),
+        ChatMessage.assistant("Hello from a server that ignores stream."),
+    ]
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens, result.usage.total_tokens) == (21, 8, 29)
+
+
+def test_a_non_streaming_chat_completion_with_a_tool_call_runs_the_tool_and_the_turn_goes_on(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
+    provider.add(use_tools(call("add", {"a": 1, "b": 2}), text="Adding.", non_streaming=True), say("It is 3."))
+    result = runtime.run("go", tools=[T.add]).result(30)
+    assert result.finish_reason == "stop"
+    assert result.messages == [
+        ChatMessage.user("go"),
+        ChatMessage.assistant("Adding.", [ToolCall(id="call_1", name="add", arguments=ADD_ARGS)]),
+        ChatMessage.tool(json.dumps({"ok": True, "data": 3}), "call_1", name="add"),
+        ChatMessage.assistant("It is 3."),
+    ]
+    assert provider.requests[1].messages[-1] == {
+        "role": "tool",
+        "content": json.dumps({"ok": True, "data": 3}),
+        "tool_call_id": "call_1",
+    }
+
+
+HTML_PAGE = b"<!DOCTYPE html><html><head><title>Sign in</title></head><body>" + b"<p>proxy login</p>" * 20
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "described"),
+    [
+        ("text/html; charset=utf-8", HTML_PAGE, "content-type text/html; charset=utf-8"),
+        ("text/plain", b"upstream connect error", "content-type text/plain"),
+        (None, b"upstream connect error", "no content-type"),
+        ("application/json", b'{"status": "ok"}', "content-type application/json"),
+    ],
+    ids=["html_page", "plain_text", "no_content_type", "json_that_is_not_a_completion"],
+)
+def test_a_200_answer_that_is_neither_a_stream_nor_a_completion_ends_with_an_error_naming_it(
+    runtime: Runtime, provider: ScriptedProvider, content_type: str | None, body: bytes, described: str
+) -> None:
+    provider.add(raw_response(200, content_type, body), say("must not be asked for"))
+    events = list(runtime.run("go").events(timeout=30))
+    message = f"the provider answered 200 with {described}, not an event stream: {body[:200]!r}"
+    assert summary(events) == [("turn_started",), ("error", "not_an_event_stream", message), ("finish", "error")]
+    assert len(provider.requests) == 1
+
+
+def test_an_error_object_answered_with_200_ends_the_turn_with_a_provider_error(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
+    body = json.dumps({"error": {"message": "quota exceeded", "type": "insufficient_quota"}}).encode()
+    provider.add(raw_response(200, "application/json", body))
+    events = list(runtime.run("go").events(timeout=30))
+    assert summary(events)[-2:] == [
+        ("error", "provider_error", "the provider answered 200 with an error: quota exceeded"),
+        ("finish", "error"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "body", [b"data: [DONE]\n\n", b"", b": ping\n\ndata: [DONE]\n\n"], ids=["only_done", "nothing", "only_a_comment"]
+)
+def test_an_event_stream_without_any_data_ends_with_empty_stream(
+    runtime: Runtime, provider: ScriptedProvider, body: bytes
+) -> None:
+    provider.add(raw_response(200, "text/event-stream", body))
+    events = list(runtime.run("go").events(timeout=30))
+    assert summary(events) == [
+        ("turn_started",),
+        ("error", "empty_stream", "the provider's event stream ended without any data"),
+        ("finish", "error"),
+    ]
+    assert len(provider.requests) == 1
+
+
+def test_a_stream_of_one_empty_delta_is_still_an_answer(runtime: Runtime, provider: ScriptedProvider) -> None:
+    body = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
+    provider.add(raw_response(200, "text/event-stream", body))
+    events = list(runtime.run("go").events(timeout=30))
+    assert summary(events) == [("turn_started",), ("finish", "stop")]
+
+
+def test_an_event_stream_sent_without_a_content_type_is_still_streamed(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
+    body = b"".join(
+        b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": word}}]}).encode() + b"\n\n"
+        for word in ("no ", "header")
+    )
+    provider.add(raw_response(200, None, b": ping\n\n" + body + b"data: [DONE]\n\n"))
+    result = runtime.run("go").result(30)
+    assert (result.finish_reason, result.messages[-1]) == ("stop", ChatMessage.assistant("no header"))
+
+
+def test_non_streaming_messages_responses_on_the_anthropic_api(
+    provider: ScriptedProvider, fast_retry: RetryPolicy
+) -> None:
+    provider.add(
+        use_tools(call("add", {"a": 1, "b": 2}), text="Adding.", non_streaming=True, usage=(11, 5)),
+        say("It is 3.", non_streaming=True, usage=(30, 4)),
+    )
+    with Runtime(provider.provider(api="anthropic", retry=fast_retry)) as rt:
+        turn = rt.run("go", tools=[T.add])
+        events = summary(list(turn.events(timeout=30)))
+        result = turn.result(5)
+    assert events[-2:] == [("text", "It is 3."), ("finish", "stop")]
+    assert result.messages == [
+        ChatMessage.user("go"),
+        ChatMessage.assistant("Adding.", [ToolCall(id="call_1", name="add", arguments=ADD_ARGS)]),
+        ChatMessage.tool(json.dumps({"ok": True, "data": 3}), "call_1", name="add"),
+        ChatMessage.assistant("It is 3."),
+    ]
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (41, 9)
+    assert provider.requests[1].body["messages"][1]["content"] == [
+        {"type": "text", "text": "Adding."},
+        {"type": "tool_use", "id": "call_1", "name": "add", "input": {"a": 1, "b": 2}},
+    ]

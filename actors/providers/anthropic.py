@@ -5,7 +5,9 @@ message becomes ``text`` and ``tool_use`` blocks (its ``arguments`` parsed as th
 ``input``); tool messages become ``tool_result`` blocks of a user message, merged with
 adjacent user content so roles alternate. The stream's ``content_block_*`` events fold into
 text and tool calls by block ``index`` (``input_json_delta`` fragments concatenated);
-``message_delta`` carries ``stop_reason`` and output tokens; ``error`` ends the stream.
+``message_delta`` carries ``stop_reason`` and output tokens; ``error`` ends the stream. A
+whole Messages response (from a server that ignores ``stream``) is folded as the events
+that would have carried it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from messages import ChatMessage, ProviderConfig, ToolCall, Usage
 from messages.llm import FinishReasonLLM
 
-from .base import ProviderStreamError, parse_data
+from .base import ProviderStreamError, error_message, parse_data
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicAdapter", "AnthropicStream", "to_anthropic_messages"]
 
@@ -111,6 +113,7 @@ class AnthropicStream:
 
     def __init__(self) -> None:
         self.done = False
+        self.received = False
         self._blocks: dict[int, dict[str, Any]] = {}
         self._stop: str | None = None
         self._input_tokens = 0
@@ -118,9 +121,23 @@ class AnthropicStream:
         self._saw_usage = False
 
     def feed(self, event: str | None, data: str) -> str:
+        self.received = True
         added = ""
         for obj in parse_data(data):
             added += self._feed_obj(obj)
+        return added
+
+    def complete(self, value: Any) -> str | None:
+        """Take a whole Messages response; return its text, or None if ``value`` is not one."""
+        if not isinstance(value, dict) or value.get("type", "message") != "message":
+            return None
+        if not isinstance(value.get("content"), list):
+            return None
+        added = self._feed_obj({"type": "message_start", "message": value})
+        for index, block in enumerate(value["content"]):
+            if isinstance(block, dict):
+                added += self._feed_obj({"type": "content_block_start", "index": index, "content_block": block})
+        self._stop = value.get("stop_reason")
         return added
 
     def _feed_obj(self, obj: Any) -> str:
@@ -129,9 +146,8 @@ class AnthropicStream:
                 "malformed_stream", f"the provider sent an event that is not an object: {obj!r:.200}"
             )
         kind = obj.get("type")
-        if kind == "error" or obj.get("error"):
-            err = obj.get("error") or {}
-            message = err.get("message") if isinstance(err, dict) else str(err)
+        message = error_message(obj)
+        if message is not None:
             raise ProviderStreamError("provider_error", f"the provider reported an error mid-stream: {message}")
         if kind == "message_start":
             usage = (obj.get("message") or {}).get("usage") or {}

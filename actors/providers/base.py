@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from messages import ChatMessage, ProviderConfig, Usage
 from messages.llm import FinishReasonLLM
 
-__all__ = ["Accumulator", "Adapter", "HttpRequest", "ProviderStreamError", "parse_data"]
+__all__ = ["Accumulator", "Adapter", "HttpRequest", "ProviderStreamError", "error_message", "parse_data"]
 
 
 class ProviderStreamError(Exception):
@@ -28,12 +28,16 @@ class HttpRequest(Protocol):
 
 
 class Accumulator(Protocol):
-    """Folds a provider's stream events into one assistant message."""
+    """Folds a provider's stream events, or its whole non-streaming response, into one assistant message."""
 
     done: bool
+    received: bool  # a data event other than an end marker was fed
 
     def feed(self, event: str | None, data: str) -> str:
         """Take one SSE event; return the text it adds (``""`` if none)."""
+
+    def complete(self, value: Any) -> str | None:
+        """Take a whole non-streaming response (parsed JSON); return its text, or None if ``value`` is not one."""
 
     def result(self) -> tuple[ChatMessage, FinishReasonLLM, Usage | None]:
         """The accumulated assistant message, finish reason and usage."""
@@ -51,6 +55,14 @@ class Adapter(Protocol):
 
     def accumulator(self, id_prefix: str) -> Accumulator:
         """A fresh accumulator; ``id_prefix`` seeds ids for tool calls that came without one."""
+
+
+def error_message(obj: dict[str, Any]) -> str | None:
+    """The message of an error object (``{"error": ...}`` or ``{"type": "error", ...}``); None for any other object."""
+    if obj.get("type") != "error" and not obj.get("error"):
+        return None
+    err = obj.get("error") or {}
+    return str(err.get("message")) if isinstance(err, dict) else str(err)
 
 
 def parse_data(data: str) -> list[Any]:

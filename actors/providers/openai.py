@@ -6,7 +6,8 @@ only; tool calls are folded by ``index`` (id and name from their first fragment,
 fragments concatenated), a call with no ``id`` gets a stable one, a call with no ``index``
 is matched by id or continues the last one; the legacy ``function_call`` delta becomes a
 tool call; an ``{"error": ...}`` object ends the stream with ``provider_error``; a stream
-that ends without ``[DONE]`` keeps what it received.
+that ends without ``[DONE]`` keeps what it received. A whole ``chat.completion`` (from a
+server that ignores ``stream``) is folded as one chunk whose deltas are its messages.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from messages import ChatMessage, ProviderConfig, ToolCall, Usage
 from messages.llm import FinishReasonLLM
 
-from .base import ProviderStreamError, parse_data
+from .base import ProviderStreamError, error_message, parse_data
 
 __all__ = ["OpenAIAdapter", "OpenAIStream", "to_openai_message"]
 
@@ -44,6 +45,17 @@ def to_openai_message(m: ChatMessage) -> dict[str, Any]:
     if m.tool_call_id is not None:
         out["tool_call_id"] = m.tool_call_id
     return out
+
+
+def _as_chunk_choice(choice: dict[str, Any]) -> dict[str, Any]:
+    """A ``chat.completion`` choice as the chunk choice that carries the same: its message as the delta."""
+    message = choice["message"]
+    calls = [dict(tc, index=i) for i, tc in enumerate(message.get("tool_calls") or ()) if isinstance(tc, dict)]
+    return {
+        "index": choice.get("index", 0),
+        "delta": dict(message, tool_calls=calls),
+        "finish_reason": choice.get("finish_reason"),
+    }
 
 
 class OpenAIAdapter:
@@ -87,6 +99,7 @@ class OpenAIStream:
 
     def __init__(self, id_prefix: str = "") -> None:
         self.done = False
+        self.received = False
         self._id_prefix = "call_" + hashlib.sha1(id_prefix.encode()).hexdigest()[:10]
         self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
@@ -97,19 +110,28 @@ class OpenAIStream:
         if data.strip() == "[DONE]":
             self.done = True
             return ""
+        self.received = True
         added = []
         for obj in parse_data(data):
             added.append(self._feed_obj(obj))
         return "".join(added)
+
+    def complete(self, value: Any) -> str | None:
+        """Take a whole ``chat.completion``; return its text, or None if ``value`` is not one."""
+        if not isinstance(value, dict):
+            return None
+        choices = [c for c in value.get("choices") or () if isinstance(c, dict) and isinstance(c.get("message"), dict)]
+        if not choices:
+            return None
+        return self._feed_obj(dict(value, choices=[_as_chunk_choice(c) for c in choices]))
 
     def _feed_obj(self, obj: Any) -> str:
         if not isinstance(obj, dict):
             raise ProviderStreamError(
                 "malformed_stream", f"the provider sent a chunk that is not an object: {obj!r:.200}"
             )
-        if obj.get("error"):
-            err = obj["error"]
-            message = err.get("message") if isinstance(err, dict) else str(err)
+        message = error_message(obj)
+        if message is not None:
             raise ProviderStreamError("provider_error", f"the provider reported an error mid-stream: {message}")
         usage = obj.get("usage")
         if isinstance(usage, dict):

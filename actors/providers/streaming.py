@@ -10,17 +10,25 @@ the first text reached the turn is retried with the provider's ``RetryPolicy``; 
 is emitted first. Once text was emitted, a failure ends the stream: text is never repeated.
 A stream silent for longer than the read timeout fails with ``read_timeout``; one that runs
 past the total timeout fails with ``total_timeout``.
+
+A 200 answer is read as an event stream when its content type says so, or when it has none
+and its first line is an SSE field or comment; one that carried no data event fails with
+``empty_stream``. Any other 200 answer is read whole: a non-streaming completion (a server
+that ignored ``stream: true``) is the answer, an error object fails with ``provider_error``,
+anything else fails with ``not_an_event_stream``, naming the content type and first bytes.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import random
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -30,7 +38,7 @@ from messages import StreamChat
 
 from ..trace import trace
 from .anthropic import AnthropicAdapter
-from .base import Adapter, ProviderStreamError
+from .base import Accumulator, Adapter, ProviderStreamError, error_message
 from .openai import OpenAIAdapter
 from .sse import iter_sse
 
@@ -43,6 +51,8 @@ ADAPTERS: dict[str, Adapter] = {"openai": OpenAIAdapter(), "anthropic": Anthropi
 StreamOutput = tuple[Any, ...]
 
 _RETRY_STATUS = {429, 500, 502, 503, 504, 529}
+
+_SSE_FIELDS = {"", "data", "event", "id", "retry"}  # "" is a comment line (": ping")
 
 
 def backoff_delay(attempt: int, initial: float, maximum: float, jitter: float, retry_after: float | None) -> float:
@@ -66,6 +76,48 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
         return None
+
+
+def _body_lines(response: httpx.Response) -> tuple[bool, Iterator[str]]:
+    """Whether ``response``'s body is an event stream, and all its lines.
+
+    It is when its content type says so, or when it has none and its first non-blank line
+    is an SSE field or comment; only that line and the blank ones before it are read here.
+    """
+    lines = response.iter_lines()
+    content_type = response.headers.get("content-type")
+    if content_type is not None:
+        return content_type.partition(";")[0].strip().lower() == "text/event-stream", lines
+    head: list[str] = []
+    for line in lines:
+        head.append(line)
+        if line.strip():
+            break
+    first = head[-1].strip() if head else ""
+    return bool(first) and first.partition(":")[0] in _SSE_FIELDS, itertools.chain(head, lines)
+
+
+def _whole_answer(acc: Accumulator, content_type: str | None, body: str) -> str:
+    """Fold a 200 body that is not an event stream into ``acc``; return its text.
+
+    Raises ``ProviderStreamError``: ``provider_error`` for an error object,
+    ``not_an_event_stream`` for anything that is not a complete response.
+    """
+    try:
+        value = json.loads(body)
+    except ValueError:
+        value = None
+    problem = error_message(value) if isinstance(value, dict) else None
+    if problem is not None:
+        raise ProviderStreamError("provider_error", f"the provider answered 200 with an error: {problem}")
+    text = acc.complete(value)
+    if text is None:
+        described = "no content-type" if content_type is None else f"content-type {content_type}"
+        raise ProviderStreamError(
+            "not_an_event_stream",
+            f"the provider answered 200 with {described}, not an event stream: {body.encode()[:200]!r}",
+        )
+    return text
 
 
 class _Retry(Exception):
@@ -220,6 +272,12 @@ class StreamWorker:
                 if self._aborted.wait(delay):
                     return self._report_abort()
 
+    def _pass_on(self, text: str) -> None:
+        """Emit ``text`` if there is any; from then on a failure is not retried."""
+        if text:
+            self._sent_text = True
+            self._emit(("text", text))
+
     def _attempt(
         self, adapter: Adapter, url: str, headers: dict[str, str], body: dict[str, Any], timeout: httpx.Timeout
     ) -> None:
@@ -235,15 +293,19 @@ class StreamWorker:
                         raise _Retry(reason, _retry_after(response))
                     return self._emit(("failed", "http_error", reason))
                 acc = adapter.accumulator(req.stream_id)
-                for ev in iter_sse(response.iter_lines()):
-                    text = acc.feed(ev.event, ev.data)
-                    if self._aborted.is_set():
-                        return self._report_abort()
-                    if text:
-                        self._sent_text = True
-                        self._emit(("text", text))
-                    if acc.done:
-                        break
+                is_stream, lines = _body_lines(response)
+                if is_stream:
+                    for ev in iter_sse(lines):
+                        text = acc.feed(ev.event, ev.data)
+                        if self._aborted.is_set():
+                            return self._report_abort()
+                        self._pass_on(text)
+                        if acc.done:
+                            break
+                    if not acc.received:
+                        raise ProviderStreamError("empty_stream", "the provider's event stream ended without any data")
+                else:
+                    self._pass_on(_whole_answer(acc, response.headers.get("content-type"), "\n".join(lines)))
                 message, finish, usage = acc.result()
                 return self._emit(("done", message, finish, usage))
         except ProviderStreamError as exc:
