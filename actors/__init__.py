@@ -8,6 +8,14 @@ messages; the turn's rules live in ``TurnRules``.
 
 from __future__ import annotations
 
+import sys
+
+if not sys.platform.startswith("linux"):
+    raise ImportError(
+        f"greenroom runs on Linux only (this is {sys.platform}): it ends its processes through /proc, "
+        "process groups and prctl, which other platforms do not have"
+    )
+
 from .commands import CommandResult, run_command
 from .directory_actor import DirectoryActor
 from .errors import (

@@ -14,8 +14,12 @@ The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``. Wh
 runtime is running on that store the command is sent to it and its answer printed; when
 none is, the command is checked against the stored turn and written to the store's inbox,
 to be applied when the turn is loaded again. ``--json`` prints machine-readable output.
-Bad input (unknown turn or call, a turn that has ended) prints a clear message to stderr
-and exits with status 2.
+``--store``, ``--json`` and ``--timeout`` go before or after the command.
+
+Bad input (unknown turn or call, a turn that has ended, a bad option, a file that is not a
+readable greenroom store) prints one line ``greenroom: <message>`` to stderr and exits with
+status 2. Human output escapes control characters, so model text cannot drive the terminal;
+``--json`` output is exact.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
+import re
+import sqlite3
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from messages import (
     CancelTurn,
@@ -36,17 +43,27 @@ from messages import (
     ToolApprovalResponse,
     TurnState,
 )
+from messages.codec import CodecError
 
-from .errors import SnapshotError
+from .errors import StoreError
 from .store import SQLiteStore
+from .store_files import running_runtime
 
 __all__ = ["main"]
 
 EXIT_BAD_INPUT = 2
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # Unicode category Cc but newline and tab
+
+
 class CliError(Exception):
     """Bad input: printed to stderr, exit status 2."""
+
+
+def _printable(text: str) -> str:
+    """``text`` with every control character but newline and tab escaped (ESC as ``\\x1b``): it cannot drive a terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _store_path(args: argparse.Namespace) -> str:
@@ -54,6 +71,7 @@ def _store_path(args: argparse.Namespace) -> str:
 
 
 def _open_store(args: argparse.Namespace) -> SQLiteStore:
+    """The store the command names, which must already be a readable greenroom store; else it fails here, naming it."""
     path = _store_path(args)
     if not os.path.exists(path):
         raise CliError(f"no turn store at {path} (use --store or $GREENROOM_STORE)")
@@ -67,7 +85,8 @@ def _when(ts: float | None) -> str:
 
 
 def _print(args: argparse.Namespace, data: Any, human: str) -> None:
-    print(json.dumps(data, indent=2, default=str) if args.json else human)
+    """Print ``data`` as exact JSON with ``--json``, else ``human`` with its control characters escaped."""
+    print(json.dumps(data, indent=2, default=str) if args.json else _printable(human))
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -92,8 +111,6 @@ def _load(store: SQLiteStore, turn_id: str) -> TurnState:
         return store.load(turn_id)
     except KeyError:
         raise CliError(f"unknown turn {turn_id}") from None
-    except SnapshotError as exc:
-        raise CliError(str(exc)) from None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -134,12 +151,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 # -- steering --------------------------------------------------------------------------------
 
 
-def _running_runtime(path: str) -> dict[str, Any] | None:
-    from .store_files import running_runtime
-
-    return running_runtime(path)
-
-
 def _ask_runtime(info: dict[str, Any], command: Message, timeout: float) -> Any:
     """Send ``command`` to the running runtime's directory and return its answer (or None).
 
@@ -171,11 +182,7 @@ def _send_to_runtime(info: dict[str, Any], command: Message, timeout: float) -> 
 def cmd_nodes(args: argparse.Namespace) -> int:
     from messages import ListNodes, NodeList
 
-    if args.admin:
-        host, _, port = args.admin.rpartition(":")
-        info: dict[str, Any] | None = {"host": host, "admin_port": int(port)}
-    else:
-        info = _running_runtime(_store_path(args))
+    info = args.admin or running_runtime(_store_path(args))
     if info is None:
         raise CliError("no running runtime: give --admin HOST:PORT, or --store of a running runtime")
     answer = _ask_runtime(info, ListNodes(request_id="cli"), args.timeout)
@@ -206,7 +213,7 @@ def _steer(args: argparse.Namespace, command: Message, verb: str) -> int:
     state = _load(store, args.turn_id)
     if state.phase == "finished":
         raise CliError(f"turn {args.turn_id} has already finished ({state.finish_reason})")
-    info = _running_runtime(path)
+    info = running_runtime(path)  # None for a stale runtime file: its pid is dead or its lock free
     if info is not None:
         reply = _send_to_runtime(info, command, args.timeout)
         if not reply.ok:
@@ -244,15 +251,63 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_own_options(args: argparse.Namespace) -> int:
+    """``demo`` and ``node`` read their own options, so an option before them is refused."""
+    raise CliError(f"{args.command} takes only its own options, after it (see greenroom {args.command} --help)")
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds, at least 0 (an argparse type: anything else is a usage error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:  # refuses nan too
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}")
+    return value
+
+
+def _admin_address(text: str) -> dict[str, Any]:
+    """``HOST:PORT`` with a numeric port, as the runtime info ``_ask_runtime`` takes (an argparse type)."""
+    host, _, port = text.rpartition(":")
+    if not host or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT with a numeric port from 1 to 65535, not {text!r}")
+    return {"host": host, "admin_port": int(port)}
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors end with one line ``greenroom: <message>`` and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"greenroom: {message}\n")
+
+
+_COMMON_DEFAULTS: dict[str, Any] = {"store": None, "json": False, "timeout": 10.0}
+
+
+def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Add ``--store``, ``--json`` and ``--timeout``; only the top parser has defaults, so a subcommand does not
+    overwrite a value given before it."""
+    default = _COMMON_DEFAULTS if top else dict.fromkeys(_COMMON_DEFAULTS, argparse.SUPPRESS)
+    parser.add_argument(
+        "--store", default=default["store"], help="the turn store (default: $GREENROOM_STORE or ./greenroom.db)"
+    )
+    parser.add_argument("--json", action="store_true", default=default["json"], help="print JSON")
+    parser.add_argument(
+        "--timeout", type=_seconds, default=default["timeout"], help="seconds to wait for a running runtime"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="greenroom", description="See and steer greenroom turns.")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", help="the turn store (default: $GREENROOM_STORE or ./greenroom.db)")
-    common.add_argument("--json", action="store_true", help="print JSON")
-    common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a running runtime")
+    """The ``greenroom`` parser: ``--store``, ``--json`` and ``--timeout`` are read before or after any command."""
+    parser = _Parser(prog="greenroom", description="See and steer greenroom turns.")
+    _add_common(parser, top=True)
+    common = _Parser(add_help=False)
+    _add_common(common, top=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    turns = sub.add_parser("turns", help="list and show turns")
+    turns = sub.add_parser("turns", parents=[common], help="list and show turns")
     tsub = turns.add_subparsers(dest="turns_command", required=True)
     tsub.add_parser("list", parents=[common], help="every turn of the store").set_defaults(fn=cmd_list)
     show = tsub.add_parser("show", parents=[common], help="one turn: history, pending approvals, events")
@@ -273,17 +328,22 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", parents=[common], help="cancel a turn at its next step")
     cancel.add_argument("turn_id")
     cancel.add_argument("--reason", default="cancelled from the command line")
-    cancel.add_argument("--grace", type=float, default=None, help="seconds before the cancel becomes a stop")
+    cancel.add_argument("--grace", type=_seconds, default=None, help="seconds before the cancel becomes a stop")
     cancel.set_defaults(fn=cmd_cancel)
     nodes = sub.add_parser("nodes", parents=[common], help="the nodes of a running runtime's deployment")
-    nodes.add_argument("--admin", default=None, help="HOST:PORT of the runtime's admin (key from $GREENROOM_KEY)")
+    nodes.add_argument(
+        "--admin", type=_admin_address, default=None, help="HOST:PORT of the runtime's admin (key from $GREENROOM_KEY)"
+    )
     nodes.set_defaults(fn=cmd_nodes)
-    sub.add_parser("demo", help="run the demo turn (greenroom demo --help)")
-    sub.add_parser("node", help="run a node that joins a leader (greenroom node --help)")
+    sub.add_parser("demo", help="run the demo turn (greenroom demo --help)").set_defaults(fn=cmd_own_options)
+    sub.add_parser("node", help="run a node that joins a leader (greenroom node --help)").set_defaults(
+        fn=cmd_own_options
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; bad input and an unreadable store end in one line on stderr and exit status 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("demo", "node"):  # they parse their own options
         from .demo import main as demo_main
@@ -293,11 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except CliError as exc:
-        if getattr(args, "json", False):
-            print(json.dumps({"ok": False, "error": str(exc)}))
-        print(f"greenroom: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except (CliError, StoreError, CodecError) as exc:  # StoreError covers SnapshotError: one unreadable record
+        error = str(exc)
+    except sqlite3.Error as exc:  # damage that the checks at opening did not see
+        error = f"cannot use the turn store {_store_path(args)}: {exc}"
+    if args.json:
+        print(json.dumps({"ok": False, "error": error}))
+    print(f"greenroom: {' '.join(_printable(error).split())}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

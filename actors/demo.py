@@ -62,13 +62,18 @@ def remove_file(path: str) -> str:
     return f"removed {path}"
 
 
+SAFE_COMMANDS = ("sleep 30; echo built", "date", "uname -a", "uptime", "echo hello")
+
+
 @tool
 def run_shell(command: str) -> dict[str, Any]:
-    """Run a shell command and return its output.
+    """Run a shell command and return its output (the demo runs only a few harmless ones).
 
     Args:
         command: The command line, run with sh -c.
     """
+    if command not in SAFE_COMMANDS:
+        raise PermissionError(f"the demo runs only these commands: {', '.join(SAFE_COMMANDS)}")
     ctx = ToolContext.current()
     result = run_command(
         ["sh", "-c", command], on_start=lambda p: ctx.report_progress({"pid": p.pid, "command": command})
@@ -139,14 +144,23 @@ def print_event(event: TurnEvent, out: TextIO = sys.stdout) -> None:
     out.flush()
 
 
-def _ask(prompt: str, answer: bool | None) -> bool:
+NO_TERMINAL = "no person could be asked (stdin is not a terminal), and a real model's calls never run unasked"
+
+
+def _ask(prompt: str, answer: bool | None, real_model: bool) -> tuple[bool, str | None]:
+    """Whether a person approves, and the reason for a denial. Against the scripted model
+    an unattended run approves by itself; against a real one it denies and says why."""
     if answer is not None:
         print(f"{prompt} {'y' if answer else 'n'} (from the command line)")
-        return answer
+        return answer, None if answer else "the user said no"
     if not sys.stdin.isatty():
-        print(f"{prompt} y (stdin is not a terminal)")
-        return True
-    return input(f"{prompt} [y/n] ").strip().lower().startswith("y")
+        if real_model:
+            print(f"{prompt} n ({NO_TERMINAL})")
+            return False, NO_TERMINAL
+        print(f"{prompt} y (stdin is not a terminal; the scripted model asked)")
+        return True, None
+    yes = input(f"{prompt} [y/n] ").strip().lower().startswith("y")
+    return yes, None if yes else "the user said no"
 
 
 def _follow(turn: TurnHandle) -> Finish:
@@ -159,7 +173,7 @@ def _follow(turn: TurnHandle) -> Finish:
     return finish
 
 
-def run_demo(provider: ProviderConfig, approve: bool | None) -> int:
+def run_demo(provider: ProviderConfig, approve: bool | None, real_model: bool = False) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="greenroom-demo-"))
     target = scratch / "old.log"
     target.write_text("stale\n")
@@ -169,10 +183,11 @@ def run_demo(provider: ProviderConfig, approve: bool | None) -> int:
         finish = _follow(turn)
         while finish.finish_reason == "awaiting_approval":
             for request in turn.result().pending_approvals:
-                if _ask(f"\nApprove {request.name}({json.dumps(request.arguments)})?", approve):
+                yes, why = _ask(f"\nApprove {request.name}({json.dumps(request.arguments)})?", approve, real_model)
+                if yes:
                     turn.approve(request.call_id)
                 else:
-                    turn.deny(request.call_id, reason="the user said no")
+                    turn.deny(request.call_id, reason=why)
             finish = _follow(turn)
         print(f"\nfile still there: {target.exists()}")
 
@@ -208,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     provider, where = provider_from_env()
     print(f"greenroom demo on {where}\n")
     if provider is not None:
-        return run_demo(provider, args.approve)
+        return run_demo(provider, args.approve, real_model=True)
     with ScriptedProvider(responder=demo_responder) as scripted:
         return run_demo(scripted.provider(), args.approve)
 

@@ -14,10 +14,13 @@ when used (``logging.getLogger(...)`` inside functions), never kept from before 
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
-__all__ = ["log_defs"]
+__all__ = ["log_defs", "quiet_third_party"]
+
+THIRD_PARTY = ("httpx", "httpcore", "hpack", "asyncio", "urllib3")
 
 
 def log_defs() -> dict[str, Any]:
@@ -35,3 +38,14 @@ def log_defs() -> dict[str, Any]:
         "loggers": {"greenroom": {"level": level, "handlers": ["out"], "propagate": False}},
         "root": {"handlers": ["out"], "level": others},
     }
+
+
+def quiet_third_party() -> None:
+    """In an actor process: hold third-party loggers at ``GREENROOM_LOG_THIRD_PARTY``.
+
+    Thespian forwards every record at or above the lowest configured level to its logging
+    process, which hands it to handlers without checking the logger's level again; so the
+    level must be set where the record is made."""
+    level = os.environ.get("GREENROOM_LOG_THIRD_PARTY", "WARNING").upper()
+    for name in THIRD_PARTY:
+        logging.getLogger(name).setLevel(level)

@@ -131,6 +131,16 @@ CREATE INDEX IF NOT EXISTS commands_open ON commands (turn_id, taken_at);
 """
 
 
+_COLUMNS = {
+    "turns": {
+        "turn_id", "status", "finish_reason", "round", "parent_turn_id", "created_at", "updated_at",
+        "waiting_since", "pending", "snapshot",
+    },
+    "events": {"turn_id", "seq", "kind", "data"},
+    "commands": {"id", "turn_id", "data", "created_at", "taken_at"},
+}  # fmt: skip
+
+
 def _status(state: TurnState) -> str:
     if state.phase == "finished":
         return "finished"
@@ -157,19 +167,19 @@ class SQLiteStore:
             except OSError as exc:
                 raise StoreError(f"cannot create the turn store {self.path}: {exc}") from None
         try:
-            with self._conn() as conn:
-                conn.executescript(_SCHEMA)
-                self._check(conn)
+            conn = self._conn()
+            existing = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if existing and not _COLUMNS.keys() <= existing:  # never recreate a damaged store's tables empty
+                missing = ", ".join(sorted(_COLUMNS.keys() - existing))
+                raise StoreError(f"{self.path} is not a greenroom turn store: table(s) {missing} missing")
+            conn.executescript(_SCHEMA)
+            for table, columns in _COLUMNS.items():
+                found = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+                if not columns <= found:
+                    lacking = ", ".join(sorted(columns - found))
+                    raise StoreError(f"{self.path} is not a greenroom turn store: table {table!r} lacks {lacking}")
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path} is not a greenroom turn store: {exc}") from None
-
-    def _check(self, conn: sqlite3.Connection) -> None:
-        """Fail at once, naming the file, if the tables are not the ones greenroom writes."""
-        expected = {"turns": {"turn_id", "status", "snapshot"}, "events": {"turn_id", "seq", "data"}}
-        for table, columns in expected.items():
-            found = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-            if not columns <= found:
-                raise StoreError(f"{self.path} is not a greenroom turn store: table {table!r} is damaged")
 
     def _conn(self) -> sqlite3.Connection:
         import os

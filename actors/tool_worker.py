@@ -32,6 +32,7 @@ from messages import CancelTurn, Finish, InterruptTool, ReportProgress, RunTool,
 
 from .internal import EventBatch, WorkerInit, WorkerResult
 from .inbox import Inbox
+from .logs import quiet_third_party
 from .processes import become_subreaper, descendants, reap_children, signal_all
 from .tool_actor import ToolActor
 from .tools import error_result
@@ -48,6 +49,7 @@ class ToolWorker(ActorTypeDispatcher):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        quiet_third_party()
         become_subreaper()
         self._inbox = Inbox()
         self._directory: Any = None

@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from messages import (
     AbortStream,
+    CancelTurn,
+    Finish,
+    RespondToApprovals,
     StartTurn,
+    StopTurn,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
+    TurnStarted,
     Subscribe,
     TurnEvent,
     TurnState,
@@ -92,6 +99,15 @@ class TurnActor(LocalActor):
     # -- inputs ---------------------------------------------------------------------------
 
     def receive(self, message: Any, sender: Any) -> None:
+        logger = log()
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("turn %s handles %s", self.turn_id, getattr(message, "kind", type(message).__name__))
+        if isinstance(message, (StopTurn, CancelTurn)):
+            logger.info("turn %s: %s requested (%s)", self.turn_id, message.kind.split("_")[0], message.reason)
+        elif isinstance(message, (ToolApprovalResponse, RespondToApprovals)):
+            for r in [message] if isinstance(message, ToolApprovalResponse) else message.responses:
+                verdict = "approved" if r.approved else "denied"
+                logger.info("turn %s: call %s %s%s", self.turn_id, r.call_id, verdict, f" ({r.reason})" if r.reason else "")
         if isinstance(message, StartTurn):
             if sender is not None:
                 self._subscribe(sender)
@@ -161,6 +177,7 @@ class TurnActor(LocalActor):
         for d in decisions:
             if isinstance(d, Emit):
                 event, payload = next(events)
+                _log_event(event, self.state)
                 for sub in self.subscribers:
                     host.deliver(sub, payload, event.kind)
             elif isinstance(d, Stream):
@@ -201,6 +218,23 @@ class TurnActor(LocalActor):
             return
         self.ended = True
         self.host.turn_ended(self)
+
+
+def _log_event(event: TurnEvent, state: TurnState) -> None:
+    """One INFO line per turn start, end and approval request."""
+    if isinstance(event, TurnStarted):
+        log().info("turn %s started (%d message(s), %d tool(s))", event.turn_id, len(state.messages), len(state.tools))
+    elif isinstance(event, ToolApprovalRequest):
+        log().info("turn %s: call %s (%s) waits for approval", event.turn_id, event.call_id, event.name)
+    elif isinstance(event, Finish):
+        log().info(
+            "turn %s %s after %d round(s), %d tokens, %.2f s",
+            event.turn_id,
+            f"finished: {event.finish_reason}" if event.terminal else "paused for approval",
+            event.round,
+            event.usage.total_tokens,
+            state.updated_at - state.created_at,
+        )
 
 
 class _Recover:

@@ -62,6 +62,7 @@ from .internal import (
     WorkersLeased,
 )
 from .kernel import Kernel
+from .logs import quiet_third_party
 from .llm_actor import LLMActor
 from .outbox import Outbox
 from .store import SQLiteStore
@@ -85,6 +86,7 @@ class TurnHost(ActorTypeDispatcher):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        quiet_third_party()
         self.kernel = Kernel()
         self.inbox = Inbox()
         self.llm = LLMActor(self.kernel, self.inbox.put)

@@ -78,8 +78,8 @@ def _unpack(data: bytes, what: str) -> Any:
         raise CodecError(f"{what} must be bytes, not {type(data).__name__}")
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated types
-        raise CodecError(f"malformed {what}: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # msgpack raises several unrelated types, some without a message
+        raise CodecError(f"malformed {what}: {type(exc).__name__}" + (f": {exc}" if str(exc) else "")) from None
 
 
 def decode(data: bytes) -> Message:

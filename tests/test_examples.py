@@ -12,9 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_example(name: str, *args: str, stdin: str = "") -> str:
+def run_example(name: str, *args: str, stdin: str = "", env_extra: dict[str, str] | None = None) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("OPENAI_API_KEY", None)
+    env.update(env_extra or {})
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / name), *args],
         input=stdin,
@@ -38,6 +39,24 @@ def test_the_demo_shows_tools_an_approval_and_a_stop() -> None:
     assert out.rstrip().endswith(
         'tool -> {"ok": false, "error": "Interrupted: the turn was stopped (the user pressed stop)", "data": null}'
     )
+
+
+def test_the_demo_never_approves_a_real_models_call_without_a_person() -> None:
+    from actors.demo import demo_responder
+    from actors.scripted_provider import ScriptedProvider
+
+    with ScriptedProvider(responder=demo_responder) as model:  # stands in for a real model
+        out = run_example("00_demo.py", env_extra={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": model.base_url})
+    assert "greenroom demo on a real model" in out
+    assert "n (no person could be asked (stdin is not a terminal), and a real model's calls never run unasked)" in out
+    assert "file still there: True" in out
+
+
+def test_the_demo_shell_runs_only_its_harmless_commands() -> None:
+    from actors.demo import run_shell
+
+    with pytest.raises(PermissionError, match="the demo runs only these commands: sleep 30; echo built, date"):
+        run_shell.fn("rm -rf /")
 
 
 def test_the_demo_deletes_the_file_when_approved() -> None:
