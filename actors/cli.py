@@ -196,7 +196,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 def _check_offline(store: SQLiteStore, turn_id: str, command: Message) -> None:
     """Validate ``command`` against the stored turn with the turn's own rules."""
-    from .turn_rules import Reply, TurnRules
+    from .decisions import Reply
+    from .turn_rules import TurnRules
 
     state = _load(store, turn_id)
     rules = TurnRules(state)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "TooDeep", "safe_json", "safe_text"]
+from messages import ChatMessage
+
+__all__ = ["MAX_DEPTH", "TooDeep", "safe_json", "safe_message", "safe_text"]
 
 MAX_DEPTH = 64
 
@@ -41,3 +43,27 @@ def safe_json(value: Any, depth: int = 0) -> Any:
             return {safe_text(str(k)): safe_json(v, depth + 1) for k, v in value.items()}
         return [safe_json(v, depth + 1) for v in value]
     return value
+
+
+def safe_message(message: ChatMessage) -> ChatMessage:
+    """The model's message with safe strings and distinct tool call ids.
+
+    Some OpenAI-compatible servers send two calls with the same id in one response; each
+    needs its own tool message, so a repeated id becomes ``<id>_2``, ``<id>_3``, ... in the
+    history itself (the model then sees the ids it is answered with)."""
+    content = safe_text(message.content) if message.content is not None else None
+    calls = message.tool_calls
+    if calls:
+        used: set[str] = set()
+        fixed = []
+        for c in calls:
+            new_id, n = c.id, 1
+            while new_id in used:
+                n += 1
+                new_id = f"{c.id}_{n}"
+            used.add(new_id)
+            fixed.append(c.model_copy(update={"id": new_id, "name": safe_text(c.name), "arguments": safe_text(c.arguments)}))
+        calls = fixed
+    if content == message.content and calls == message.tool_calls:
+        return message
+    return message.model_copy(update={"content": content, "tool_calls": calls})

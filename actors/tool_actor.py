@@ -29,7 +29,7 @@ from .errors import ToolCancelled, ToolDefinitionError
 from .text import safe_text
 from .tool_context import ToolContext
 from .tools import Tool, error_result, load_tool, ok_result
-from .turn_rules import interrupted_content
+from .decisions import interrupted_content
 
 __all__ = ["ToolActor", "run_tool_inline"]
 

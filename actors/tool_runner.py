@@ -33,7 +33,7 @@ from messages import InterruptTool, RunTool
 
 from .internal import FindPool, LeaseWorkers, PoolFound, PoolInfo, ReturnWorkers, WorkerResult, WorkersLeased
 from .tool_actor import ToolActor
-from .turn_rules import ToolLost
+from .decisions import ToolLost
 
 if TYPE_CHECKING:
     from .turn_actor import TurnActor

@@ -178,9 +178,11 @@ class ToolWorker(ActorTypeDispatcher):
         """A stop or cancel of this call reaches the child turns it started."""
         for turn_id in self._children:
             if mode == "stop":
-                self.send(self._directory, StopTurn(turn_id=turn_id, reason=f"parent call stopped: {reason}"))
+                stop = StopTurn(turn_id=turn_id, reason=f"parent call stopped: {reason}", cause="parent")
+                self.send(self._directory, stop)
             else:
-                self.send(self._directory, CancelTurn(turn_id=turn_id, reason=f"parent call cancelled: {reason}"))
+                cancel = CancelTurn(turn_id=turn_id, reason=f"parent call cancelled: {reason}", cause="parent")
+                self.send(self._directory, cancel)
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         if self._call is not None:

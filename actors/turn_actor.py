@@ -43,7 +43,7 @@ from messages import (
 from .errors import StoreError
 from .kernel import LocalActor
 from .tools import needs_approval
-from .turn_rules import (
+from .decisions import (
     Abort,
     Decision,
     Done,
@@ -54,11 +54,11 @@ from .turn_rules import (
     ScheduleStep,
     SetTimer,
     Spawn,
-    Stream,
     StoreFailed,
+    Stream,
     TakeStep,
-    TurnRules,
 )
+from .turn_rules import TurnRules
 
 if TYPE_CHECKING:
     from .turn_host import TurnHost

@@ -68,7 +68,7 @@ from .outbox import Outbox
 from .store import SQLiteStore
 from .tool_runner import ToolRunner
 from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
-from .turn_rules import SetTimer, TimerFired
+from .decisions import SetTimer, TimerFired
 
 __all__ = ["HOLD", "TurnHost"]
 
@@ -381,7 +381,7 @@ class TurnHost(ActorTypeDispatcher):
         if not msg.keep_turns:
             for turn in list(self.turns.values()):
                 if not turn.ended:
-                    turn.tell(StopTurn(turn_id=turn.turn_id, reason="the runtime is closing"), None)
+                    turn.tell(StopTurn(turn_id=turn.turn_id, reason="the runtime is closing", cause="shutdown"), None)
         self.wakeupAfter(timedelta(seconds=1.0), payload=("shutdown",))
 
     def _maybe_shut(self) -> None:

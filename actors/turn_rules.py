@@ -1,36 +1,34 @@
-"""The rules of a turn: what each message does, in which priority, as plain code.
+"""The rules of a turn: what each message does, and what the turn does next, as plain code.
 
 ``TurnRules`` holds a ``TurnState`` and turns every input (a command, a stream message, a
-tool result, a timer) into a list of *decisions*: events to emit, a stream to start or
-abort, tools to spawn or interrupt, a step to take, a timer to set, a snapshot to persist,
-a reply to send. It performs no I/O and knows nothing of actors, so tests drive it
-directly; ``TurnActor`` is a thin shell that carries the decisions out.
+tool result, a timer) into a list of *decisions* (``decisions``): events to emit, a stream
+to start or abort, calls to run or interrupt, a step to take, a timer to set, a snapshot to
+persist, a reply to send. It performs no I/O and knows nothing of actors, so tests drive it
+directly; the ``TurnActor`` carries the decisions out.
 
-Guarantees, each tested:
+Every handler records what its input changed, then asks ``priority.next_action`` what the
+turn does next (the table there is the whole priority: cancel > approval-resume >
+max-rounds > the next LLM call, with a stop acting at once). Guarantees, each tested:
 
-- Priority is decided by mailbox order, because the loop only advances in a self-sent
-  step (``ScheduleStep``) and approvals commit in a timer after ``approval_window``:
-  a stop or cancel already queued is handled first. In a step: cancel > max-rounds > the
-  next LLM call; an approval commit never runs once cancel or stop was requested.
-- Every tool call of an assistant message ends with exactly one ``ToolFinished`` and one
-  tool message, appended in the order of ``tool_calls`` once the whole batch has ended.
-- Every run of events ends with exactly one ``Finish``; a terminal one is the last event.
-- Stop and cancel are idempotent: the first request decides the finish reason and its
-  reason text; a later stop still acts at once.
+- every tool call of an assistant message ends with exactly one ``ToolFinished`` and one
+  tool message, appended in the order of ``tool_calls`` once the whole batch has ended;
+- every run of events ends with exactly one ``Finish``; a terminal one is the last event;
+- stop and cancel are idempotent: the first request decides the finish reason, its text and
+  its cause, and every decision derived from it (abort, interrupts, synthesized tool
+  messages, ``Error``) carries the same ones; a later stop still acts at once;
+- an input that changes nothing returns no decision and touches nothing, not even a time.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from messages import (
     CallState,
     CancelTurn,
     ChatMessage,
-    ControlReply,
     Error,
     Finish,
     InterruptTool,
@@ -57,157 +55,37 @@ from messages import (
     TurnRetrying,
     TurnStarted,
     TurnState,
+    reply_for,
 )
+from messages.control import StopCause
 from messages.tool import ReportProgress, ToolOutcome
 
+from .approvals import ApprovalRules
+from .decisions import (
+    Abort,
+    Decision,
+    Done,
+    Emit,
+    Interrupt,
+    Persist,
+    Reply,
+    ScheduleStep,
+    SetTimer,
+    Spawn,
+    StoreFailed,
+    Stream,
+    StreamLost,
+    TakeStep,
+    TimerFired,
+    ToolLost,
+    interrupted_content,
+)
 from .history import history_problems
-from .text import TooDeep, safe_json, safe_text
-from .tools import error_result as error_content
+from .priority import next_action, situation
+from .text import TooDeep, safe_json, safe_message, safe_text
+from .tools import error_result
 
-__all__ = [
-    "Abort",
-    "Decision",
-    "Done",
-    "Emit",
-    "Interrupt",
-    "Persist",
-    "Reply",
-    "ScheduleStep",
-    "SetTimer",
-    "Spawn",
-    "Stream",
-    "TakeStep",
-    "TimerFired",
-    "ToolLost",
-    "StoreFailed",
-    "StreamLost",
-    "TurnRules",
-    "error_content",
-    "interrupted_content",
-]
-
-
-# -- decisions ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Emit:
-    """Send ``event`` to every subscriber and append it to the turn's log."""
-
-    event: TurnEvent
-
-
-@dataclass(frozen=True)
-class Stream:
-    """Ask the LLMActor to stream ``request``."""
-
-    request: StreamChat
-
-
-@dataclass(frozen=True)
-class Abort:
-    """Abort stream ``stream_id`` now."""
-
-    stream_id: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Spawn:
-    """Spawn a ToolActor for ``run.call`` and give it ``run``."""
-
-    run: RunTool
-
-
-@dataclass(frozen=True)
-class Interrupt:
-    """Tell the ToolActor of ``message.call_id`` to stop or cancel."""
-
-    message: InterruptTool
-
-
-@dataclass(frozen=True)
-class ScheduleStep:
-    """Send the TurnActor a ``TakeStep``, queued behind what is already in its mailbox."""
-
-
-@dataclass(frozen=True)
-class SetTimer:
-    """Deliver ``TimerFired(name, token)`` after ``delay`` seconds."""
-
-    name: str
-    delay: float
-    token: int
-
-
-@dataclass(frozen=True)
-class Persist:
-    """Write a snapshot of the state; ``transition`` names why."""
-
-    transition: str
-
-
-@dataclass(frozen=True)
-class Reply:
-    """Answer the sender of the command being handled."""
-
-    reply: ControlReply
-
-
-@dataclass(frozen=True)
-class Done:
-    """The turn has ended; the actor may wind down."""
-
-
-Decision = Emit | Stream | Abort | Spawn | Interrupt | ScheduleStep | SetTimer | Persist | Reply | Done
-
-
-# -- inputs that are not public messages ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TakeStep:
-    """The self-sent step; the loop advances only here."""
-
-    turn_id: str
-
-
-@dataclass(frozen=True)
-class TimerFired:
-    """A timer set by ``SetTimer`` expired."""
-
-    name: str
-    token: int
-
-
-@dataclass(frozen=True)
-class ToolLost:
-    """The ToolActor of ``call_id`` exited, could not be placed, or its host vanished,
-    before it answered; ``message`` says which, for the model."""
-
-    call_id: str
-    message: str
-
-
-@dataclass(frozen=True)
-class StreamLost:
-    """The LLMActor exited while it streamed ``stream_id``."""
-
-    stream_id: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class StoreFailed:
-    """The turn's write-ahead to the store failed; the turn cannot go on durably."""
-
-    detail: str
-
-
-def interrupted_content(what: str, reason: str) -> str:
-    """The synthesized tool message of a call that was interrupted, saying why."""
-    return error_content(f"Interrupted: {what} ({reason})")
-
+__all__ = ["TurnRules"]
 
 NeedsApproval = Callable[[ToolSpec, dict[str, Any]], bool]
 
@@ -216,7 +94,7 @@ def _static_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
     return spec.approval != "never"
 
 
-class TurnRules:
+class TurnRules(ApprovalRules):
     """One turn's rules over its ``state``. Not thread-safe; one owner at a time."""
 
     def __init__(
@@ -235,13 +113,10 @@ class TurnRules:
         self._next_seq = 0
         self._early: dict[int, Any] = {}
 
-    # -- construction ---------------------------------------------------------------------
-
     @classmethod
     def from_start(cls, start: StartTurn, **kw: Any) -> TurnRules:
         """A new turn for ``start``; call ``start()`` for its first decisions."""
-        clock = kw.get("clock", time.time)
-        now = clock()
+        now = kw.get("clock", time.time)()
         state = TurnState(
             turn_id=start.turn_id,
             parent_turn_id=start.parent_turn_id,
@@ -254,6 +129,8 @@ class TurnRules:
             updated_at=now,
         )
         return cls(state, **kw)
+
+    # -- opening and recovery -------------------------------------------------------------
 
     def start(self) -> list[Decision]:
         """The decisions that open the turn: ``TurnStarted``, then the first step."""
@@ -278,118 +155,114 @@ class TurnRules:
         return problems
 
     def recover(self) -> list[Decision]:
-        """The decisions that carry on a turn loaded from the store after a restart.
+        """Carry on a turn loaded from the store after a restart.
 
         A stop marker ends the turn stopped; a stream that died is asked for again; a call
-        that was running when the process died is closed as interrupted, or run again with
-        the same idempotency key if its tool is ``retry_safe``; recorded results are never
-        run again; a pause stays a pause (its ``Finish`` is not repeated) and its approval
-        timeout keeps its original deadline.
+        that was running is closed as interrupted, or run again with the same idempotency
+        key if its tool is ``retry_safe``; recorded results never run again; a pause stays a
+        pause (its ``Finish`` is not repeated) and its approval timeout keeps its deadline.
         """
         s = self.state
         if s.phase in ("finished", "created"):
             return self.start() if s.phase == "created" else []
-        if s.stop is not None:  # stopped, but the process died before the end was written
-            s.stream_id = None
-            return self._end("cancelled" if s.cancel is not None else "stopped")
         out: list[Decision] = []
-        if s.phase == "streaming":
+        if s.phase == "streaming" and s.stop is None:
             s.phase, s.stream_id = "idle", None
-            out.append(
-                self._emit(
-                    TurnRetrying, attempt=1, delay=0.0, reason="recovered after a restart: asking the model again"
-                )
-            )
-        if s.batch is None:
-            return out + [Persist("recovered"), ScheduleStep()]
-        for cs in s.batch:
-            if cs.status != "running":
+            reason = "recovered after a restart: asking the model again"
+            out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason=reason))
+        elif s.phase == "streaming":
+            s.phase, s.stream_id = "idle", None
+        for cs in s.batch or ():
+            if cs.status != "running" or s.stop is not None:
                 continue
             spec = self._specs.get(cs.call.name)
             if spec is not None and spec.retry_safe and s.cancel is None:
                 out.extend(self._spawn(cs, spec))
             else:
-                out.extend(
-                    self._done(
-                        cs,
-                        "interrupted",
-                        interrupted_content("the runtime stopped while the call ran", "recovered after a restart"),
-                    )
-                )
+                why = interrupted_content("the runtime stopped while the call ran", "recovered after a restart")
+                out.extend(self._done(cs, "interrupted", why))
         if s.commit_pending:
             out.append(SetTimer("commit", s.options.approval_window, s.round))
         if s.pending_approvals and s.approval_deadline is not None:
             out.append(SetTimer("approval_timeout", max(0.0, s.approval_deadline - self._clock()), s.round))
-        return out + [Persist("recovered")] + self._after_call_change()
+        if s.stop is not None:  # stopped, but the process died before the end was written
+            return out + self._end("cancelled" if s.cancel is not None else "stopped")
+        return out + [Persist("recovered")] + self._advance()
 
     # -- dispatch -------------------------------------------------------------------------
 
     def handle(self, msg: Any) -> list[Decision]:
-        """Apply one input and return what to do. Unknown inputs change nothing."""
+        """Apply one input and return what to do. An input that changes nothing returns []."""
+        out = self._dispatch(msg)
+        if out:
+            self.state.updated_at = self._clock()
+        return out
+
+    def _dispatch(self, msg: Any) -> list[Decision]:
         s = self.state
-        s.updated_at = self._clock()
         if isinstance(msg, TakeStep):
-            return self._on_step()
+            return self._advance(at_step=True)
         if isinstance(msg, (LLMDeltas, LLMRetrying, LLMCompleted, LLMFailed)):
             return self._on_stream_message(msg)
         if isinstance(msg, ToolResult):
             return self._on_tool_result(msg.call_id, msg.outcome, safe_text(msg.content))
         if isinstance(msg, ToolLost):
-            return self._on_tool_result(msg.call_id, "failed", error_content(msg.message))
-        if isinstance(msg, StoreFailed):
-            if s.phase == "finished":
-                return []
-            if s.phase == "streaming" and s.stream_id is not None:
-                aborted: list[Decision] = [Abort(s.stream_id, "the store failed")]
-                self._keep_partial_text()
-            else:
-                aborted = []
-            interrupts = [
-                Interrupt(InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason="the store failed"))
-                for cs in s.batch or ()
-                if cs.status == "running"
-            ]
-            return aborted + interrupts + self._end("error", ("store_error", f"the turn store failed: {msg.detail}"))
+            return self._on_tool_result(msg.call_id, "failed", error_result(msg.message))
         if isinstance(msg, StreamLost):
             if msg.stream_id != s.stream_id or s.phase != "streaming":
                 return []
             return self._on_stream_failed("stream_lost", f"LLM stream lost: {msg.detail}")
+        if isinstance(msg, StoreFailed):
+            return self._on_store_failed(msg.detail)
         if isinstance(msg, ReportProgress):
             cs = s.call(msg.call_id)
             if cs is None or cs.status != "running" or s.phase == "finished":
                 return []
             return [self._emit(ToolProgress, call_id=msg.call_id, data=msg.data)]
         if isinstance(msg, ToolApprovalResponse):
-            return self._on_approvals([msg], False, None, msg.request_id, "tool_approval_response")
+            return self._on_approvals([msg], False, None, msg)
         if isinstance(msg, RespondToApprovals):
-            return self._on_approvals(
-                msg.responses, msg.deny_rest, msg.deny_reason, msg.request_id, "respond_to_approvals"
-            )
+            return self._on_approvals(msg.responses, msg.deny_rest, msg.deny_reason, msg)
         if isinstance(msg, StopTurn):
-            return self._on_stop(msg.reason, msg.request_id)
+            return self._on_stop(msg)
         if isinstance(msg, CancelTurn):
-            return self._on_cancel(msg.reason, msg.grace, msg.request_id)
+            return self._on_cancel(msg)
         if isinstance(msg, StopTool):
-            return self._on_stop_tool(msg.call_id, msg.reason, msg.request_id)
+            return self._on_stop_tool(msg)
         if isinstance(msg, TimerFired):
             return self._on_timer(msg.name, msg.token)
         return []
 
-    # -- the loop -------------------------------------------------------------------------
+    # -- what next ------------------------------------------------------------------------
 
-    def _on_step(self) -> list[Decision]:
-        s = self.state
-        if s.phase in ("finished", "streaming"):
-            return []
-        if s.cancel is not None:
-            if self._running():
-                return []  # cooperative: the running calls end first
-            return self._end("cancelled")
-        if s.phase != "idle":
-            return []
-        if s.round >= s.options.max_rounds:
-            return self._end("max_rounds")
-        return self._start_stream()
+    def _advance(self, *, at_step: bool = False, commit_due: bool = False, answered: str | None = None) -> list[Decision]:
+        """Carry out ``next_action`` until the turn waits (see ``priority``)."""
+        out: list[Decision] = []
+        while True:
+            facts = situation(self.state, at_step=at_step, commit_due=commit_due, answered=answered is not None)
+            action = next_action(facts)
+            if action == "wait":
+                return out
+            if action == "step":
+                return out + [ScheduleStep()]
+            if action == "stop":
+                return out + self._halt()
+            if action == "cancel":
+                return out + self._end("cancelled")
+            if action == "answer":
+                return out + self._end("length" if answered == "length" else "stop")
+            if action == "max_rounds":
+                return out + self._end("max_rounds")
+            if action == "stream":
+                return out + self._start_stream()
+            if action == "resume":
+                out += self._commit()
+                commit_due = False
+            elif action == "collect":
+                out += self._complete_batch()
+                at_step = False
+            elif action == "pause":
+                out += self._pause()
 
     def _start_stream(self) -> list[Decision]:
         s = self.state
@@ -400,6 +273,30 @@ class TurnRules:
         tools = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in s.tools]
         request = StreamChat(stream_id=s.stream_id, provider=s.provider, messages=list(s.messages), tools=tools)
         return [Stream(request)]
+
+    def _pause(self) -> list[Decision]:
+        s = self.state
+        s.paused = True
+        s.phase = "awaiting_approval"
+        s.waiting_since = self._clock()
+        finish = self._emit(
+            Finish,
+            finish_reason="awaiting_approval",
+            usage=s.usage,
+            round=s.round,
+            messages=list(s.messages),
+            pending_approvals=s.pending_approvals,
+        )
+        return [finish, Persist("paused")]
+
+    def _complete_batch(self) -> list[Decision]:
+        s = self.state
+        self._append_tool_messages()
+        s.round += 1
+        s.phase = "idle"
+        return [Persist("tools_done")]
+
+    # -- the stream -----------------------------------------------------------------------
 
     def _on_stream_message(self, msg: Any) -> list[Decision]:
         s = self.state
@@ -423,48 +320,43 @@ class TurnRules:
         return out
 
     def _on_stream_failed(self, error_type: str, message: str) -> list[Decision]:
-        s = self.state
         self._keep_partial_text()
-        s.phase = "idle"
-        if s.cancel is not None:
+        self.state.phase = "idle"
+        if self.state.cancel is not None:
             return self._end("cancelled")
         return self._end("error", (error_type, message))
 
     def _keep_partial_text(self) -> None:
         """Completed work is kept: the text of a stream that ended early joins the history."""
-        s = self.state
         if self._text:
-            s.messages.append(ChatMessage.assistant(self._text))
+            self.state.messages.append(ChatMessage.assistant(self._text))
         self._text, self._early = "", {}
-        s.stream_id = None
+        self.state.stream_id = None
 
     def _on_response(self, msg: LLMCompleted) -> list[Decision]:
         s = self.state
         if msg.usage is not None:
             s.usage = s.usage + msg.usage
-        message = _safe_message(msg.message)
+        message = safe_message(msg.message)
         s.messages.append(message)
         s.stream_id = None
+        s.phase = "idle"
         self._text = ""
         calls = message.tool_calls or []
         if not calls:
-            s.phase = "idle"
-            if s.cancel is not None:
-                return [Persist("llm_response")] + self._end("cancelled")
-            return [Persist("llm_response")] + self._end("length" if msg.finish_reason == "length" else "stop")
+            return [Persist("llm_response")] + self._advance(answered=msg.finish_reason)
         s.batch = [CallState(call=c) for c in calls]
-        s.phase = "tools"
-        out: list[Decision] = []
-        if s.cancel is not None:
-            s.phase = "idle"
-            return [Persist("llm_response"), ScheduleStep()]
-        for cs in s.batch:
-            out.extend(self._classify(cs))
-        if s.pending_approvals and s.options.approval_timeout is not None:
-            s.approval_deadline = self._clock() + s.options.approval_timeout
-            out.append(SetTimer("approval_timeout", s.options.approval_timeout, s.round))
-        out.insert(0, Persist("llm_response"))
-        return out + self._after_call_change()
+        out: list[Decision] = [Persist("llm_response")]
+        if s.cancel is None:
+            s.phase = "tools"
+            for cs in s.batch:
+                out.extend(self._classify(cs))
+            if s.pending_approvals and s.options.approval_timeout is not None:
+                s.approval_deadline = self._clock() + s.options.approval_timeout
+                out.append(SetTimer("approval_timeout", s.options.approval_timeout, s.round))
+        return out + self._advance()
+
+    # -- calls ----------------------------------------------------------------------------
 
     def _classify(self, cs: CallState) -> list[Decision]:
         """Decide a fresh call's fate: fails at once, waits for approval, or runs now."""
@@ -476,27 +368,19 @@ class TurnRules:
         try:
             args = safe_json(json.loads(raw))
         except TooDeep as exc:
-            return self._done(cs, "failed", error_content(f"Invalid arguments for tool '{name}': {exc}"))
+            return self._done(cs, "failed", error_result(f"Invalid arguments for tool '{name}': {exc}"))
         except (ValueError, RecursionError) as exc:
-            return self._done(
-                cs, "failed", error_content(f"Invalid arguments for tool '{name}': not valid JSON ({exc})")
-            )
+            return self._done(cs, "failed", error_result(f"Invalid arguments for tool '{name}': not valid JSON ({exc})"))
         if not isinstance(args, dict):
+            got = type(args).__name__
             return self._done(
-                cs,
-                "failed",
-                error_content(
-                    f"Invalid arguments for tool '{name}': expected a JSON object, got {type(args).__name__}"
-                ),
+                cs, "failed", error_result(f"Invalid arguments for tool '{name}': expected a JSON object, got {got}")
             )
         cs.arguments = args
         if self._needs_approval(spec, args):
             cs.status = "pending_approval"
-            return [
-                self._emit(
-                    ToolApprovalRequest, call_id=cs.call.id, name=name, arguments=args, description=spec.description
-                )
-            ]
+            request = dict(call_id=cs.call.id, name=name, arguments=args, description=spec.description)
+            return [self._emit(ToolApprovalRequest, **request)]
         return self._spawn(cs, spec)
 
     def _spawn(self, cs: CallState, spec: ToolSpec) -> list[Decision]:
@@ -515,139 +399,31 @@ class TurnRules:
             heartbeat=s.options.heartbeat if spec.requires else None,
             provider=s.provider,
         )
-        return [
-            Spawn(run),
-            self._emit(ToolCallStarted, call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments, round=s.round),
-        ]
+        started = dict(call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments, round=s.round)
+        return [Spawn(run), self._emit(ToolCallStarted, **started)]
 
     def _done(self, cs: CallState, outcome: ToolOutcome, content: str) -> list[Decision]:
         cs.status, cs.outcome, cs.content = "done", outcome, content
         return [self._emit(ToolFinished, call_id=cs.call.id, name=cs.call.name, outcome=outcome, content=content)]
-
-    def _running(self) -> bool:
-        return any(c.status == "running" for c in self.state.batch or ())
-
-    def _after_call_change(self) -> list[Decision]:
-        """After a call changed: complete the batch, pause for approval, or wait."""
-        s = self.state
-        batch = s.batch or []
-        if all(c.status == "done" for c in batch):
-            return self._complete_batch()
-        if self._running():
-            return []
-        if s.cancel is not None:
-            s.phase = "idle"
-            return [ScheduleStep()]
-        if s.pending_approvals and not s.paused:
-            s.paused = True
-            s.phase = "awaiting_approval"
-            s.waiting_since = self._clock()
-            finish = self._emit(
-                Finish,
-                finish_reason="awaiting_approval",
-                usage=s.usage,
-                round=s.round,
-                messages=list(s.messages),
-                pending_approvals=s.pending_approvals,
-            )
-            return [finish, Persist("paused")]
-        return []
-
-    def _complete_batch(self) -> list[Decision]:
-        s = self.state
-        self._append_tool_messages()
-        s.round += 1
-        s.phase = "idle"
-        return [Persist("tools_done"), ScheduleStep()]
 
     def _append_tool_messages(self) -> None:
         s = self.state
         for cs in s.batch or ():
             s.messages.append(ChatMessage.tool(cs.content or "", cs.call.id, name=cs.call.name))
         s.batch = None
-        s.paused = False
-        s.commit_pending = False
-        s.approval_deadline = None
-        s.waiting_since = None
+        s.paused = s.commit_pending = False
+        s.approval_deadline = s.waiting_since = None
 
     def _on_tool_result(self, call_id: str, outcome: ToolOutcome, content: str) -> list[Decision]:
         s = self.state
         cs = s.call(call_id)
         if s.phase == "finished" or cs is None or cs.status != "running":
             return []  # a call that was stopped, or a duplicate: the first end wins
-        return self._done(cs, outcome, content) + [Persist("tool_result")] + self._after_call_change()
+        return self._done(cs, outcome, content) + [Persist("tool_result")] + self._advance()
 
-    # -- approvals ------------------------------------------------------------------------
-
-    def _on_approvals(
-        self,
-        responses: list[ToolApprovalResponse],
-        deny_rest: bool,
-        deny_reason: str | None,
-        request_id: str | None,
-        command: str,
-    ) -> list[Decision]:
-        s = self.state
-
-        def reject(code: str, message: str) -> list[Decision]:
-            return self._reply(command, request_id, False, code, message)
-
-        if s.phase == "finished":
-            return reject(
-                "turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason}); nothing can be approved"
-            )
-        if s.stop is not None or s.cancel is not None:
-            return reject("not_waiting", f"turn {s.turn_id} is being {'stopped' if s.stop else 'cancelled'}")
-        if not responses and not deny_rest:
-            return reject("invalid", "an approval response needs at least one decision or deny_rest")
-        seen: set[str] = set()
-        for r in responses:
-            if r.call_id in seen:
-                return reject("duplicate", f"two responses for call {r.call_id!r} in one message")
-            seen.add(r.call_id)
-            cs = s.call(r.call_id)
-            if cs is None:
-                if any(r.call_id in [c.id for c in m.tool_calls or ()] for m in s.messages):
-                    return reject("not_waiting", f"call {r.call_id!r} is not waiting for approval")
-                return reject("unknown_call", f"no approval was requested for call {r.call_id!r} in turn {s.turn_id}")
-            if cs.status != "pending_approval":
-                if cs.decision is not None:
-                    return reject("duplicate", f"call {r.call_id!r} was already {cs.decision}")
-                return reject("not_waiting", f"call {r.call_id!r} is not waiting for approval")
-        for r in responses:
-            cs = s.call(r.call_id)
-            assert cs is not None
-            cs.status = "decided"
-            cs.decision = "approved" if r.approved else "denied"
-            cs.decision_reason = r.reason
-        if deny_rest:
-            for cs in s.batch or ():
-                if cs.status == "pending_approval":
-                    cs.status, cs.decision, cs.decision_reason = "decided", "denied", deny_reason
-        out: list[Decision] = [Persist("approval_decision")]
-        resumes_at = None
-        if not s.pending_approvals and not s.commit_pending:
-            s.commit_pending = True
-            resumes_at = s.next_seq if s.paused else None
-            out.append(SetTimer("commit", s.options.approval_window, s.round))
-        return out + self._reply(command, request_id, True, None, "recorded", resumes_at)
-
-    def _commit(self) -> list[Decision]:
-        """Approval-resume: run approved calls, answer denied ones. Never after cancel/stop."""
-        s = self.state
-        s.commit_pending = False
-        if s.cancel is not None or s.stop is not None:
-            return []
-        out: list[Decision] = []
-        s.phase = "tools"
-        for cs in s.batch or ():
-            if cs.status != "decided":
-                continue
-            if cs.decision == "approved":
-                out.extend(self._spawn(cs, self._specs[cs.call.name]))
-            else:
-                out.extend(self._done(cs, "denied", f"Rejected: {cs.decision_reason or 'User denied'}"))
-        return [Persist("approvals_committed")] + out + self._after_call_change()
+    def _answered_before(self, call_id: str) -> bool:
+        """Whether ``call_id`` is a call of an earlier round (it has its tool message)."""
+        return any(call_id in [c.id for c in m.tool_calls or ()] for m in self.state.messages)
 
     def _on_timer(self, name: str, token: int) -> list[Decision]:
         s = self.state
@@ -656,86 +432,93 @@ class TurnRules:
         if name == "cancel_grace":
             if s.stop is not None:
                 return []
-            s.stop = Marker(kind="stop", reason="cancel grace period expired", at=self._clock())
-            return self._halt()
+            s.stop = Marker(kind="stop", reason="cancel grace period expired", at=self._clock(), cause="grace_expired")
+            return self._advance()
         if token != s.round or s.batch is None:
             return []  # a timer of a batch that has ended
         if name == "commit" and s.commit_pending:
-            return self._commit()
-        if name == "approval_timeout" and s.pending_approvals:
-            for cs in s.batch:
-                if cs.status == "pending_approval":
-                    cs.status, cs.decision, cs.decision_reason = "decided", "denied", "Approval timed out"
-            return [Persist("approval_decision")] + self._commit()
+            return self._advance(commit_due=True)
+        if name == "approval_timeout":
+            return self._on_approval_timeout()
         return []
 
     # -- stop and cancel ------------------------------------------------------------------
 
-    def _on_stop(self, reason: str, request_id: str | None) -> list[Decision]:
+    def _reason(self) -> tuple[StopCause, str]:
+        """The cause and text of the first stop or cancel request: what every consequence says."""
+        s = self.state
+        first = s.cancel or s.stop
+        return (first.cause, first.reason) if first is not None else ("user", "")
+
+    def _on_stop(self, msg: StopTurn) -> list[Decision]:
         s = self.state
         if s.phase == "finished" or s.stop is not None:
-            return self._reply("stop_turn", request_id, True, None, "no effect")
+            return self._reply(msg, True, None, "no effect")
         resumes_at = s.next_seq if s.paused else None
-        s.stop = Marker(kind="stop", reason=reason, at=self._clock())
-        return self._halt() + self._reply("stop_turn", request_id, True, None, "", resumes_at)
+        s.stop = Marker(kind="stop", reason=msg.reason, at=self._clock(), cause=msg.cause)
+        return self._advance() + self._reply(msg, True, None, "", resumes_at)
 
     def _halt(self) -> list[Decision]:
         """Stop now: abort the stream, interrupt every running call, end the turn."""
         s = self.state
+        cause, why = self._reason()
         out: list[Decision] = [Persist("stop_marker")]
         if s.phase == "streaming" and s.stream_id is not None:
-            out.append(Abort(s.stream_id, s.stop.reason if s.stop else "stopped"))
+            out.append(Abort(s.stream_id, why, cause))
             self._keep_partial_text()
         for cs in s.batch or ():
             if cs.status == "running":
-                out.append(
-                    Interrupt(InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason=self._why()))
-                )
+                interrupt = InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason=why, cause=cause)
+                out.append(Interrupt(interrupt))
         return out + self._end("cancelled" if s.cancel is not None else "stopped")
 
-    def _why(self) -> str:
-        s = self.state
-        marker = s.cancel or s.stop
-        return marker.reason if marker else ""
-
-    def _on_cancel(self, reason: str, grace: float | None, request_id: str | None) -> list[Decision]:
+    def _on_cancel(self, msg: CancelTurn) -> list[Decision]:
         s = self.state
         if s.phase == "finished" or s.cancel is not None or s.stop is not None:
-            return self._reply("cancel_turn", request_id, True, None, "no effect")
-        ok = self._reply("cancel_turn", request_id, True, None, "", s.next_seq if s.paused else None)
-        s.cancel = Marker(kind="cancel", reason=reason, at=self._clock(), grace=grace)
+            return self._reply(msg, True, None, "no effect")
+        ok = self._reply(msg, True, None, "", s.next_seq if s.paused else None)
+        s.cancel = Marker(kind="cancel", reason=msg.reason, at=self._clock(), grace=msg.grace, cause=msg.cause)
         out: list[Decision] = [Persist("cancel_marker")]
         for cs in s.batch or ():
             if cs.status == "running":
-                out.append(
-                    Interrupt(InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="cancel", reason=reason))
+                interrupt = InterruptTool(
+                    turn_id=s.turn_id, call_id=cs.call.id, mode="cancel", reason=msg.reason, cause=msg.cause
                 )
-        if grace is not None:
-            out.append(SetTimer("cancel_grace", grace, 0))
-        if s.phase != "streaming" and not self._running():
-            out.append(ScheduleStep())
-        return out + ok
+                out.append(Interrupt(interrupt))
+        if msg.grace is not None:
+            out.append(SetTimer("cancel_grace", msg.grace, 0))
+        return out + self._advance() + ok
 
-    def _on_stop_tool(self, call_id: str, reason: str, request_id: str | None) -> list[Decision]:
+    def _on_stop_tool(self, msg: StopTool) -> list[Decision]:
         s = self.state
-
-        def reply(ok: bool, code: str | None, message: str) -> list[Decision]:
-            return self._reply("stop_tool", request_id, ok, code, message)
-
         if s.phase == "finished":
-            return reply(False, "turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason})")
-        cs = s.call(call_id)
+            return self._reply(msg, False, "turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason})")
+        cs = s.call(msg.call_id)
+        if cs is None and self._answered_before(msg.call_id):
+            return self._reply(msg, False, "not_waiting", f"call {msg.call_id!r} has already finished")
         if cs is None:
-            if any(call_id in [c.id for c in m.tool_calls or ()] for m in s.messages):
-                return reply(False, "not_waiting", f"call {call_id!r} has already finished")
-            return reply(False, "unknown_call", f"call {call_id!r} is not running in turn {s.turn_id}")
+            return self._reply(msg, False, "unknown_call", f"call {msg.call_id!r} is not running in turn {s.turn_id}")
         if cs.status == "done":
-            return reply(False, "not_waiting", f"call {call_id!r} has already finished")
+            return self._reply(msg, False, "not_waiting", f"call {msg.call_id!r} has already finished")
         out: list[Decision] = []
         if cs.status == "running":
-            out.append(Interrupt(InterruptTool(turn_id=s.turn_id, call_id=call_id, mode="stop", reason=reason)))
-        out += self._done(cs, "interrupted", interrupted_content("the call was stopped", reason))
-        return out + [Persist("tool_result")] + self._after_call_change() + reply(True, None, "")
+            out.append(Interrupt(InterruptTool(turn_id=s.turn_id, call_id=msg.call_id, mode="stop", reason=msg.reason)))
+        out += self._done(cs, "interrupted", interrupted_content("the call was stopped", msg.reason))
+        return out + [Persist("tool_result")] + self._advance() + self._reply(msg, True, None, "")
+
+    def _on_store_failed(self, detail: str) -> list[Decision]:
+        s = self.state
+        if s.phase == "finished":
+            return []
+        out: list[Decision] = []
+        if s.phase == "streaming" and s.stream_id is not None:
+            out.append(Abort(s.stream_id, "the store failed"))
+            self._keep_partial_text()
+        for cs in s.batch or ():
+            if cs.status == "running":
+                interrupt = InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason="the store failed")
+                out.append(Interrupt(interrupt))
+        return out + self._end("error", ("store_error", f"the turn store failed: {detail}"))
 
     # -- the end --------------------------------------------------------------------------
 
@@ -743,18 +526,16 @@ class TurnRules:
         """End the turn: close every open call, then ``Error`` if any, then ``Finish``."""
         s = self.state
         out: list[Decision] = []
+        cause, why = self._reason()
         if s.batch is not None:
-            what = {"stopped": "the turn was stopped", "cancelled": "the turn was cancelled"}.get(
-                reason, "the turn ended"
-            )
+            what = {"stopped": "the turn was stopped", "cancelled": "the turn was cancelled"}.get(reason, "the turn ended")
             for cs in s.batch:
                 if cs.status != "done":
-                    out.extend(self._done(cs, "interrupted", interrupted_content(what, self._why() or reason)))
+                    out.extend(self._done(cs, "interrupted", interrupted_content(what, why or reason)))
             self._append_tool_messages()
-        if reason == "stopped":
-            out.append(self._emit(Error, error_type="stopped", message="Agent run stopped", detail=self._why()))
-        elif reason == "cancelled":
-            out.append(self._emit(Error, error_type="cancelled", message="Agent run cancelled", detail=self._why()))
+        if reason in ("stopped", "cancelled"):
+            message = "Agent run stopped" if reason == "stopped" else "Agent run cancelled"
+            out.append(self._emit(Error, error_type=reason, message=message, detail=why, cause=cause))
         elif error is not None:
             out.append(self._emit(Error, error_type=error[0], message=error[1]))
         s.phase = "finished"
@@ -766,62 +547,15 @@ class TurnRules:
 
     def _emit(self, cls: type[TurnEvent], **fields: Any) -> Emit:
         s = self.state
-        event = cls(
-            turn_id=s.turn_id,
-            seq=s.next_seq,
-            parent_turn_id=s.parent_turn_id,
-            root_turn_id=s.root_turn_id,
-            **fields,
-        )
+        event = cls(turn_id=s.turn_id, seq=s.next_seq, parent_turn_id=s.parent_turn_id, root_turn_id=s.root_turn_id, **fields)
         s.next_seq += 1
         return Emit(event)
 
     def _reply(
-        self,
-        command: str,
-        request_id: str | None,
-        ok: bool,
-        code: str | None,
-        message: str,
-        resumes_at: int | None = None,
+        self, command: Any, ok: bool, code: str | None, message: str, resumes_at: int | None = None
     ) -> list[Decision]:
         """A reply to the command's sender: always for a refusal, for success only if asked."""
-        if ok and request_id is None:
+        if ok and getattr(command, "request_id", None) is None:
             return []
-        return [
-            Reply(
-                ControlReply(
-                    turn_id=self.state.turn_id,
-                    request_id=request_id,
-                    command=command,
-                    ok=ok,
-                    code=code,  # type: ignore[arg-type]
-                    message=message,
-                    resumes_at=resumes_at,
-                )
-            )
-        ]
-
-
-def _safe_message(message: ChatMessage) -> ChatMessage:
-    """The model's message with safe strings and distinct tool call ids.
-
-    Some OpenAI-compatible servers send two calls with the same id in one response; each
-    would need its own tool message, so a repeated id becomes ``<id>_2``, ``<id>_3``, ...
-    in the history itself (the model sees the ids it is answered with)."""
-    content = safe_text(message.content) if message.content is not None else None
-    calls = message.tool_calls
-    if calls:
-        used: set[str] = set()
-        fixed = []
-        for c in calls:
-            new_id, n = c.id, 1
-            while new_id in used:
-                n += 1
-                new_id = f"{c.id}_{n}"
-            used.add(new_id)
-            fixed.append(c.model_copy(update={"id": new_id, "name": safe_text(c.name), "arguments": safe_text(c.arguments)}))
-        calls = fixed
-    if content == message.content and calls == message.tool_calls:
-        return message
-    return message.model_copy(update={"content": content, "tool_calls": calls})
+        reply = reply_for(command, ok, code, message, turn_id=self.state.turn_id, resumes_at=resumes_at)  # type: ignore[arg-type]
+        return [Reply(reply)]

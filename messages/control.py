@@ -27,6 +27,7 @@ __all__ = [
     "RejectCode",
     "RespondToApprovals",
     "StartTurn",
+    "StopCause",
     "StopTool",
     "StopTurn",
     "Subscribe",
@@ -40,6 +41,12 @@ __all__ = [
 def new_turn_id() -> str:
     """A fresh, unique turn id."""
     return "turn_" + uuid.uuid4().hex[:16]
+
+
+StopCause = Literal["user", "parent", "shutdown", "grace_expired"]
+"""Why a turn is stopped or cancelled: a caller (``user``, the default, also a supervisor),
+a parent turn's stop or cancel reaching its child (``parent``), the runtime closing
+(``shutdown``), or a cancel whose grace ran out and became a stop (``grace_expired``)."""
 
 
 class TurnOptions(Message):
@@ -83,6 +90,7 @@ class StopTurn(Message):
     kind: Literal["stop_turn"] = "stop_turn"
     turn_id: str
     reason: str = "stop requested"
+    cause: StopCause = "user"
     request_id: str | None = None
 
 
@@ -92,6 +100,7 @@ class CancelTurn(Message):
     kind: Literal["cancel_turn"] = "cancel_turn"
     turn_id: str
     reason: str = "cancel requested"
+    cause: StopCause = "user"
     grace: float | None = Field(default=None, ge=0)
     request_id: str | None = None
 

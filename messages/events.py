@@ -109,12 +109,16 @@ class TurnRetrying(TurnEvent):
 
 
 class Error(TurnEvent):
-    """Something went wrong; ``error_type`` is a stable code, ``message`` is for people."""
+    """Something went wrong; ``error_type`` is a stable code, ``message`` is for people.
+
+    For a stopped or cancelled turn, ``detail`` is the first request's text and ``cause``
+    its kind (``user``, ``parent``, ``shutdown``, ``grace_expired``)."""
 
     kind: Literal["error"] = "error"
     error_type: str
     message: str
     detail: str | None = None
+    cause: str | None = None
 
 
 class Finish(TurnEvent):

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .chat import ChatMessage, ToolCall, Usage
-from .control import TurnOptions
+from .control import StopCause, TurnOptions
 from .events import FinishReason
 from .llm import ProviderConfig
 from .tool import ToolOutcome, ToolSpec
@@ -31,12 +31,14 @@ class _State(BaseModel):
 
 
 class Marker(_State):
-    """A stop or cancel request: the first one of each kind is kept."""
+    """A stop or cancel request: the first one of each kind is kept, with why (its cause
+    and its text)."""
 
     kind: Literal["stop", "cancel"]
     reason: str
     at: float
     grace: float | None = None
+    cause: StopCause = "user"
 
 
 class CallState(_State):

@@ -110,3 +110,4 @@ class InterruptTool(Message):
     call_id: str
     mode: Literal["stop", "cancel"]
     reason: str
+    cause: str = "user"

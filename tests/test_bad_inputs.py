@@ -12,7 +12,7 @@ import pytest
 from actors import ControlRejected, Runtime
 from actors.history import history_problems
 from actors.scripted_provider import ScriptedProvider, call, say, use_tools
-from messages import CancelTurn, ChatMessage, Finish, StopTurn, TextDelta, ToolProgress, new_turn_id
+from messages import CancelTurn, ChatMessage, Finish, StopTurn, ToolProgress, new_turn_id
 
 from . import tools_for_tests as T
 from .helpers import summary

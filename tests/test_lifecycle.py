@@ -107,7 +107,8 @@ def test_close_in_any_state_ends_live_turns_stopped_and_leaves_no_process(
         finish = events[-1]
         assert isinstance(finish, Finish) and finish.finish_reason == "stopped", events[-3:]
     error = events[-2]
-    assert isinstance(error, Error) and (error.error_type, error.detail) == ("stopped", "the runtime is closing")
+    assert isinstance(error, Error)
+    assert (error.error_type, error.detail, error.cause) == ("stopped", "the runtime is closing", "shutdown")
 
 
 def test_close_with_a_store_leaves_the_turn_to_be_recovered(provider: ScriptedProvider, tmp_path: Path) -> None:

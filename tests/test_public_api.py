@@ -22,7 +22,7 @@ MESSAGES = [
     "Finish", "FinishReason", "FinishReasonLLM", "InterruptTool", "LLMCompleted", "LLMDeltas", "LLMFailed",
     "LLMRetrying", "ListNodes", "Marker", "MembershipChanged", "Message", "NodeInfo", "NodeList", "ProviderConfig",
     "RejectCode", "ReportProgress", "RespondToApprovals", "RetryPolicy", "Role", "RunTool", "SCHEMA_VERSION",
-    "SnapshotVersionError", "StartTurn", "StopTool", "StopTurn", "StreamChat", "Subscribe", "TERMINAL_REASONS",
+    "SnapshotVersionError", "StartTurn", "StopCause", "StopTool", "StopTurn", "StreamChat", "Subscribe", "TERMINAL_REASONS",
     "TextDelta", "Timeouts", "ToolAlive", "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted",
     "ToolFinished", "ToolOutcome", "ToolProgress", "ToolResult", "ToolSpec", "TurnEvent", "TurnEventUnion",
     "TurnOptions", "TurnRetrying", "TurnStarted", "TurnState", "Usage", "WatchMembership", "decode", "decode_snapshot",

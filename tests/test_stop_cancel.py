@@ -11,7 +11,7 @@ import httpx
 from actors import Runtime
 from actors.providers.openai import to_openai_message
 from actors.scripted_provider import ScriptedProvider, call, say, use_tools
-from actors.turn_rules import interrupted_content
+from actors.decisions import interrupted_content
 from messages import ChatMessage, Error, Finish, StopTurn, TextDelta, ToolCallStarted, ToolProgress, TurnOptions
 
 from . import tools_for_tests as T

@@ -7,17 +7,8 @@ from typing import Any
 
 import pytest
 
-from actors.turn_rules import (
-    Abort,
-    Emit,
-    SetTimer,
-    Spawn,
-    TakeStep,
-    TimerFired,
-    ToolLost,
-    TurnRules,
-    interrupted_content,
-)
+from actors.decisions import Abort, Emit, SetTimer, Spawn, TakeStep, TimerFired, ToolLost, interrupted_content
+from actors.turn_rules import TurnRules
 from messages import (
     CancelTurn,
     ChatMessage,

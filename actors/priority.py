@@ -1,0 +1,113 @@
+"""What a turn does next: the priority cancel > approval-resume > max-rounds > next LLM call,
+in one pure function of the turn's situation.
+
+``next_action`` is called everywhere the loop can move (after every input the rules
+handle) and the rules carry out what it returns, then ask again, until it says ``wait`` or
+``step``. The first row whose condition holds decides (the conditions are the fields of
+``Situation``; a test reads this table and checks it against the code for every
+combination of them):
+
+    ====  =================================  ==========  ==========  ==================================
+    row   condition                          at a step   otherwise   meaning
+    ====  =================================  ==========  ==========  ==================================
+     1    finished                           wait        wait        nothing happens after the end
+     2    stop                               stop        stop        a stop acts at once
+     3    cancel and (streaming or running)  wait        wait        a cancel lets them finish
+     4    cancel and answered                cancel      cancel      the answer was the boundary
+     5    cancel                             cancel      step        at the next step, before the rest
+     6    streaming                          wait        wait        the response comes first
+     7    commit_due                         resume      resume      approvals commit after the window
+     8    running                            wait        wait        the batch is not done
+     9    batch_done                         collect     collect     tool messages, then round += 1
+    10    undecided and not paused           pause       pause       Finish(awaiting_approval), once
+    11    undecided or decided               wait        wait        for decisions, for the window
+    12    answered                           answer      answer      Finish(stop) or Finish(length)
+    13    not rounds_left                    max_rounds  step        max rounds, at a step
+    14    True                               stream      step        the next LLM call, at a step
+    ====  =================================  ==========  ==========  ==================================
+
+``step`` means: send the turn a ``TakeStep`` at the tail of its mailbox, so that whatever
+is already queued (a stop, a cancel) is handled first; the loop goes on in that step. An
+approval commits in a timer after ``approval_window`` (row 7), so a cancel sent right
+behind an approval is handled before it (row 5 wins over row 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from messages import TurnState
+
+__all__ = ["Action", "Situation", "next_action", "situation"]
+
+Action = Literal["wait", "stop", "cancel", "resume", "collect", "pause", "answer", "max_rounds", "stream", "step"]
+
+
+@dataclass(frozen=True)
+class Situation:
+    """The facts ``next_action`` decides on."""
+
+    finished: bool = False
+    stop: bool = False
+    cancel: bool = False
+    streaming: bool = False
+    running: bool = False
+    commit_due: bool = False  # decided approvals whose window has passed
+    batch_done: bool = False  # a batch exists and every call in it has ended
+    undecided: bool = False  # a call waits for approval
+    paused: bool = False  # Finish(awaiting_approval) was emitted for this batch
+    decided: bool = False  # decisions wait for their window
+    answered: bool = False  # the model's response had no tool calls
+    rounds_left: bool = True
+    at_step: bool = False
+
+
+def next_action(s: Situation) -> Action:
+    """What the turn does next; see the module docstring for the table."""
+    if s.finished:
+        return "wait"
+    if s.stop:
+        return "stop"
+    if s.cancel:
+        if s.streaming or s.running:
+            return "wait"
+        return "cancel" if s.at_step or s.answered else "step"
+    if s.streaming:
+        return "wait"
+    if s.commit_due:
+        return "resume"
+    if s.running:
+        return "wait"
+    if s.batch_done:
+        return "collect"
+    if s.undecided and not s.paused:
+        return "pause"
+    if s.undecided or s.decided:
+        return "wait"
+    if s.answered:
+        return "answer"
+    if not s.rounds_left:
+        return "max_rounds" if s.at_step else "step"
+    return "stream" if s.at_step else "step"
+
+
+def situation(state: TurnState, *, at_step: bool, commit_due: bool, answered: bool) -> Situation:
+    """The facts of ``state``; the three flags are what the current input brought."""
+    batch = state.batch or []
+    statuses = {c.status for c in batch}
+    return Situation(
+        finished=state.phase == "finished",
+        stop=state.stop is not None,
+        cancel=state.cancel is not None,
+        streaming=state.phase == "streaming",
+        running="running" in statuses,
+        commit_due=commit_due and state.commit_pending,
+        batch_done=bool(batch) and statuses == {"done"},
+        undecided="pending_approval" in statuses,
+        paused=state.paused,
+        decided="decided" in statuses,
+        answered=answered,
+        rounds_left=state.round < state.options.max_rounds,
+        at_step=at_step,
+    )
