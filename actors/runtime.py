@@ -39,13 +39,13 @@ from messages import (
     ListNodes,
     MembershipChanged,
     NodeInfo,
-    NodeList,
     ProviderConfig,
     StartTurn,
     Subscribe,
     ToolSpec,
     TurnEvent,
     TurnOptions,
+    WatchMembership,
     new_turn_id,
 )
 
@@ -53,17 +53,17 @@ from . import owner, transport
 from .directory_actor import DirectoryActor
 from .endpoint import Endpoint
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
-from .handle import TurnHandle, TurnResult, TurnStream
-from .internal import Configure, Configured, EventBatch, Hello, HostReplaced, Shutdown, ShutdownDone, Welcome
-from .lifeline import Lifeline
-from .logs import log_defs
+from .handle import TurnHandle, TurnResult
+from .inbound import Inbound
+from .internal import Configure, Configured, Hello, HostReplaced, Shutdown, ShutdownDone, Welcome
 from .names import DIRECTORY_NAME, LEADER_CAPABILITY, slot_of
 from .node import tune_convention
-from .processes import descendants, end_processes, free_port, session_processes, wait_gone
+from .processes import free_port
 from .providers.streaming import ssl_context
 from .store import SQLiteStore, TurnSummary
 from .store_files import lock_store, remove_runtime_file, write_runtime_file
 from .tools import Tool, tool_specs
+from .tree import ProcessTree
 
 __all__ = ["Runtime", "TurnHandle", "TurnResult", "history"]
 
@@ -121,23 +121,16 @@ class Runtime:
         self.recycle_after = recycle_after
         self.inline_async_tools = inline_async_tools
         self.handle_signals = handle_signals
-        self.membership: list[MembershipChanged] = []
         self.host = host
         self.admin_port = admin_port
-        self.admin_sid: int | None = None
         self._key = key
         self._start_timeout = start_timeout
         self._close_timeout = close_timeout
-        self._members: dict[str, dict[str, Any]] = {}
-        self._members_cond = threading.Condition()
-        self._asys: ActorSystem | None = None
-        self._lifeline: Lifeline | None = None
+        self._tree = ProcessTree()
         self._endpoint: Endpoint | None = None
         self._directory: Any = None
         self._host_addresses: list[Any] = []
-        self._streams: dict[str, TurnStream] = {}
-        self._streams_lock = threading.RLock()
-        self._replies: dict[str, concurrent.futures.Future[Any]] = {}
+        self._inbound = Inbound(lambda: self._closed, self._host_replaced)
         self._closed = False
         self._started = False
         self._lock = threading.RLock()
@@ -176,19 +169,11 @@ class Runtime:
             SQLiteStore(self.store_path).close()  # fail here, naming the file, if it is not a store
         if self.admin_port is None:
             self.admin_port = free_port(self.host)
-        self._lifeline = Lifeline()
-        with self._lifeline.forking():
-            self._asys = ActorSystem(
-                "multiprocTCPBase",
-                {"Admin Port": self.admin_port, LEADER_CAPABILITY: True, **self.capabilities},
-                logDefs=log_defs(),
-                transientUnique=True,
-            )
-        self._directory = self._asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
-        self._endpoint = Endpoint(self._asys, self._on_message, self._on_idle)
+        asys = self._tree.start({"Admin Port": self.admin_port, LEADER_CAPABILITY: True, **self.capabilities})
+        self._directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
+        self._endpoint = Endpoint(asys, self._inbound.on_message, self._inbound.on_idle)
         self._endpoint.start()
-        welcome = self._ask(self._directory, Hello(), Welcome)
-        self.admin_sid = welcome.sid
+        self._tree.sid = self._ask(self._directory, Hello(), Welcome).sid
         configure = Configure(
             self.store_path,
             hosts=self.hosts,
@@ -201,8 +186,6 @@ class Runtime:
         configured = self._ask(self._directory, configure, Configured)
         self._host_addresses = list(configured.hosts)
         self.recovered, self.unrecoverable = configured.recovered, configured.errors
-        from messages import WatchMembership
-
         self._endpoint.send(self._directory, WatchMembership())
         if self.store_path is not None:
             info = {"pid": os.getpid(), "host": self.host, "admin_port": self.admin_port}
@@ -210,14 +193,16 @@ class Runtime:
 
     def _ask(self, to: Any, message: Any, expect: type) -> Any:
         """Send ``message`` and wait (bounded) for the first reply of type ``expect``."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._replies[expect.__name__] = future
+        future = self._inbound.expect(expect.__name__)
         assert self._endpoint is not None
-        self._endpoint.send(to, message, lambda: future.set_exception(RuntimeError(f"{type(message).__name__} was not delivered")))
+        undelivered = RuntimeError(f"{type(message).__name__} was not delivered")
+        self._endpoint.send(to, message, lambda: future.set_exception(undelivered))
         try:
             return future.result(self._start_timeout)
         except concurrent.futures.TimeoutError:
-            raise RuntimeError(f"the actor system did not answer {type(message).__name__} within {self._start_timeout} s") from None
+            raise RuntimeError(
+                f"the actor system did not answer {type(message).__name__} within {self._start_timeout} s"
+            ) from None
 
     def close(self) -> None:
         """End the runtime: bounded, whatever it is doing; see the module docstring."""
@@ -227,113 +212,46 @@ class Runtime:
             self._closed = True
         deadline = time.monotonic() + self._close_timeout
         if self._endpoint is not None and self._directory is not None and self._host_addresses:
-            done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-            self._replies[ShutdownDone.__name__] = done
+            done = self._inbound.expect(ShutdownDone.__name__)
             self._endpoint.send(self._directory, Shutdown(keep_turns=self.store_path is not None))
             with contextlib.suppress(concurrent.futures.TimeoutError):
                 done.result(max(0.0, min(2.0, deadline - time.monotonic() - 1.0)))
         if self.store_path is not None:
             remove_runtime_file(self.store_path)
-        with self._streams_lock:
-            streams = list(self._streams.values())
-        for stream in streams:
-            stream.wake()  # readers still waiting raise RuntimeClosedError
-        for future in list(self._replies.values()):
-            if not future.done():
-                future.set_exception(RuntimeClosedError("the Runtime has shut down"))
+        self._inbound.close()  # readers and callers still waiting raise RuntimeClosedError
         if self._endpoint is not None:
             self._endpoint.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-        self._end_processes(deadline)
+        self._tree.end(deadline)
         if self._store is not None:
             self._store.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # every process that inherited it is gone now
             self._lock_fd = None
 
-    def _end_processes(self, deadline: float) -> None:
-        """Cut the lifeline, then make sure every process of the tree is gone."""
-        sid = self.admin_sid
-        tree: list[int] = []
-        if sid is not None:
-            for pid in session_processes(sid):
-                tree.append(pid)
-                tree.extend(descendants(pid))
-        if self._lifeline is not None:
-            self._lifeline.cut_now()
-        left = wait_gone(sorted(set(tree)), max(0.2, deadline - time.monotonic() - 0.5))
-        if left:
-            log().warning("%d process(es) of the runtime outlived its lifeline; killing them", len(left))
-            end_processes(left, timeout=0.5)
-        if self._asys is not None:
-            with contextlib.suppress(Exception):
-                self._asys._systemBase.transport.close()  # type: ignore[attr-defined]
-        if sid is not None:
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(sid, os.WNOHANG)  # the admin's first fork is our child
-
     @property
     def closed(self) -> bool:
         return self._closed
 
-    # -- what the pump receives -----------------------------------------------------------
+    @property
+    def admin_sid(self) -> int | None:
+        """The session of the runtime's actor system (every process of the tree is in it,
+        or below one that is)."""
+        return self._tree.sid
 
-    def _on_message(self, msg: Any, sender: Any) -> None:
-        if isinstance(msg, EventBatch):
-            for event in msg.events:
-                self._deliver(event)
-        elif isinstance(msg, TurnEvent):
-            self._deliver(msg)
-        elif isinstance(msg, ControlReply):
-            future = self._replies.pop(msg.request_id, None) if msg.request_id else None
-            if future is not None:
-                future.set_result(msg)
-            elif not msg.ok:
-                stream = self._streams.get(msg.turn_id)
-                if stream is not None:
-                    stream.refuse(msg)
-        elif isinstance(msg, NodeList):
-            future = self._replies.pop(msg.request_id or "", None)
-            if future is not None:
-                future.set_result(msg)
-        elif isinstance(msg, MembershipChanged):
-            with self._members_cond:
-                self.membership.append(msg)
-                if msg.joined:
-                    self._members[msg.node] = msg.capabilities
-                else:
-                    self._members.pop(msg.node, None)
-                self._members_cond.notify_all()
-        elif isinstance(msg, HostReplaced):
-            self._host_replaced(msg)
-        else:
-            future = self._replies.pop(type(msg).__name__, None)
-            if future is not None:
-                future.set_result(msg)
-
-    def _deliver(self, event: TurnEvent) -> None:
-        stream = self._streams.get(event.turn_id)
-        if stream is not None and stream.deliver(event):
-            with self._streams_lock:
-                self._streams.pop(event.turn_id, None)
-
-    def _on_idle(self) -> None:
-        now = time.monotonic()
-        for turn_id, stream in list(self._streams.items()):
-            if stream.fill_gaps(now):
-                with self._streams_lock:
-                    self._streams.pop(turn_id, None)
+    # -- hosts ----------------------------------------------------------------------------
 
     def _host_replaced(self, msg: HostReplaced) -> None:
+        """A host died: follow its recovered turns on the new one; end the others here."""
         self._host_addresses[msg.slot] = msg.address
-        for turn_id, stream in list(self._streams.items()):
+        for turn_id, stream in list(self._inbound.streams.items()):
             if slot_of(turn_id, len(self._host_addresses)) != msg.slot or stream.finished:
                 continue
             if turn_id in msg.recovered:
                 self._endpoint.send(msg.address, Subscribe(turn_id=turn_id, since=stream.next_seq))  # type: ignore[union-attr]
             else:
-                stream.end("host_lost", "Agent run lost", "the process that ran this turn died; it had no store to recover from")
-                with self._streams_lock:
-                    self._streams.pop(turn_id, None)
+                detail = "the process that ran this turn died; it had no store to recover from"
+                stream.end("host_lost", "Agent run lost", detail)
+                self._inbound.drop(turn_id, stream)
 
     # -- commands -------------------------------------------------------------------------
 
@@ -352,11 +270,10 @@ class Runtime:
         endpoint = self._running()
         if command.request_id is None:
             command = command.model_copy(update={"request_id": uuid.uuid4().hex})
-        future: concurrent.futures.Future[ControlReply] = concurrent.futures.Future()
-        self._replies[command.request_id] = future
+        future = self._inbound.expect(command.request_id)
 
         def undeliverable() -> None:
-            if self._replies.pop(command.request_id, None) is not None and not future.done():
+            if self._inbound.forget(command.request_id) is not None and not future.done():
                 future.set_exception(TurnTimeout(f"{command.kind}: the turn's host cannot be reached"))
 
         endpoint.send(self._host_of(command.turn_id), command, undeliverable)
@@ -401,41 +318,29 @@ class Runtime:
             provider=provider,
             options=options or TurnOptions(),
         )
-        stream = self._open_stream(start.turn_id, 0, fresh=True)
+        stream = self._inbound.open_stream(start.turn_id, 0, fresh=True)
         endpoint.send(self._host_of(start.turn_id), start, lambda: stream.end("host_lost", "Agent run lost", "its host cannot be reached"))
         handle = TurnHandle(self, stream)
         if turn_id is not None:
             stream.wait_index(0, timeout)  # raises ControlRejected if the id is taken
         return handle
 
-    def _open_stream(self, turn_id: str, since: int, fresh: bool) -> TurnStream:
-        with self._streams_lock:
-            existing = self._streams.get(turn_id)
-            if existing is not None and fresh:
-                raise ControlRejected("invalid", f"turn id {turn_id} is already in use by a running turn")
-            stream = TurnStream(turn_id, since, closed=lambda: self._closed)
-            self._streams[turn_id] = stream
-            return stream
-
     def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> TurnHandle:
         """A handle on a turn started elsewhere (or recovered), with its events from ``since``
         on, then as they happen. An unknown turn raises ``ControlRejected("unknown_turn")``."""
         self._running()
-        with self._streams_lock:
-            mine = self._streams.get(turn_id)
+        mine = self._inbound.stream(turn_id)
         if mine is not None and since >= mine._base:  # started here: already subscribed
             handle = TurnHandle(self, mine)
             handle._cursor = since - mine._base
             return handle
-        stream = self._open_stream(turn_id, since, fresh=False)
+        stream = self._inbound.open_stream(turn_id, since, fresh=False)
         try:
             reply = self._command(Subscribe(turn_id=turn_id, since=since)).result(timeout)
         except concurrent.futures.TimeoutError:
             raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout} s") from None
         if not reply.ok:
-            with self._streams_lock:
-                if self._streams.get(turn_id) is stream:
-                    del self._streams[turn_id]
+            self._inbound.drop(turn_id, stream)
             raise ControlRejected(reply.code or "invalid", reply.message)
         return TurnHandle(self, stream)
 
@@ -445,8 +350,7 @@ class Runtime:
         """The nodes that joined this runtime's convention, as its directory sees them."""
         endpoint = self._running()
         request = ListNodes(request_id=uuid.uuid4().hex)
-        future: concurrent.futures.Future[NodeList] = concurrent.futures.Future()
-        self._replies[request.request_id or ""] = future
+        future = self._inbound.expect(request.request_id or "")
         endpoint.send(self._directory, request)
         try:
             return list(future.result(timeout).nodes)
@@ -455,17 +359,15 @@ class Runtime:
 
     def wait_for_node(self, capabilities: dict[str, Any], timeout: float = 30.0) -> str:
         """Wait until a node advertising ``capabilities`` has joined; return its name."""
+        node = self._inbound.wait_for_node(capabilities, timeout)
+        if node is None:
+            raise TurnTimeout(f"no node with {capabilities} joined within {timeout} s")
+        return node
 
-        def found() -> str | None:
-            for node, caps in self._members.items():
-                if all(caps.get(k) == v for k, v in capabilities.items()):
-                    return node
-            return None
-
-        with self._members_cond:
-            if not self._members_cond.wait_for(lambda: found() is not None, timeout):
-                raise TurnTimeout(f"no node with {capabilities} joined within {timeout} s")
-            return found()  # type: ignore[return-value]
+    @property
+    def membership(self) -> list[MembershipChanged]:
+        """Every join and leave seen so far, in order."""
+        return list(self._inbound.membership)
 
     # -- the store ------------------------------------------------------------------------
 
@@ -491,6 +393,6 @@ class Runtime:
 
     @property
     def actor_system(self) -> ActorSystem:
-        if self._asys is None:
+        if self._tree.asys is None or self._closed:
             raise RuntimeClosedError("the Runtime is not running")
-        return self._asys
+        return self._tree.asys

@@ -21,7 +21,6 @@ max-rounds > the next LLM call, with a stop acting at once). Guarantees, each te
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Callable
 
@@ -31,23 +30,18 @@ from messages import (
     ChatMessage,
     Error,
     Finish,
-    InterruptTool,
     LLMCompleted,
     LLMDeltas,
     LLMFailed,
     LLMRetrying,
     Marker,
     RespondToApprovals,
-    RunTool,
     StartTurn,
     StopTool,
     StopTurn,
     StreamChat,
     TextDelta,
-    ToolApprovalRequest,
     ToolApprovalResponse,
-    ToolCallStarted,
-    ToolFinished,
     ToolProgress,
     ToolResult,
     ToolSpec,
@@ -57,21 +51,19 @@ from messages import (
     TurnState,
     reply_for,
 )
-from messages.control import StopCause
-from messages.tool import ReportProgress, ToolOutcome
+from messages.tool import ReportProgress
 
 from .approvals import ApprovalRules
+from .calls import CallRules
+from .stopping import StopRules
 from .decisions import (
-    Abort,
     Decision,
     Done,
     Emit,
-    Interrupt,
     Persist,
     Reply,
     ScheduleStep,
     SetTimer,
-    Spawn,
     StoreFailed,
     Stream,
     StreamLost,
@@ -82,7 +74,7 @@ from .decisions import (
 )
 from .history import history_problems
 from .priority import next_action, situation
-from .text import TooDeep, safe_json, safe_message, safe_text
+from .text import safe_message, safe_text
 from .tools import error_result
 
 __all__ = ["TurnRules"]
@@ -94,7 +86,7 @@ def _static_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
     return spec.approval != "never"
 
 
-class TurnRules(ApprovalRules):
+class TurnRules(CallRules, ApprovalRules, StopRules):
     """One turn's rules over its ``state``. Not thread-safe; one owner at a time."""
 
     def __init__(
@@ -356,75 +348,6 @@ class TurnRules(ApprovalRules):
                 out.append(SetTimer("approval_timeout", s.options.approval_timeout, s.round))
         return out + self._advance()
 
-    # -- calls ----------------------------------------------------------------------------
-
-    def _classify(self, cs: CallState) -> list[Decision]:
-        """Decide a fresh call's fate: fails at once, waits for approval, or runs now."""
-        name = cs.call.name
-        spec = self._specs.get(name)
-        if spec is None:
-            return self._done(cs, "failed", f"Tool '{name}' not found")
-        raw = (cs.call.arguments or "").strip() or "{}"
-        try:
-            args = safe_json(json.loads(raw))
-        except TooDeep as exc:
-            return self._done(cs, "failed", error_result(f"Invalid arguments for tool '{name}': {exc}"))
-        except (ValueError, RecursionError) as exc:
-            return self._done(cs, "failed", error_result(f"Invalid arguments for tool '{name}': not valid JSON ({exc})"))
-        if not isinstance(args, dict):
-            got = type(args).__name__
-            return self._done(
-                cs, "failed", error_result(f"Invalid arguments for tool '{name}': expected a JSON object, got {got}")
-            )
-        cs.arguments = args
-        if self._needs_approval(spec, args):
-            cs.status = "pending_approval"
-            request = dict(call_id=cs.call.id, name=name, arguments=args, description=spec.description)
-            return [self._emit(ToolApprovalRequest, **request)]
-        return self._spawn(cs, spec)
-
-    def _spawn(self, cs: CallState, spec: ToolSpec) -> list[Decision]:
-        s = self.state
-        cs.status = "running"
-        cs.attempt += 1
-        run = RunTool(
-            turn_id=s.turn_id,
-            root_turn_id=s.root_turn_id,
-            call=cs.call,
-            spec=spec,
-            arguments=cs.arguments or {},
-            idempotency_key=f"{s.turn_id}:{cs.call.id}",
-            attempt=cs.attempt,
-            stop_grace=s.options.stop_grace,
-            heartbeat=s.options.heartbeat if spec.requires else None,
-            provider=s.provider,
-        )
-        started = dict(call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments, round=s.round)
-        return [Spawn(run), self._emit(ToolCallStarted, **started)]
-
-    def _done(self, cs: CallState, outcome: ToolOutcome, content: str) -> list[Decision]:
-        cs.status, cs.outcome, cs.content = "done", outcome, content
-        return [self._emit(ToolFinished, call_id=cs.call.id, name=cs.call.name, outcome=outcome, content=content)]
-
-    def _append_tool_messages(self) -> None:
-        s = self.state
-        for cs in s.batch or ():
-            s.messages.append(ChatMessage.tool(cs.content or "", cs.call.id, name=cs.call.name))
-        s.batch = None
-        s.paused = s.commit_pending = False
-        s.approval_deadline = s.waiting_since = None
-
-    def _on_tool_result(self, call_id: str, outcome: ToolOutcome, content: str) -> list[Decision]:
-        s = self.state
-        cs = s.call(call_id)
-        if s.phase == "finished" or cs is None or cs.status != "running":
-            return []  # a call that was stopped, or a duplicate: the first end wins
-        return self._done(cs, outcome, content) + [Persist("tool_result")] + self._advance()
-
-    def _answered_before(self, call_id: str) -> bool:
-        """Whether ``call_id`` is a call of an earlier round (it has its tool message)."""
-        return any(call_id in [c.id for c in m.tool_calls or ()] for m in self.state.messages)
-
     def _on_timer(self, name: str, token: int) -> list[Decision]:
         s = self.state
         if s.phase == "finished":
@@ -441,84 +364,6 @@ class TurnRules(ApprovalRules):
         if name == "approval_timeout":
             return self._on_approval_timeout()
         return []
-
-    # -- stop and cancel ------------------------------------------------------------------
-
-    def _reason(self) -> tuple[StopCause, str]:
-        """The cause and text of the first stop or cancel request: what every consequence says."""
-        s = self.state
-        first = s.cancel or s.stop
-        return (first.cause, first.reason) if first is not None else ("user", "")
-
-    def _on_stop(self, msg: StopTurn) -> list[Decision]:
-        s = self.state
-        if s.phase == "finished" or s.stop is not None:
-            return self._reply(msg, True, None, "no effect")
-        resumes_at = s.next_seq if s.paused else None
-        s.stop = Marker(kind="stop", reason=msg.reason, at=self._clock(), cause=msg.cause)
-        return self._advance() + self._reply(msg, True, None, "", resumes_at)
-
-    def _halt(self) -> list[Decision]:
-        """Stop now: abort the stream, interrupt every running call, end the turn."""
-        s = self.state
-        cause, why = self._reason()
-        out: list[Decision] = [Persist("stop_marker")]
-        if s.phase == "streaming" and s.stream_id is not None:
-            out.append(Abort(s.stream_id, why, cause))
-            self._keep_partial_text()
-        for cs in s.batch or ():
-            if cs.status == "running":
-                interrupt = InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason=why, cause=cause)
-                out.append(Interrupt(interrupt))
-        return out + self._end("cancelled" if s.cancel is not None else "stopped")
-
-    def _on_cancel(self, msg: CancelTurn) -> list[Decision]:
-        s = self.state
-        if s.phase == "finished" or s.cancel is not None or s.stop is not None:
-            return self._reply(msg, True, None, "no effect")
-        ok = self._reply(msg, True, None, "", s.next_seq if s.paused else None)
-        s.cancel = Marker(kind="cancel", reason=msg.reason, at=self._clock(), grace=msg.grace, cause=msg.cause)
-        out: list[Decision] = [Persist("cancel_marker")]
-        for cs in s.batch or ():
-            if cs.status == "running":
-                interrupt = InterruptTool(
-                    turn_id=s.turn_id, call_id=cs.call.id, mode="cancel", reason=msg.reason, cause=msg.cause
-                )
-                out.append(Interrupt(interrupt))
-        if msg.grace is not None:
-            out.append(SetTimer("cancel_grace", msg.grace, 0))
-        return out + self._advance() + ok
-
-    def _on_stop_tool(self, msg: StopTool) -> list[Decision]:
-        s = self.state
-        if s.phase == "finished":
-            return self._reply(msg, False, "turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason})")
-        cs = s.call(msg.call_id)
-        if cs is None and self._answered_before(msg.call_id):
-            return self._reply(msg, False, "not_waiting", f"call {msg.call_id!r} has already finished")
-        if cs is None:
-            return self._reply(msg, False, "unknown_call", f"call {msg.call_id!r} is not running in turn {s.turn_id}")
-        if cs.status == "done":
-            return self._reply(msg, False, "not_waiting", f"call {msg.call_id!r} has already finished")
-        out: list[Decision] = []
-        if cs.status == "running":
-            out.append(Interrupt(InterruptTool(turn_id=s.turn_id, call_id=msg.call_id, mode="stop", reason=msg.reason)))
-        out += self._done(cs, "interrupted", interrupted_content("the call was stopped", msg.reason))
-        return out + [Persist("tool_result")] + self._advance() + self._reply(msg, True, None, "")
-
-    def _on_store_failed(self, detail: str) -> list[Decision]:
-        s = self.state
-        if s.phase == "finished":
-            return []
-        out: list[Decision] = []
-        if s.phase == "streaming" and s.stream_id is not None:
-            out.append(Abort(s.stream_id, "the store failed"))
-            self._keep_partial_text()
-        for cs in s.batch or ():
-            if cs.status == "running":
-                interrupt = InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason="the store failed")
-                out.append(Interrupt(interrupt))
-        return out + self._end("error", ("store_error", f"the turn store failed: {detail}"))
 
     # -- the end --------------------------------------------------------------------------
 

@@ -1,0 +1,69 @@
+"""The process tree a Runtime or a node owns: its actor system, its lifeline, its end.
+
+``start()`` opens the lifeline and starts Thespian's admin inside ``Lifeline.forking()``,
+so the admin and everything forked below it (actors, tool processes, their children)
+belong to the tree. ``end()`` cuts the lifeline, waits (bounded) until every process the
+tree had is gone, and SIGKILLs by PID whatever is left; it never waits on a message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from typing import Any
+
+from thespian.actors import ActorSystem
+
+from .lifeline import Lifeline
+from .logs import log_defs
+from .processes import descendants, end_processes, session_processes, wait_gone
+
+__all__ = ["ProcessTree"]
+
+
+def log() -> logging.Logger:
+    return logging.getLogger("greenroom.runtime")
+
+
+class ProcessTree:
+    """One actor system and every process below it."""
+
+    def __init__(self) -> None:
+        self.lifeline: Lifeline | None = None
+        self.asys: ActorSystem | None = None
+        self.sid: int | None = None  # the admin's session, learnt from an actor (see Welcome)
+
+    def start(self, capabilities: dict[str, Any]) -> ActorSystem:
+        """Start the admin (a daemon in a session of its own) as a member of the tree."""
+        self.lifeline = Lifeline()
+        with self.lifeline.forking():
+            self.asys = ActorSystem("multiprocTCPBase", capabilities, logDefs=log_defs(), transientUnique=True)
+        return self.asys
+
+    def processes(self) -> list[int]:
+        """Every live process of the tree: the admin's session and all their descendants."""
+        if self.sid is None:
+            return []
+        found: set[int] = set()
+        for pid in session_processes(self.sid):
+            found.add(pid)
+            found.update(descendants(pid))
+        return sorted(found)
+
+    def end(self, deadline: float) -> None:
+        """Cut the lifeline and make sure every process of the tree is gone by ``deadline``."""
+        tree = self.processes()
+        if self.lifeline is not None:
+            self.lifeline.cut_now()
+        left = wait_gone(tree, max(0.2, deadline - time.monotonic() - 0.5))
+        if left:
+            log().warning("%d process(es) of the runtime outlived its lifeline; killing them", len(left))
+            end_processes(left, timeout=0.5)
+        if self.asys is not None:
+            with contextlib.suppress(Exception):
+                self.asys._systemBase.transport.close()  # type: ignore[attr-defined]
+        if self.sid is not None:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(self.sid, os.WNOHANG)  # the admin's first fork is the owner's child
