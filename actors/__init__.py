@@ -32,8 +32,8 @@ from .errors import (
     TransportAuthError,
     TurnTimeout,
 )
-from .history import history_problems
 from .handle import TurnHandle, TurnResult
+from .history import history_problems
 from .internal import EventBatch
 from .llm_actor import LLMActor
 from .names import DIRECTORY_NAME

@@ -20,29 +20,15 @@ import signal
 import sys
 import threading
 import time
-from datetime import timedelta
 from typing import Any
 
 from . import transport
 from .errors import ConfigurationError
+from .thespian_compat import tune_convention
 
-__all__ = ["DEFAULT_ADMIN_PORT", "parse_capability", "start_node", "tune_convention", "main"]
+__all__ = ["DEFAULT_ADMIN_PORT", "parse_capability", "start_node", "main"]
 
 DEFAULT_ADMIN_PORT = 1900
-
-
-def tune_convention(period: float = 2.0, misses: int = 2) -> None:
-    """Notice a crashed member after ``period * misses`` seconds instead of ~22 minutes.
-
-    Thespian's convention re-registers every 7 min 22 s and declares a member dead after 3
-    missed registrations. These module globals are read when timers start, so setting them
-    before the ActorSystem starts is enough (admins are forked from this process).
-    """
-    from thespian.system.admin import convention
-
-    convention.CONVENTION_REREGISTRATION_PERIOD = timedelta(seconds=period)  # type: ignore[attr-defined]
-    convention.CONVENTION_RESTART_PERIOD = timedelta(seconds=period)  # type: ignore[attr-defined]
-    convention.CONVENTION_REGISTRATION_MISS_MAX = misses  # type: ignore[attr-defined]
 
 
 def parse_capability(text: str) -> tuple[str, Any]:

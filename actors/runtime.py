@@ -57,11 +57,11 @@ from .handle import TurnHandle, TurnResult
 from .inbound import Inbound
 from .internal import Configure, Configured, Hello, HostReplaced, Shutdown, ShutdownDone, Welcome
 from .names import DIRECTORY_NAME, LEADER_CAPABILITY, slot_of
-from .node import tune_convention
 from .processes import free_port
 from .providers.streaming import ssl_context
 from .store import SQLiteStore, TurnSummary
 from .store_files import lock_store, remove_runtime_file, write_runtime_file
+from .thespian_compat import tune_convention
 from .tools import Tool, tool_specs
 from .tree import ProcessTree
 
@@ -92,6 +92,12 @@ class Runtime:
     (default: one per CPU) run the turns; ``tool_processes`` idle tool processes are kept
     forked ahead of need, each recycled after ``recycle_after`` calls;
     ``inline_async_tools`` runs every ``async def`` tool in its turn's host.
+
+    Starting a Runtime changes Thespian in this process and every process it forks: frames
+    are signed and sockets bound to ``host`` (``transport``), a lost node is noticed in
+    seconds (``thespian_compat.tune_convention``), and a few internals are used for
+    ACK-clocked batches and the non-blocking endpoint. ``thespian_compat`` lists each of
+    them and refuses, at start, a Thespian version they were not tested with.
     """
 
     def __init__(

@@ -25,11 +25,11 @@ from typing import Any
 
 from messages import RunTool
 
+from .decisions import interrupted_content
 from .errors import ToolCancelled, ToolDefinitionError
 from .text import safe_text
 from .tool_context import ToolContext
 from .tools import Tool, error_result, load_tool, ok_result
-from .decisions import interrupted_content
 
 __all__ = ["ToolActor", "run_tool_inline"]
 

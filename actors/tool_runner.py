@@ -31,9 +31,9 @@ from thespian.actors import ActorExitRequest
 
 from messages import InterruptTool, RunTool
 
+from .decisions import ToolLost
 from .internal import FindPool, LeaseWorkers, PoolFound, PoolInfo, ReturnWorkers, WorkerResult, WorkersLeased
 from .tool_actor import ToolActor
-from .decisions import ToolLost
 
 if TYPE_CHECKING:
     from .turn_actor import TurnActor

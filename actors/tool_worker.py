@@ -30,8 +30,8 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
 
 from messages import CancelTurn, Finish, InterruptTool, ReportProgress, RunTool, StopTurn, ToolAlive, ToolResult
 
-from .internal import EventBatch, WorkerInit, WorkerResult
 from .inbox import Inbox
+from .internal import EventBatch, WorkerInit, WorkerResult
 from .logs import quiet_third_party
 from .processes import become_subreaper, descendants, reap_children, signal_all
 from .tool_actor import ToolActor

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigurationError, TransportAuthError
+from .thespian_compat import check
 from .trace import trace
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "SignedPickle", "current_key", "install", "load_key"]
@@ -107,6 +108,7 @@ def install(bind_host: str, key: bytes | None = None) -> bytes:
                 )
             return _installed["key"]  # type: ignore[no-any-return]
         key = key if key is not None else secrets.token_bytes(32)
+        check()
         from thespian.system.transport import IPBase, TCPTransport
 
         def bind_args(self: Any) -> tuple[tuple[str, int]]:

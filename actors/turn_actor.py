@@ -31,18 +31,15 @@ from messages import (
     RespondToApprovals,
     StartTurn,
     StopTurn,
+    Subscribe,
     ToolApprovalRequest,
     ToolApprovalResponse,
-    TurnStarted,
-    Subscribe,
     TurnEvent,
+    TurnStarted,
     TurnState,
     reply_for,
 )
 
-from .errors import StoreError
-from .kernel import LocalActor
-from .tools import needs_approval
 from .decisions import (
     Abort,
     Decision,
@@ -58,6 +55,9 @@ from .decisions import (
     Stream,
     TakeStep,
 )
+from .errors import StoreError
+from .kernel import LocalActor
+from .tools import needs_approval
 from .turn_rules import TurnRules
 
 if TYPE_CHECKING:

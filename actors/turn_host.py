@@ -45,6 +45,7 @@ from messages import (
     reply_for,
 )
 
+from .decisions import SetTimer, TimerFired
 from .errors import SnapshotError, StoreError
 from .inbox import Inbox
 from .internal import (
@@ -62,13 +63,12 @@ from .internal import (
     WorkersLeased,
 )
 from .kernel import Kernel
-from .logs import quiet_third_party
 from .llm_actor import LLMActor
+from .logs import quiet_third_party
 from .outbox import Outbox
 from .store import SQLiteStore
 from .tool_runner import ToolRunner
 from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
-from .decisions import SetTimer, TimerFired
 
 __all__ = ["HOLD", "TurnHost"]
 

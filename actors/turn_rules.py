@@ -55,7 +55,6 @@ from messages.tool import ReportProgress
 
 from .approvals import ApprovalRules
 from .calls import CallRules
-from .stopping import StopRules
 from .decisions import (
     Decision,
     Done,
@@ -74,6 +73,7 @@ from .decisions import (
 )
 from .history import history_problems
 from .priority import next_action, situation
+from .stopping import StopRules
 from .text import safe_message, safe_text
 from .tools import error_result
 

@@ -1,0 +1,90 @@
+"""Every place greenroom leans on Thespian's internals, checked before anything is changed.
+
+greenroom uses Thespian as it is meant (actors, messages, timers, fd watches, conventions)
+and, in a few places, reaches below its public API. Each such place is listed here, and
+``check()`` verifies, before the first one is used, that this Thespian is a version the
+project was tested with and that every internal it needs is where it expects it; otherwise
+it fails loudly, naming the version and what is missing. Thespian is pinned in
+``pyproject.toml`` to the versions in ``TESTED``.
+
+What greenroom patches or calls, and why:
+
+- ``TCPTransport.serializer``: signs every frame (``transport``);
+- ``IPActorAddress.bindArgs``: binds sockets to the configured interface (``transport``);
+- ``convention`` timer globals: notice a lost node in seconds, not minutes (``tune_convention``);
+- ``TransmitIntent.identify``: Thespian formats every message for a debug line it rarely
+  writes; this makes that free;
+- ``ActorManager._send_intent`` with completion callbacks: event batches clocked by ACKs
+  (``outbox``);
+- ``systemBase.external_clone``, ``_run_transport``, ``transport.set_watch`` and
+  ``scheduleTransmit``: the owner's non-blocking endpoint (``endpoint``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from datetime import timedelta
+
+from .errors import ConfigurationError
+
+__all__ = ["TESTED", "check", "tune_convention"]
+
+TESTED = ("4.0.1",)
+
+_checked = False
+
+
+def _internals() -> list[tuple[object, str]]:
+    from thespian.system import actorManager, systemBase
+    from thespian.system.admin import convention
+    from thespian.system.transport import IPBase, TCPTransport, TransmitIntent
+
+    return [
+        (TCPTransport, "serializer"),
+        (TCPTransport.TCPTransport, "set_watch"),
+        (TCPTransport.TCPTransport, "scheduleTransmit"),
+        (IPBase.IPActorAddress, "bindArgs"),
+        (IPBase, "thisSystem"),
+        (convention, "CONVENTION_REREGISTRATION_PERIOD"),
+        (convention, "CONVENTION_RESTART_PERIOD"),
+        (convention, "CONVENTION_REGISTRATION_MISS_MAX"),
+        (TransmitIntent, "identify"),
+        (actorManager.ActorManager, "_send_intent"),
+        (systemBase.systemBase, "external_clone"),
+        (systemBase.ExternalOpsToActors, "_run_transport"),
+    ]
+
+
+def check() -> None:
+    """Fail loudly unless this Thespian is one greenroom was tested with, internals included."""
+    global _checked
+    if _checked:
+        return
+    version = importlib.metadata.version("thespian")
+    if version not in TESTED:
+        raise ConfigurationError(
+            f"greenroom relies on Thespian internals and was tested with Thespian {', '.join(TESTED)}, "
+            f"not {version}: install thespian=={TESTED[-1]}"
+        )
+    missing = [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in _internals() if not hasattr(owner, name)]
+    if missing:
+        raise ConfigurationError(f"Thespian {version} lacks what greenroom patches: {', '.join(missing)}")
+    from thespian.system.transport import TransmitIntent
+
+    TransmitIntent.identify = lambda self: f"{type(self.message).__name__} to {self.targetAddr}"  # type: ignore[method-assign]
+    _checked = True
+
+
+def tune_convention(period: float = 2.0, misses: int = 2) -> None:
+    """Notice a crashed member after ``period * misses`` seconds instead of ~22 minutes.
+
+    Thespian's convention re-registers every 7 min 22 s and declares a member dead after 3
+    missed registrations. These module globals are read when timers start, so setting them
+    before the ActorSystem starts is enough (admins are forked from this process).
+    """
+    check()
+    from thespian.system.admin import convention
+
+    convention.CONVENTION_REREGISTRATION_PERIOD = timedelta(seconds=period)  # type: ignore[attr-defined]
+    convention.CONVENTION_RESTART_PERIOD = timedelta(seconds=period)  # type: ignore[attr-defined]
+    convention.CONVENTION_REGISTRATION_MISS_MAX = misses  # type: ignore[attr-defined]
