@@ -100,6 +100,9 @@ Part = Text | ToolStart | ToolArgs | Chunk | Raw
 class Reply:
     """One scripted response. Counts (``stall_after`` ...) are in parts, before the end.
 
+    With ``hold`` the stream waits after ``hold_after`` parts until the test sets that event
+    (or the client hangs up): a test decides when the rest of the answer comes.
+
     With ``non_streaming`` its text and tool calls are sent as one JSON completion (a
     ``chat.completion`` or a Messages response; ``Chunk``, ``Raw`` and the stream's
     misbehaviours do not apply). With ``body`` those bytes are sent as they are, with
@@ -124,6 +127,8 @@ class Reply:
     non_streaming: bool = False
     body: bytes | None = None
     content_type: str | None = None
+    hold_after: int | None = None
+    hold: threading.Event | None = None
 
     def but(self, **changes: Any) -> Reply:
         """A copy with ``changes``."""
@@ -736,6 +741,14 @@ class _Handler(BaseHTTPRequestHandler):
                     raise _Disconnected()
                 return  # the client sent something (a new request?): stop waiting
 
+    def _hold(self, released: threading.Event) -> None:
+        """Wait until the test sets ``released``, unless the client hangs up first."""
+        while not released.wait(0.01):
+            if select.select([self.connection], [], [], 0)[0] and not self.connection.recv(1, socket.MSG_PEEK):
+                raise _Disconnected()
+            if self.server.provider._closing.is_set():
+                raise _Disconnected()
+
     def _stream(self, reply: Reply, api: str, model: str, request: Request) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
@@ -766,6 +779,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._write_chunk(
                     b'data: {"error": {"message": "scripted mid-stream error", "type": "server_error"}}\n\n'
                 )
+            if n >= 0 and reply.hold is not None and n == reply.hold_after:
+                self._hold(reply.hold)
             if reply.delay and n >= 0:
                 self._pause(reply.delay)
             self._write_chunk(frame)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors import DIRECTORY_NAME, DirectoryActor, Supervisor as SupervisorBase
+from actors import DIRECTORY_NAME, DirectoryActor
+from actors import Supervisor as SupervisorBase
 from messages import ControlReply, Finish, StartTurn, ToolApprovalRequest, TurnEvent
 
 

@@ -29,7 +29,7 @@ def fast_retry() -> RetryPolicy:
 
 @pytest.fixture
 def runtime(provider: ScriptedProvider, fast_retry: RetryPolicy) -> Iterator[Runtime]:
-    rt = Runtime(provider.provider(retry=fast_retry)).start()
+    rt = Runtime(provider.provider(retry=fast_retry), hosts=1, tool_processes=1).start()
     try:
         yield rt
     finally:

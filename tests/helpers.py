@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 from actors.processes import alive
-
 from messages import Finish, TextDelta, ToolFinished, TurnEvent
 
 

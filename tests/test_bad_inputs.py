@@ -17,6 +17,8 @@ from messages import CancelTurn, ChatMessage, Finish, StopTurn, ToolProgress, ne
 from . import tools_for_tests as T
 from .helpers import summary
 
+pytestmark = pytest.mark.integration
+
 STOPPED = [("turn_started",), ("error", "stopped", "Agent run stopped"), ("finish", "stopped")]
 
 

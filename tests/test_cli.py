@@ -33,6 +33,8 @@ from messages import (
     encode,
 )
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("GREENROOM_")} | {"PYTHONPATH": str(ROOT)}
 PROVIDER = ProviderConfig(base_url="http://127.0.0.1:9/v1", model="scripted")

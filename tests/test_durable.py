@@ -18,11 +18,13 @@ from actors import Runtime, SnapshotError
 from actors.processes import session_processes
 from actors.scripted_provider import ScriptedProvider, call, say, use_tools
 from actors.store import SQLiteStore
-from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy, TurnOptions
+from actors.store_files import store_in_use
+from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy
 
 from . import tools_for_tests as T
-from .helpers import summary
-from .helpers import wait_until
+from .helpers import summary, wait_until
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -147,14 +149,15 @@ def test_a_cancel_written_while_no_runtime_runs_ends_the_turn_cancelled_at_the_n
 def test_a_cancel_in_the_store_reaches_a_running_turn_at_its_next_step(
     provider: ScriptedProvider, tmp_path: Path
 ) -> None:
-    store, log = tmp_path / "turns.db", str(tmp_path / "runs.log")
-    provider.add(use_tools(call("timed_echo", {"text": "x", "seconds": 1.0, "log": log})), say("never asked"))
+    store, ready = tmp_path / "turns.db", tmp_path / "ready"
+    provider.add(use_tools(call("wait_for_file", {"path": str(ready)})), say("never asked"))
     with Runtime(config(provider), store=store) as rt:
-        turn = rt.run("go", tools=[T.timed_echo])
-        turn.wait_for(lambda e: e.kind == "tool_call_started", timeout=30)
+        turn = rt.run("go", tools=[T.wait_for_file])
+        turn.wait_for(lambda e: e.kind == "tool_progress", timeout=30)
         # another process writes the cancel to the store; no message is sent to the turn
         code = f"from actors.store import SQLiteStore; from messages import CancelTurn; SQLiteStore({str(store)!r}).add_command({turn.turn_id!r}, CancelTurn(turn_id={turn.turn_id!r}, reason='from the store'))"
         subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=ENV, timeout=60)
+        ready.touch()  # the tool returns only now, whenever the command was written
         result = turn.result(30)
     assert result.finish_reason == "cancelled"
     assert summary(turn.all_events)[-3:] == [
@@ -286,6 +289,6 @@ def test_a_second_runtime_cannot_take_a_store_in_use(provider: ScriptedProvider,
     with Runtime(config(provider), store=store):
         with pytest.raises(ConfigurationError, match="is used by another running runtime"):
             Runtime(config(provider), store=store).start()
-    assert TurnOptions()  # the store is free again once the first runtime closed
+    assert not store_in_use(str(store))  # free again once the first runtime closed
     with Runtime(config(provider), store=store):
         pass

@@ -23,6 +23,8 @@ from messages import Error, Finish, TextDelta, ToolProgress, TurnOptions
 from . import tools_for_tests as T
 from .helpers import pid_alive, wait_until
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 INTERRUPTED = json.dumps(

@@ -13,6 +13,8 @@ from actors.scripted_provider import ScriptedProvider, call, say, use_tools
 from . import tools_for_tests as T
 from .helpers import wait_until
 
+pytestmark = pytest.mark.integration
+
 
 def turn_lines(log: Path) -> list[str]:
     return [line.split(": ", 1)[1] for line in log.read_text().splitlines() if " greenroom.turn: " in line]

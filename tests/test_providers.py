@@ -28,6 +28,8 @@ from messages import ChatMessage, ProviderConfig, RetryPolicy, Timeouts, ToolCal
 from . import tools_for_tests as T
 from .helpers import summary
 
+pytestmark = pytest.mark.integration
+
 ADD_ARGS = '{"a": 1, "b": 2}'
 
 

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import json
-import time
+import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 from actors import Runtime
+from actors.decisions import interrupted_content
 from actors.providers.openai import to_openai_message
 from actors.scripted_provider import ScriptedProvider, call, say, use_tools
-from actors.decisions import interrupted_content
 from messages import ChatMessage, Error, Finish, StopTurn, TextDelta, ToolCallStarted, ToolProgress, TurnOptions
 
 from . import tools_for_tests as T
 from .conftest import group_members
 from .helpers import assert_seq, pid_alive, summary, wait_until
+
+pytestmark = pytest.mark.integration
 
 
 def provider_accepts(provider: ScriptedProvider, messages: list[ChatMessage]) -> None:
@@ -56,12 +59,10 @@ def test_stop_while_the_provider_stalls_aborts_at_once(runtime: Runtime, provide
     provider.add(say("one two three four five", stall_after=2))
     turn = runtime.run("talk")
     turn.wait_for(lambda e: isinstance(e, TextDelta), timeout=30)
-    started = time.monotonic()
     turn.stop()
     finish = turn.wait_for(lambda e: isinstance(e, Finish), timeout=30)
-    assert finish.finish_reason == "stopped"
+    assert finish.finish_reason == "stopped"  # a stalled stream would have ended with read_timeout
     assert provider.requests[0].disconnected.wait(5)
-    assert time.monotonic() - started < 2.0
     provider_accepts(provider, turn.result(5).messages)
 
 
@@ -135,10 +136,12 @@ def test_cancel_lets_a_cooperative_tool_leave_at_its_next_check(
 
 def test_cancel_lets_the_current_llm_response_complete(runtime: Runtime, provider: ScriptedProvider) -> None:
     text = "one two three four five six seven eight"
-    provider.add(say(text, delay=0.05))
+    rest = threading.Event()
+    provider.add(say(text, hold_after=2, hold=rest))
     turn = runtime.run("talk")
     turn.wait_for(lambda e: isinstance(e, TextDelta), timeout=30)
     turn.cancel("later")
+    rest.set()  # the rest of the answer comes only after the cancel was accepted
     result = turn.result(30)
     assert result.finish_reason == "cancelled"
     assert result.messages[-1] == ChatMessage.assistant(text)

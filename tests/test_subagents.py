@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from actors import Runtime
 from actors.scripted_provider import ScriptedProvider, call, say, use_tools
 from messages import ChatMessage, Finish, RetryPolicy, ToolProgress
@@ -12,6 +14,8 @@ from messages import ChatMessage, Finish, RetryPolicy, ToolProgress
 from . import tools_for_tests as T
 from .conftest import group_members
 from .helpers import wait_until
+
+pytestmark = pytest.mark.integration
 
 
 def child_events(events: list) -> list[dict]:

@@ -15,6 +15,8 @@ from actors import Runtime, TransportAuthError
 from actors.scripted_provider import ScriptedProvider, say
 from actors.transport import MAGIC, SignedPickle
 
+pytestmark = pytest.mark.integration
+
 
 class Touch:
     """A pickle that creates a file when it is loaded: what an attacker would send."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from actors import Runtime
 from actors.processes import session_processes
 from actors.scripted_provider import ScriptedProvider, call, fail, say, use_tools
@@ -13,20 +15,20 @@ from messages import ChatMessage, ToolCall, TurnOptions
 from . import tools_for_tests as T
 from .helpers import assert_seq, err, ok, summary
 
+pytestmark = pytest.mark.integration
+
 
 def test_text_then_two_parallel_tools_then_final_text(
     runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
 ) -> None:
     log = str(tmp_path / "runs.log")
+    slow = {"text": "slow", "log": log, "wait_for": "fast done"}
+    fast = {"text": "fast", "log": log, "wait_for": "slow started"}
     provider.add(
-        use_tools(
-            call("timed_echo", {"text": "slow", "seconds": 0.6, "log": log}),
-            call("timed_echo", {"text": "fast", "seconds": 0.3, "log": log}),
-            text="Let me check both.",
-        ),
+        use_tools(call("handshake_echo", slow), call("handshake_echo", fast), text="Let me check both."),
         say("Both are done."),
     )
-    turn = runtime.run([ChatMessage.system("Be brief."), ChatMessage.user("Check both.")], tools=[T.timed_echo])
+    turn = runtime.run([ChatMessage.system("Be brief."), ChatMessage.user("Check both.")], tools=[T.handshake_echo])
     events = list(turn.events(timeout=30))
     assert summary(events) == [
         ("turn_started",),
@@ -39,29 +41,25 @@ def test_text_then_two_parallel_tools_then_final_text(
         ("finish", "stop"),
     ]
     assert_seq(events)
-    args1 = json.dumps({"text": "slow", "seconds": 0.6, "log": log})
-    args2 = json.dumps({"text": "fast", "seconds": 0.3, "log": log})
+    args1, args2 = json.dumps(slow), json.dumps(fast)
     assert turn.result(5).messages == [
         ChatMessage.system("Be brief."),
         ChatMessage.user("Check both."),
         ChatMessage.assistant(
             "Let me check both.",
             [
-                ToolCall(id="call_1", name="timed_echo", arguments=args1),
-                ToolCall(id="call_2", name="timed_echo", arguments=args2),
+                ToolCall(id="call_1", name="handshake_echo", arguments=args1),
+                ToolCall(id="call_2", name="handshake_echo", arguments=args2),
             ],
         ),
-        ChatMessage.tool(ok({"echo": "slow"}), "call_1", name="timed_echo"),
-        ChatMessage.tool(ok({"echo": "fast"}), "call_2", name="timed_echo"),
+        ChatMessage.tool(ok({"echo": "slow"}), "call_1", name="handshake_echo"),
+        ChatMessage.tool(ok({"echo": "fast"}), "call_2", name="handshake_echo"),
         ChatMessage.assistant("Both are done."),
     ]
-    runs = {
-        line.split()[0]: [float(x) for x in line.split()[1:3]] + [int(line.split()[3])]
-        for line in Path(log).read_text().splitlines()
-    }
-    (s_start, s_end, s_pid), (f_start, f_end, f_pid) = runs["slow"], runs["fast"]
-    assert s_start < f_end and f_start < s_end, "the two calls did not overlap in time"
-    assert s_pid != f_pid, "the two calls ran in the same process"
+    lines = Path(log).read_text().splitlines()
+    assert [x.split()[0:2] for x in lines][2:] == [["fast", "done"], ["slow", "done"]]
+    pids = {x.split()[0]: x.split()[2] for x in lines if x.split()[1] == "started"}
+    assert pids["slow"] != pids["fast"], "the two calls ran in the same process"
     second = provider.requests[1].messages
     assert [m["role"] for m in second] == ["system", "user", "assistant", "tool", "tool"]
 

@@ -233,3 +233,28 @@ async def host_pid(wait: bool = False) -> int:
 def show_env(name: str) -> str | None:
     """The value of an environment variable as the tool's process sees it."""
     return os.environ.get(name)
+
+
+def _wait_for_line(log: str, prefix: str) -> None:
+    while not (os.path.exists(log) and any(x.startswith(prefix) for x in Path(log).read_text().splitlines())):
+        time.sleep(0.01)  # the other call has not written it yet (the tool's own wait)
+
+
+@tool
+def handshake_echo(text: str, log: str, wait_for: str | None = None) -> dict[str, Any]:
+    """Write ``<text> started <pid>`` to ``log``, wait for a line starting with ``wait_for``
+    there, then write ``<text> done`` and echo: two calls that order themselves, untimed."""
+    append_line(log, f"{text} started {os.getpid()}")
+    if wait_for is not None:
+        _wait_for_line(log, wait_for)
+    append_line(log, f"{text} done")
+    return {"echo": text}
+
+
+@tool
+def wait_for_file(path: str) -> str:
+    """Return once ``path`` exists (the test creates it when it is ready)."""
+    ToolContext.current().report_progress("waiting")
+    while not os.path.exists(path):
+        time.sleep(0.01)  # the test has not created it yet
+    return "found"
