@@ -52,7 +52,6 @@ from .internal import (
     RegisterPool,
     Relay,
     Shutdown,
-    ShutdownDone,
     Welcome,
 )
 from .membership import Membership
@@ -104,8 +103,6 @@ class DirectoryActor(ActorTypeDispatcher):
         self.recovered: list[str] = []
         self.errors: dict[str, str] = {}
         self.replacing: set[int] = set()
-        self.shutdown_waiters: list[Any] = []
-        self.shutdown_pending: set[int] = set()
         self.closing = False
 
     # -- configuration and recovery -------------------------------------------------------
@@ -272,31 +269,11 @@ class DirectoryActor(ActorTypeDispatcher):
     # -- the end --------------------------------------------------------------------------
 
     def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
+        """The runtime is closing (it tells each host itself): stop replacing hosts and
+        forking tool processes."""
         self.closing = True
-        self.shutdown_waiters.append(sender)
         if self.pool is not None:
             self.send(self.pool, msg)
-        self.shutdown_pending = set(range(len(self.hosts)))
-        for host in self.hosts:
-            self.send(host, msg)
-        self.wakeupAfter(timedelta(seconds=1.5), payload="shutdown")
-        self._shutdown_done()
-
-    def receiveMsg_ShutdownDone(self, msg: ShutdownDone, sender: Any) -> None:
-        if sender in self.hosts:
-            self.shutdown_pending.discard(self.hosts.index(sender))
-        self._shutdown_done()
-
-    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
-        if msg.payload == "shutdown":
-            self.shutdown_pending.clear()
-            self._shutdown_done()
-
-    def _shutdown_done(self) -> None:
-        if not self.shutdown_pending:
-            for who in self.shutdown_waiters:
-                self.send(who, ShutdownDone())
-            self.shutdown_waiters = []
 
     def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
         log().debug("DirectoryActor ignored %r", type(msg).__name__)

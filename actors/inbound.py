@@ -19,7 +19,7 @@ from messages import ControlReply, MembershipChanged, NodeList, TurnEvent
 
 from .errors import ControlRejected, RuntimeClosedError
 from .handle import TurnStream
-from .internal import EventBatch, HostReplaced
+from .internal import EventBatch, HostReplaced, ShutdownDone
 
 __all__ = ["Inbound"]
 
@@ -99,6 +99,8 @@ class Inbound:
             self._member(msg)
         elif isinstance(msg, HostReplaced):
             self._on_host_replaced(msg)
+        elif isinstance(msg, ShutdownDone):
+            self._resolve(f"ShutdownDone:{msg.slot}", msg)
         else:
             self._resolve(type(msg).__name__, msg)
 

@@ -8,9 +8,11 @@ cheap because Thespian formats every message it sends for its debug log.
 Who sends what:
 
     Runtime  -> Directory   Hello, Configure, Shutdown
-    Directory -> Runtime    Welcome, Configured, ShutdownDone, HostReplaced
+    Runtime  -> TurnHost    Shutdown (and the turns' commands)
+    Directory -> Runtime    Welcome, Configured, HostReplaced
+    TurnHost  -> Runtime    ShutdownDone
     Directory -> TurnHost   HostConfig, Recover, Relay, Shutdown, PoolsChanged, PoolFound
-    TurnHost  -> Directory  HostReady, Recovered, ShutdownDone, FindPool
+    TurnHost  -> Directory  HostReady, Recovered, FindPool
     TurnHost  -> ToolPool   LeaseWorkers, ReturnWorkers
     ToolPool  -> TurnHost   WorkersLeased, WorkerExited
     anyone    -> subscriber EventBatch
@@ -158,7 +160,9 @@ class Shutdown(_Internal):
 
 @dataclass(frozen=True)
 class ShutdownDone(_Internal):
-    pass
+    """A host has stopped its turns and its subscribers have acknowledged their events."""
+
+    slot: int = -1
 
 
 @dataclass(frozen=True)

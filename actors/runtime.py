@@ -22,7 +22,6 @@ the actor system (``endpoint``), so no caller ever blocks on Thespian.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import logging
 import os
 import threading
@@ -55,7 +54,7 @@ from .endpoint import Endpoint
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from .handle import TurnHandle, TurnResult
 from .inbound import Inbound
-from .internal import Configure, Configured, Hello, HostReplaced, Shutdown, ShutdownDone, Welcome
+from .internal import Configure, Configured, Hello, HostReplaced, Shutdown, Welcome
 from .names import DIRECTORY_NAME, LEADER_CAPABILITY, slot_of
 from .processes import free_port
 from .providers.streaming import ssl_context
@@ -218,10 +217,13 @@ class Runtime:
             self._closed = True
         deadline = time.monotonic() + self._close_timeout
         if self._endpoint is not None and self._directory is not None and self._host_addresses:
-            done = self._inbound.expect(ShutdownDone.__name__)
-            self._endpoint.send(self._directory, Shutdown(keep_turns=self.store_path is not None))
-            with contextlib.suppress(concurrent.futures.TimeoutError):
-                done.result(max(0.0, min(2.0, deadline - time.monotonic() - 1.0)))
+            shutdown = Shutdown(keep_turns=self.store_path is not None)
+            self._endpoint.send(self._directory, shutdown)
+            done = []
+            for slot, host in enumerate(self._host_addresses):  # behind the turns' own messages
+                done.append(self._inbound.expect(f"ShutdownDone:{slot}"))
+                self._endpoint.send(host, shutdown)
+            concurrent.futures.wait(done, max(0.0, min(2.0, deadline - time.monotonic() - 1.0)))
         if self.store_path is not None:
             remove_runtime_file(self.store_path)
         self._inbound.close()  # readers and callers still waiting raise RuntimeClosedError

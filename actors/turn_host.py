@@ -38,6 +38,7 @@ from messages import (
     Error,
     ReportProgress,
     StartTurn,
+    StopTurn,
     Subscribe,
     ToolAlive,
     TurnEvent,
@@ -146,6 +147,8 @@ class TurnHost(ActorTypeDispatcher):
         turn.tell(msg, sender)
         for command, who, _ in self.early.pop(tid, []):
             turn.tell(command, who)
+        if self.shutting_down is not None:  # a straggler: it ends as the others did
+            turn.tell(StopTurn(turn_id=tid, reason="the runtime is closing", cause="shutdown"), None)
 
     def on_Subscribe(self, msg: Subscribe, sender: Any) -> None:
         turn = self.turns.get(msg.turn_id)
@@ -373,8 +376,6 @@ class TurnHost(ActorTypeDispatcher):
 
     def on_Shutdown(self, msg: Shutdown, sender: Any) -> None:
         """Stop every live turn (without a store) or leave it to recovery (with one)."""
-        from messages import StopTurn
-
         self.shutting_down = sender
         self.tools.stop_all("the runtime is closing")
         self.llm.close()
@@ -390,7 +391,7 @@ class TurnHost(ActorTypeDispatcher):
 
     def _shut(self) -> None:
         if self.shutting_down is not None:
-            self.send(self.shutting_down, ShutdownDone())
+            self.send(self.shutting_down, ShutdownDone(self.slot))
             self.shutting_down = None
 
     def on_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
