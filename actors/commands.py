@@ -6,6 +6,8 @@ command ends on its own, whatever it left running in its group is killed too. A 
 on it leaves no orphan.
 
 After a stop ``run_command`` raises ``ToolCancelled``, so the call ends as interrupted.
+It returns when the command itself exits, even if something it started in the background
+still holds its output: that is ended with the group, and the output read so far returned.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import ToolContextError
 from .tool_context import ToolContext
@@ -89,19 +92,54 @@ def run_command(
     )
     pgid = proc.pid  # the session leader's pid is the group id
     registration = ctx.cancellation.on_stop(lambda: _terminate(pgid, grace)) if ctx is not None else None
+    out = _Reader(proc.stdout)
+    err = _Reader(proc.stderr)
     try:
         if on_start is not None:
             on_start(proc)
+        if input is not None:
+            _feed(proc, input)
         try:
-            out, err = proc.communicate(input, timeout=timeout)
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
             kill_group(pgid)
-            proc.communicate()
+            proc.wait()
             raise
     finally:
         if registration is not None:
             registration.close()
-        kill_group(pgid)  # whatever the command left behind in its group
+        kill_group(pgid)  # whatever the command left behind in its group, holding its output or not
     if ctx is not None:
         ctx.cancellation.throw_if_requested()
-    return CommandResult(proc.returncode, out, err)
+    return CommandResult(proc.returncode, out.text(), err.text())
+
+
+class _Reader:
+    """Reads a pipe to EOF in a thread; ``text()`` gives what it read, without waiting for
+    ever on a pipe that something outside the command's group still holds."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._parts: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _read(self, pipe: Any) -> None:
+        with pipe:
+            for chunk in iter(lambda: pipe.read(65536), ""):
+                self._parts.append(chunk)
+
+    def text(self, linger: float = 1.0) -> str:
+        self._thread.join(linger)
+        return "".join(self._parts)
+
+
+def _feed(proc: subprocess.Popen[str], data: str) -> None:
+    def write() -> None:
+        assert proc.stdin is not None
+        try:
+            with proc.stdin:
+                proc.stdin.write(data)
+        except (BrokenPipeError, OSError):
+            pass  # the command did not read it all
+
+    threading.Thread(target=write, daemon=True).start()

@@ -41,6 +41,8 @@ from messages import (
 from messages.events import FinishReason
 
 from .errors import ControlRejected, RuntimeClosedError, TurnTimeout
+from .history import close_open_calls
+from .tools import error_result
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -139,7 +141,8 @@ class TurnStream:
         with self._cond:
             seq = max([self._base + len(self.events) - 1, *self._early]) + 1
             last = next((e for e in reversed(self.events) if isinstance(e, Finish)), None)
-            messages = list(last.messages) if last is not None else []
+            history = list(last.messages) if last is not None else []
+            messages = close_open_calls(history, error_result(f"Interrupted: {message} ({detail or error_type})"))
             self.deliver(Error(turn_id=self.turn_id, seq=seq, error_type=error_type, message=message, detail=detail))
             self.deliver(Finish(turn_id=self.turn_id, seq=seq + 1, finish_reason="error", messages=messages))
             self._gap_since = time.monotonic() - GAP_WAIT

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from messages import ChatMessage
 
-__all__ = ["history_problems"]
+__all__ = ["close_open_calls", "history_problems"]
 
 
 def history_problems(messages: Sequence[ChatMessage]) -> list[str]:
@@ -43,3 +43,19 @@ def history_problems(messages: Sequence[ChatMessage]) -> list[str]:
     if open_calls:
         problems.append(f"end of history: tool call(s) {', '.join(map(repr, open_calls))} have no tool message")
     return problems
+
+
+def close_open_calls(messages: Sequence[ChatMessage], content: str) -> list[ChatMessage]:
+    """``messages`` with a tool message ``content`` for every call of the last assistant
+    message that has none yet (a turn ended from outside while its calls were open)."""
+    out = list(messages)
+    for i in range(len(out) - 1, -1, -1):
+        m = out[i]
+        if m.role == "assistant":
+            if m.tool_calls:
+                answered = {x.tool_call_id for x in out[i + 1 :] if x.role == "tool"}
+                out.extend(ChatMessage.tool(content, c.id, name=c.name) for c in m.tool_calls if c.id not in answered)
+            break
+        if m.role != "tool":
+            break
+    return out

@@ -50,6 +50,7 @@ __all__ = [
     "Welcome",
     "WorkerExited",
     "WorkerInit",
+    "WorkerReady",
     "WorkerResult",
     "WorkersLeased",
 ]
@@ -250,6 +251,13 @@ class WorkerInit(_Internal):
     directory: Any
     recycle_after: int
     node: str
+
+
+@dataclass(frozen=True)
+class WorkerReady(_Internal):
+    """From a new tool process to its pool: its pid (what it leaves when it dies is the pool's)."""
+
+    pid: int
 
 
 @dataclass(frozen=True)

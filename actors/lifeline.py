@@ -16,13 +16,16 @@ Guarantees:
   so no child can keep a lifeline alive; both ends are close-on-exec, so programs started
   with ``exec`` hold neither;
 - a process joins a tree only if it is forked by a member, or by the owner's thread inside
-  ``Lifeline.forking()``; other forks of the owner stay out of it.
+  ``Lifeline.forking()``; other forks of the owner stay out of it;
+- the owner's sockets do not join: the first process of the tree closes every socket it
+  inherited from the owner (a server the application runs, its clients' connections).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -97,6 +100,27 @@ def _watch(fd: int) -> None:
     _end_this_process()
 
 
+def _close_inherited_sockets() -> None:
+    """The owner's sockets (its servers, its clients' connections) are not the tree's: a
+    process joining the tree lets go of the ones it inherited, so that none outlives the
+    owner's own use of it. Pipes and files (the store's lock) are kept.
+
+    Each such descriptor is pointed at /dev/null rather than closed: the inherited Python
+    objects that own those numbers may close them later, and a closed number would by then
+    belong to some new socket of this process."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            try:
+                if fd > 2 and fd != null and stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    os.dup2(null, fd, inheritable=False)
+            except OSError:
+                continue
+    finally:
+        os.close(null)
+
+
 def _after_fork_in_child() -> None:
     global _member_fd, _forking
     for w, r in list(_owned.items()):
@@ -109,6 +133,7 @@ def _after_fork_in_child() -> None:
     if _forking is not None and _forking[0] == threading.get_ident():
         _member_fd = _forking[1]
         _cleanups.clear()
+        _close_inherited_sockets()
     _forking = None
     if _member_fd is None:
         return

@@ -61,6 +61,7 @@ from .providers.streaming import ssl_context
 from .store import SQLiteStore, TurnSummary
 from .store_files import lock_store, remove_runtime_file, write_runtime_file
 from .thespian_compat import tune_convention
+from .transport import TransportConfig
 from .tools import Tool, tool_specs
 from .tree import ProcessTree
 
@@ -90,7 +91,9 @@ class Runtime:
     line finds this runtime through ``<store>.runtime.json``. ``hosts`` TurnHost processes
     (default: one per CPU) run the turns; ``tool_processes`` idle tool processes are kept
     forked ahead of need, each recycled after ``recycle_after`` calls;
-    ``inline_async_tools`` runs every ``async def`` tool in its turn's host.
+    ``inline_async_tools`` runs every ``async def`` tool in its turn's host. ``transport``
+    sets encryption and the limits of the wire (``transport.TransportConfig``); the first
+    Runtime of a process decides them for the process.
 
     Starting a Runtime changes Thespian in this process and every process it forks: frames
     are signed and sockets bound to ``host`` (``transport``), a lost node is noticed in
@@ -113,6 +116,7 @@ class Runtime:
         recycle_after: int = 100,
         inline_async_tools: bool = False,
         handle_signals: bool = True,
+        transport: TransportConfig | None = None,
         start_timeout: float = 30.0,
         close_timeout: float = 5.0,
     ) -> None:
@@ -129,6 +133,7 @@ class Runtime:
         self.host = host
         self.admin_port = admin_port
         self._key = key
+        self._transport = transport
         self._start_timeout = start_timeout
         self._close_timeout = close_timeout
         self._tree = ProcessTree()
@@ -166,7 +171,7 @@ class Runtime:
         return self
 
     def _start(self) -> None:
-        transport.install(self.host, self._key)
+        transport.install(self.host, self._key, self._transport)
         tune_convention()
         ssl_context()  # built once here, inherited by every host
         if self.store_path is not None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from messages import ChatMessage
+from messages import ChatMessage, Message
 
-__all__ = ["MAX_DEPTH", "TooDeep", "safe_json", "safe_message", "safe_text"]
+__all__ = ["MAX_DEPTH", "TooDeep", "safe_command", "safe_json", "safe_message", "safe_text"]
 
 MAX_DEPTH = 64
 
@@ -67,3 +67,10 @@ def safe_message(message: ChatMessage) -> ChatMessage:
     if content == message.content and calls == message.tool_calls:
         return message
     return message.model_copy(update={"content": content, "tool_calls": calls})
+
+
+def safe_command(command: Message) -> Message:
+    """``command`` with every string in it made safe (reasons become history and events)."""
+    data = command.model_dump()
+    clean = safe_json(data)
+    return command if clean == data else type(command).model_validate(clean)

@@ -9,7 +9,10 @@ it fails loudly, naming the version and what is missing. Thespian is pinned in
 
 What greenroom patches or calls, and why:
 
-- ``TCPTransport.serializer``: signs every frame (``transport``);
+- ``TCPTransport.serializer`` (the module's and the method), ``ReceiveBuffer``,
+  ``MAX_INCOMING_SOCKET_PERIOD``, ``_acceptNewIncoming`` and ``_handlePossibleIncoming``:
+  frames sealed and opened by
+  ``frames``, lengths read within bounds, connections limited (``transport``);
 - ``IPActorAddress.bindArgs``: binds sockets to the configured interface (``transport``);
 - ``convention`` timer globals: notice a lost node in seconds, not minutes (``tune_convention``);
 - ``TransmitIntent.identify``: Thespian formats every message for a debug line it rarely
@@ -39,8 +42,20 @@ def _internals() -> list[tuple[object, str]]:
     from thespian.system.admin import convention
     from thespian.system.transport import IPBase, TCPTransport, TransmitIntent
 
+    from thespian.system.transport import streamBuffer
+
     return [
         (TCPTransport, "serializer"),
+        (TCPTransport, "ReceiveBuffer"),
+        (TCPTransport, "MAX_INCOMING_SOCKET_PERIOD"),
+        (TCPTransport, "TCPIncoming"),
+        (TCPTransport, "TCPIncomingPersistent"),
+        (TCPTransport, "Thespian__UpdateWork"),
+        (TCPTransport.TCPTransport, "_acceptNewIncoming"),
+        (TCPTransport.TCPTransport, "_handlePossibleIncoming"),
+        (TCPTransport.TCPTransport, "serializer"),
+        (streamBuffer, "toSendBuffer"),
+        (streamBuffer, "ackPacket"),
         (TCPTransport.TCPTransport, "set_watch"),
         (TCPTransport.TCPTransport, "scheduleTransmit"),
         (IPBase.IPActorAddress, "bindArgs"),

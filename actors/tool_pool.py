@@ -10,12 +10,17 @@ the forking of its node, off every turn's path.
   process exits (retired after its calls, stopped past its grace, crashed, killed) the
   host that had it gets ``WorkerExited`` and the pool forks a replacement;
 - when a host dies (``HostGone``), the processes it had are retired: a call of a dead turn
-  has nobody to report to.
+  has nobody to report to;
+- the pool is a subreaper: what a tool process started and left behind when it died (it
+  was killed, it crashed) is re-parented to the pool, which ends it at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 from datetime import timedelta
 from typing import Any
 
@@ -29,8 +34,10 @@ from .internal import (
     Shutdown,
     WorkerExited,
     WorkerInit,
+    WorkerReady,
     WorkersLeased,
 )
+from .processes import alive, become_subreaper, children, descendants, signal_all
 from .tool_worker import ToolWorker
 
 __all__ = ["ToolPool"]
@@ -50,6 +57,11 @@ class ToolPool(ActorTypeDispatcher):
         self.leased: list[tuple[Any, Any]] = []  # (worker, host); addresses are not hashable
         self.replenish_scheduled = False
         self.quiet = False
+        self.worker_pids: set[int] = set()
+        become_subreaper()
+
+    def receiveMsg_WorkerReady(self, msg: WorkerReady, sender: Any) -> None:
+        self.worker_pids.add(msg.pid)
 
     def receiveMsg_PoolConfig(self, msg: PoolConfig, sender: Any) -> None:
         self.config = msg
@@ -57,7 +69,11 @@ class ToolPool(ActorTypeDispatcher):
 
     def _fork(self) -> Any:
         assert self.config is not None
+        before = set(children(os.getpid()))
         worker = self.createActor(ToolWorker)
+        new = set(children(os.getpid())) - before
+        if len(new) == 1:  # known at once, so that it is never taken for an orphan
+            self.worker_pids.add(new.pop())
         self.send(worker, WorkerInit(self.config.directory, self.config.recycle_after, self.config.node))
         return worker
 
@@ -81,6 +97,7 @@ class ToolPool(ActorTypeDispatcher):
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
         worker = msg.childAddress
+        self._end_orphans()
         if worker in self.idle:
             self.idle.remove(worker)
         pair = self._lessee(worker)
@@ -96,6 +113,16 @@ class ToolPool(ActorTypeDispatcher):
 
     def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
         self.quiet = True
+
+    def _end_orphans(self) -> None:
+        """Kill what dead tool processes left behind (now this process's children)."""
+        self.worker_pids = {pid for pid in self.worker_pids if alive(pid)}
+        orphans = [pid for pid in children(os.getpid()) if pid not in self.worker_pids and alive(pid)]
+        for pid in orphans:
+            signal_all([*descendants(pid), pid], signal.SIGKILL)
+        for pid in orphans:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
 
     def _lessee(self, worker: Any) -> tuple[Any, Any] | None:
         for pair in self.leased:

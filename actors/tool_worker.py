@@ -31,7 +31,7 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
 from messages import CancelTurn, Finish, InterruptTool, ReportProgress, RunTool, StopTurn, ToolAlive, ToolResult
 
 from .inbox import Inbox
-from .internal import EventBatch, WorkerInit, WorkerResult
+from .internal import EventBatch, WorkerInit, WorkerReady, WorkerResult
 from .logs import quiet_third_party
 from .processes import become_subreaper, descendants, reap_children, signal_all
 from .tool_actor import ToolActor
@@ -69,6 +69,7 @@ class ToolWorker(ActorTypeDispatcher):
 
     def receiveMsg_WorkerInit(self, msg: WorkerInit, sender: Any) -> None:
         self._directory, self._recycle_after, self._node = msg.directory, msg.recycle_after, msg.node
+        self.send(sender, WorkerReady(os.getpid()))
 
     def receiveMsg_RunTool(self, run: RunTool, sender: Any) -> None:
         if self._call is not None or self._exiting:

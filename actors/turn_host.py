@@ -36,6 +36,7 @@ from messages import (
     CodecError,
     ControlReply,
     Error,
+    Finish,
     ReportProgress,
     StartTurn,
     StopTurn,
@@ -332,22 +333,18 @@ class TurnHost(ActorTypeDispatcher):
     # -- events and replies ---------------------------------------------------------------
 
     def encode_event(self, event: TurnEvent) -> bytes:
-        """The event's bytes; one that cannot be encoded is replaced by an ``Error`` with
-        its ``seq``, so that no subscriber waits for a gap that never fills."""
+        """The event's bytes. One that cannot be encoded is replaced, with its ``seq``, by an
+        ``Error`` (or, for a ``Finish``, by the same ``Finish`` without its history), so that
+        no subscriber waits for a gap that never fills."""
         try:
             return encode(event)
         except CodecError as exc:
             log().error("turn %s: event %d (%s) cannot be encoded: %s", event.turn_id, event.seq, event.kind, exc)
-            return encode(
-                Error(
-                    turn_id=event.turn_id,
-                    seq=event.seq,
-                    parent_turn_id=event.parent_turn_id,
-                    root_turn_id=event.root_turn_id,
-                    error_type="event_lost",
-                    message=f"a {event.kind} event could not be encoded and was dropped",
-                )
-            )
+        if isinstance(event, Finish):
+            return encode(event.model_copy(update={"messages": [], "pending_approvals": list(event.pending_approvals)}))
+        same = {"turn_id": event.turn_id, "seq": event.seq, "parent_turn_id": event.parent_turn_id}
+        message = f"a {event.kind} event could not be encoded and was dropped"
+        return encode(Error(**same, root_turn_id=event.root_turn_id, error_type="event_lost", message=message))
 
     def deliver(self, to: Any, payload: bytes, kind: str) -> None:
         key = str(to)

@@ -74,12 +74,13 @@ from .decisions import (
 from .history import history_problems
 from .priority import next_action, situation
 from .stopping import StopRules
-from .text import safe_message, safe_text
+from .text import safe_command, safe_message, safe_text
 from .tools import error_result
 
 __all__ = ["TurnRules"]
 
 NeedsApproval = Callable[[ToolSpec, dict[str, Any]], bool]
+_COMMANDS = (StopTurn, CancelTurn, StopTool, ToolApprovalResponse, RespondToApprovals)
 
 
 def _static_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
@@ -185,6 +186,8 @@ class TurnRules(CallRules, ApprovalRules, StopRules):
 
     def handle(self, msg: Any) -> list[Decision]:
         """Apply one input and return what to do. An input that changes nothing returns []."""
+        if isinstance(msg, _COMMANDS):
+            msg = safe_command(msg)  # a reason becomes history and events: it must be valid text
         out = self._dispatch(msg)
         if out:
             self.state.updated_at = self._clock()

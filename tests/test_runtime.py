@@ -14,6 +14,7 @@ from actors.scripted_provider import ScriptedProvider, say
 from messages import Finish, TextDelta
 
 from .helpers import summary
+from .wire import listening_sockets
 
 pytestmark = pytest.mark.integration
 
@@ -76,32 +77,6 @@ def test_a_stream_cut_midway_ends_the_turn_with_an_explicit_error_and_no_retry(
     assert error.message.startswith("the provider stream broke: RemoteProtocolError")
     assert isinstance(events[-1], Finish) and events[-1].finish_reason == "error"
     assert len(provider.requests) == 1  # text had reached the turn: never retried
-
-
-def listening_sockets(pids: set[int]) -> list[tuple[str, int]]:
-    """(address, port) of every listening TCP socket owned by ``pids``."""
-    inodes: set[str] = set()
-    for pid in pids:
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except OSError:
-            continue
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                cols = line.split()
-                if cols[3] == "0A" and cols[9] in inodes:  # 0A = LISTEN
-                    host_hex, port_hex = cols[1].split(":")
-                    if len(host_hex) == 8:
-                        host = ".".join(str(int(host_hex[i : i + 2], 16)) for i in (6, 4, 2, 0))
-                    else:
-                        host = host_hex
-                    found.append((host, int(port_hex, 16)))
-    return found
 
 
 def test_nothing_of_the_embedded_runtime_listens_beyond_127_0_0_1(runtime: Runtime, provider: ScriptedProvider) -> None:

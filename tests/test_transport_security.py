@@ -1,21 +1,35 @@
-"""The TCP transport refuses unsigned frames before unpickling them."""
+"""The transport against hostile frames: forged, malformed, fuzzed, replayed, idle, read on
+the wire. Every attack goes to every listening port of a running runtime, which must keep
+serving turns with all its processes alive."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import random
 import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from actors import Runtime, TransportAuthError
-from actors.scripted_provider import ScriptedProvider, say
-from actors.transport import MAGIC, SignedPickle
+from actors import Runtime
+from actors.frames import MAGIC, BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint
+from actors.processes import descendants, session_processes
+from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+
+from . import tools_for_tests as T
+from .helpers import pid_alive, wait_until
+from .wire import ACK_DATAERR, can_capture, capture, frame, listening_sockets, send_raw
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
 class Touch:
@@ -28,55 +42,167 @@ class Touch:
         return (os.system, (f"touch {self.path}",))
 
 
-def frame(payload: bytes) -> bytes:
-    """Thespian's TCP framing: '<length>>' then the serialized envelope."""
-    return b"%d>" % len(payload) + payload
+def tree(rt: Runtime) -> list[int]:
+    pids = set(session_processes(rt.admin_sid))  # type: ignore[arg-type]
+    for pid in list(pids):
+        pids.update(descendants(pid))
+    return sorted(pids)
 
 
-def send_raw(port: int, data: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(data)
-        s.settimeout(5)
-        try:
-            return s.recv(100)
-        except (socket.timeout, ConnectionResetError):
-            return b""
+def ports(rt: Runtime) -> list[int]:
+    return sorted({port for _, port in listening_sockets(set(tree(rt)))})
 
 
-def port_of(address: object) -> int:
-    return int(str(address).rsplit(":", 1)[1].rstrip(")"))
+def still_serving(rt: Runtime, provider: ScriptedProvider, processes: list[int]) -> None:
+    """Every process the attack found is alive, and a turn still runs."""
+    assert [p for p in processes if not pid_alive(p)] == []
+    provider.add(say("still here"))
+    assert rt.run("hello?").result(30).text == "still here"
 
 
-def test_the_forged_payload_is_live_when_unpickled(tmp_path: Path) -> None:
-    marker = tmp_path / "control"
-    subprocess.run(
-        [sys.executable, "-c", "import pickle,sys; pickle.loads(sys.stdin.buffer.read())"],
-        input=pickle.dumps(Touch(str(marker))),
-        check=True,
-        timeout=30,
-    )
-    assert marker.exists(), "the payload should run code when unpickled (positive control)"
+# -- forged and malformed frames ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("forgery", ["plain_pickle", "bad_mac"])
-def test_a_forged_frame_to_the_admin_and_to_an_actor_runs_nothing_and_messaging_goes_on(
+@pytest.mark.parametrize("forgery", ["plain_pickle", "greenroom_v1_frame", "bad_signature", "another_key"])
+def test_a_forged_frame_to_every_port_runs_nothing_and_each_connection_is_closed(
     runtime: Runtime, provider: ScriptedProvider, tmp_path: Path, forgery: str
 ) -> None:
     marker = tmp_path / "pwned"
     evil = pickle.dumps(Touch(str(marker)))
-    payload = evil if forgery == "plain_pickle" else MAGIC + b"\0" * 32 + evil
-    for port in (runtime.admin_port, port_of(runtime.directory)):
-        answer = send_raw(port, frame(payload))
-        assert b"ACK+DATAERR" in answer or answer == b""
-    provider.add(say("still here"))
-    assert runtime.run("hello?").result(30).text == "still here"
+    processes, targets = tree(runtime), ports(runtime)
+    for port in targets:
+        if forgery == "plain_pickle":
+            payload = evil
+        elif forgery == "greenroom_v1_frame":
+            payload = b"GRv1" + b"\0" * 32 + evil
+        else:
+            key = b"k" * 32 if forgery == "another_key" else os.urandom(32)
+            add_endpoint("127.0.0.1", port)  # so that this codec seals for that port
+            sealed = FrameCodec(key, encrypt=False).seal(Touch(str(marker)), "127.0.0.1", port)
+            payload = sealed if forgery == "another_key" else sealed[:-1] + bytes([sealed[-1] ^ 1])
+        assert send_raw(port, frame(payload)) == ACK_DATAERR  # refused before anything was unpickled
+    still_serving(runtime, provider, processes)
     assert not marker.exists()
 
 
-def test_signed_pickle_rejects_before_loading() -> None:
-    codec = SignedPickle(b"k" * 32)
-    assert codec.loads(codec.dumps({"a": 1})) == {"a": 1}
-    with pytest.raises(TransportAuthError, match="unsigned"):
-        codec.loads(pickle.dumps(Touch("/nonexistent/x")))
-    with pytest.raises(TransportAuthError, match="bad signature"):
-        codec.loads(SignedPickle(b"o" * 32).dumps({"a": 1}))
+@pytest.mark.parametrize(
+    "data",
+    [b"-5>", b"-1>" + b"x" * 100, b"99999999999999999999>", b"12a>hello", b"1" * 40, b"100>short", b">"],
+    ids=["negative", "negative_with_data", "huge", "not_digits", "endless_digits", "truncated", "empty_length"],
+)
+def test_a_frame_that_lies_about_its_length_closes_only_its_own_connection(
+    runtime: Runtime, provider: ScriptedProvider, data: bytes
+) -> None:
+    processes, targets = tree(runtime), ports(runtime)
+    for port in targets:
+        assert send_raw(port, data) == b""  # closed, unanswered
+    still_serving(runtime, provider, processes)
+
+
+def test_an_empty_frame_is_refused_like_a_forged_one(runtime: Runtime, provider: ScriptedProvider) -> None:
+    processes, targets = tree(runtime), ports(runtime)
+    for port in targets:
+        assert send_raw(port, b"0>") == ACK_DATAERR
+    still_serving(runtime, provider, processes)
+
+
+def test_fuzzed_frames_to_every_port_leave_the_runtime_serving(runtime: Runtime, provider: ScriptedProvider) -> None:
+    rng = random.Random(20261130)
+    processes, targets = tree(runtime), ports(runtime)
+    for batch in range(6):
+        for port in targets:
+            send_raw(port, fuzz(rng, port))
+        still_serving(runtime, provider, processes)
+
+
+def fuzz(rng: random.Random, port: int) -> bytes:
+    """Random lengths, truncations, garbage, and valid-looking greenroom headers."""
+    kind = rng.choice(["garbage", "length", "header", "truncated"])
+    if kind == "garbage":
+        return os.urandom(rng.randint(1, 4000))
+    if kind == "length":
+        return str(rng.choice([-(2**40), -1, 0, 2**31, 10**15, rng.randint(0, 500)])).encode() + b">" + os.urandom(50)
+    head = struct.pack("!4sB8s16sQQHB", MAGIC, rng.randint(0, 255), os.urandom(8), os.urandom(16), rng.getrandbits(64),
+                       rng.getrandbits(64), port, rng.randint(0, 255)) + os.urandom(rng.randint(0, 300))  # fmt: skip
+    body = head if kind == "header" else head[: rng.randint(1, len(head))]
+    return b"%d>" % rng.choice([len(body), len(body) + rng.randint(1, 1000)]) + body
+
+
+def test_the_frame_reader_refuses_bad_lengths_before_sizing_anything() -> None:
+    for bad in (b"-3>", b"1234567890123>", b"x>", b"9" * 13):
+        buffer = BoundedReceiveBuffer(lambda b: b)
+        with pytest.raises(FrameRejected):
+            buffer.addMore(bad)
+    with pytest.raises(FrameRejected, match=f"over the limit of {BoundedReceiveBuffer.max_frame}"):
+        BoundedReceiveBuffer(lambda b: b).addMore(b"%d>" % (BoundedReceiveBuffer.max_frame + 1))
+
+
+# -- replay ----------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not can_capture(), reason="capturing the loopback needs root")
+def test_frames_captured_on_the_loopback_and_sent_again_are_refused(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.txt"
+    provider.add(use_tools(call("append_key_now", {"path": str(keys)})), say("recorded"))
+    with capture() as wire:
+        turn = runtime.run("record it", tools=[T.append_key_now])
+        assert turn.result(30).text == "recorded"
+    runs = [(port, data) for port, data in wire.payloads if b"RunTool" in data]
+    starts = [(port, data) for port, data in wire.payloads if b"StartTurn" in data]
+    assert runs and starts, "the capture saw the turn's frames"
+    requests = len(provider.requests)
+    for port, data in runs + starts:
+        assert send_raw(port, data) == ACK_DATAERR
+    still_serving(runtime, provider, tree(runtime))
+    assert keys.read_text() == f"{turn.turn_id}:call_1\n", "a replayed RunTool ran the tool again"
+    assert len(provider.requests) == requests + 1, "a replayed StartTurn started a turn again"
+
+
+# -- limits and confidentiality, each in a runtime of its own ---------------------------------
+
+
+class Child:
+    """``tests.transport_child``: a runtime with its own transport settings."""
+
+    def __init__(self, **config: Any) -> None:
+        cmd = [sys.executable, "-m", "tests.transport_child", json.dumps(config)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+        self.info = json.loads(self.proc.stdout.readline())  # type: ignore[union-attr]
+
+    def turn(self, word: str) -> str:
+        self.proc.stdin.write(f"turn {word}\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+        return json.loads(self.proc.stdout.readline())["text"]  # type: ignore[union-attr]
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.stdin.write("quit\n")  # type: ignore[union-attr]
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        assert self.proc.wait(30) == 0
+        assert wait_until(lambda: session_processes(self.info["sid"]) == [], timeout=5)
+
+
+def test_idle_connections_are_capped_per_peer_and_closed_after_the_frame_timeout() -> None:
+    with Child(frame_timeout=1.0, max_pending_per_peer=16) as child:
+        port = child.info["admin_port"]
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(200)]
+        assert child.turn("idle") == "the answer to idle is three"
+        for s in idle:
+            s.settimeout(10)
+            assert s.recv(1) == b""  # closed by the runtime: evicted, or too slow to send a frame
+            s.close()
+        assert child.turn("after") == "the answer to after is three"
+
+
+@pytest.mark.skipif(not can_capture(), reason="capturing the loopback needs root")
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_with_encryption_nothing_of_a_turn_is_readable_on_the_wire(encrypt: bool) -> None:
+    with Child(encrypt=encrypt) as child, capture() as wire:
+        assert child.turn("xylophone") == "the answer to xylophone is three"
+    ours = b"".join(data for _, data in wire.payloads if b"GRv2" in data)
+    assert ours, "the capture saw the runtime's frames"
+    assert (b"xylophone" in ours) is (not encrypt)

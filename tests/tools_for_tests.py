@@ -258,3 +258,10 @@ def wait_for_file(path: str) -> str:
     while not os.path.exists(path):
         time.sleep(0.01)  # the test has not created it yet
     return "found"
+
+
+@tool
+def append_key_now(path: str) -> str:
+    """Append this call's idempotency key to ``path`` (a side effect that needs no approval)."""
+    append_line(path, ToolContext.current().idempotency_key)
+    return "appended"
