@@ -1,9 +1,16 @@
 """greenroom: an actor-model runtime for LLM agent turns, on Thespian.
 
-A ``TurnActor`` owns a turn's loop and history and an ``LLMActor`` streams the provider's
-deltas, both inside a ``TurnHost`` process that hosts many turns; a ``ToolActor`` owns each
-tool call, in a pooled tool process. Stop, cancel and approval responses are plain
-messages; the turn's rules live in ``TurnRules``.
+Everything a user needs is importable from here: the runtimes (``Runtime``,
+``AsyncRuntime``), tools (``tool``, ``ToolContext``, ``run_command``, ``run_subagent``), the
+messages a turn is made of (``ChatMessage``, ``ProviderConfig``, ``TurnOptions``, events
+such as ``TextDelta`` and ``Finish``, commands such as ``StopTurn``), what a supervisor
+actor uses (``Supervisor``, ``DirectoryActor``, ``DIRECTORY_NAME``, ``EventBatch``), and the
+exception tree (``errors``). Everything else is internal.
+
+Inside: a ``TurnActor`` owns a turn's loop and history and an ``LLMActor`` streams the
+provider's deltas, both inside a ``TurnHost`` process that hosts many turns; a
+``ToolActor`` owns each tool call, in a pooled tool process. Stop, cancel and approval
+responses are plain messages; the turn's rules are plain code (``turn_rules``, ``priority``).
 """
 
 from __future__ import annotations
@@ -16,9 +23,41 @@ if not sys.platform.startswith("linux"):
         "process groups and prctl, which other platforms do not have"
     )
 
+from messages import (
+    CancelTurn,
+    ChatMessage,
+    ControlReply,
+    Error,
+    Finish,
+    FinishReason,
+    MembershipChanged,
+    ProviderConfig,
+    RespondToApprovals,
+    RetryPolicy,
+    StartTurn,
+    StopTool,
+    StopTurn,
+    Subscribe,
+    TextDelta,
+    Timeouts,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
+    ToolCall,
+    ToolCallStarted,
+    ToolFinished,
+    ToolProgress,
+    TurnEvent,
+    TurnOptions,
+    TurnRetrying,
+    TurnStarted,
+    Usage,
+)
+
+from .async_runtime import AsyncRuntime
 from .commands import CommandResult, run_command
 from .directory_actor import DirectoryActor
 from .errors import (
+    ChildTurnFailed,
     CodecError,
     ConfigurationError,
     ControlRejected,
@@ -32,50 +71,79 @@ from .errors import (
     TransportAuthError,
     TurnTimeout,
 )
-from .handle import TurnHandle, TurnResult
+from .handle import AsyncTurnHandle, TurnHandle
 from .history import history_problems
 from .internal import EventBatch
-from .llm_actor import LLMActor
 from .names import DIRECTORY_NAME
 from .runtime import Runtime
+from .stream import TurnResult
+from .subagents import run_subagent
 from .supervisor import Supervisor
-from .tool_actor import ToolActor
 from .tool_context import Cancellation, Registration, ToolContext
 from .tools import Tool, requires_approval, tool
-from .turn_actor import TurnActor
-from .turn_rules import TurnRules
+from .transport import TransportConfig
+from .wire_format import messages_from
 
 __all__ = [
+    "DIRECTORY_NAME",
+    "AsyncRuntime",
+    "AsyncTurnHandle",
     "Cancellation",
+    "CancelTurn",
+    "ChatMessage",
+    "ChildTurnFailed",
     "CodecError",
     "CommandResult",
     "ConfigurationError",
     "ControlRejected",
-    "DIRECTORY_NAME",
+    "ControlReply",
     "DirectoryActor",
+    "Error",
     "EventBatch",
+    "Finish",
+    "FinishReason",
     "GreenroomError",
-    "LLMActor",
+    "MembershipChanged",
+    "ProviderConfig",
     "Registration",
+    "RespondToApprovals",
+    "RetryPolicy",
     "Runtime",
     "RuntimeClosedError",
     "SnapshotError",
+    "StartTurn",
+    "StopTool",
+    "StopTurn",
     "StoreError",
+    "Subscribe",
     "Supervisor",
+    "TextDelta",
+    "Timeouts",
     "Tool",
-    "ToolActor",
+    "ToolApprovalRequest",
+    "ToolApprovalResponse",
+    "ToolCall",
+    "ToolCallStarted",
     "ToolCancelled",
     "ToolContext",
     "ToolContextError",
     "ToolDefinitionError",
+    "ToolFinished",
+    "ToolProgress",
     "TransportAuthError",
-    "TurnActor",
+    "TransportConfig",
+    "TurnEvent",
     "TurnHandle",
+    "TurnOptions",
     "TurnResult",
-    "TurnRules",
+    "TurnRetrying",
+    "TurnStarted",
     "TurnTimeout",
+    "Usage",
     "history_problems",
+    "messages_from",
     "requires_approval",
     "run_command",
+    "run_subagent",
     "tool",
 ]

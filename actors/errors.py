@@ -8,6 +8,7 @@ never as exception objects; these are raised in the caller's own process.
     ├── RuntimeClosedError          the Runtime was used after it shut down
     ├── ControlRejected             the turn refused a command (code: unknown_call, duplicate, ...)
     ├── TurnTimeout                 a wait on a turn ran out of time
+    ├── ChildTurnFailed             run_subagent's child turn ended without an answer
     ├── StoreError                  the turn store failed
     │   └── SnapshotError           one turn's record is corrupted or of an unknown version
     └── TransportAuthError          a frame or a peer failed authentication
@@ -23,6 +24,7 @@ from __future__ import annotations
 from messages.codec import CodecError
 
 __all__ = [
+    "ChildTurnFailed",
     "CodecError",
     "ConfigurationError",
     "ControlRejected",
@@ -68,6 +70,11 @@ class ControlRejected(GreenroomError):
 
 class TurnTimeout(GreenroomError, TimeoutError):
     """Waiting on a turn took longer than the timeout given."""
+
+
+class ChildTurnFailed(GreenroomError):
+    """A child turn started by ``run_subagent`` ended without an answer (error, max rounds,
+    length, or no answer in time)."""
 
 
 class StoreError(GreenroomError):

@@ -234,7 +234,11 @@ class BoundedReceiveBuffer:
         self._extra = b""
         self._opened: tuple[Any] | None = None  # Thespian may ask for the same frame twice
 
-    def addMore(self, data: bytes) -> None:  # noqa: N802 - Thespian's name
+    def addMore(self, data: bytes | str) -> None:  # noqa: N802 - Thespian's name
+        if not data:
+            return  # Thespian feeds an empty str after a frame that crossed its own transmit
+        if isinstance(data, str):
+            data = data.encode("latin-1")
         if self._size is None:
             self._head += data
             mark = self._head.find(b">")

@@ -18,7 +18,7 @@ from typing import Any
 from messages import ControlReply, MembershipChanged, NodeList, TurnEvent
 
 from .errors import ControlRejected, RuntimeClosedError
-from .handle import TurnStream
+from .stream import TurnStream
 from .internal import EventBatch, HostReplaced, ShutdownDone
 
 __all__ = ["Inbound"]

@@ -9,7 +9,10 @@ each event at once; a busy one gets fewer, larger batches, never more than one w
 
 - ``Finish``, ``ToolApprovalRequest`` and ``Error`` are urgent: what is collected leaves at
   once, even while a batch is in flight (the transport queues it behind);
-- a subscriber whose transmit fails as a dead target is dropped, with what it had pending.
+- a subscriber whose transmit fails as a dead target is dropped, with what it had pending;
+- the next batch is sent from the actor's own handler, never from inside the transport's
+  completion callback (Thespian may leave a send made there queued until something else
+  is sent): the acknowledgement only calls ``ready(outbox)``, which wakes the actor.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ __all__ = ["Outbox", "URGENT_KINDS"]
 URGENT_KINDS = frozenset({"finish", "tool_approval_request", "error"})
 
 Send = Callable[[Any, Any, Callable[[bool], None]], None]
+Ready = Callable[["Outbox"], None]
 
 
 def log() -> logging.Logger:
@@ -34,11 +38,12 @@ def log() -> logging.Logger:
 class Outbox:
     """The events waiting for one subscriber."""
 
-    __slots__ = ("address", "_send", "pending", "in_flight", "urgent", "dead")
+    __slots__ = ("address", "_send", "_ready", "pending", "in_flight", "urgent", "dead")
 
-    def __init__(self, address: Any, send: Send) -> None:
+    def __init__(self, address: Any, send: Send, ready: Ready) -> None:
         self.address = address
         self._send = send  # send(address, message, done(ok)) on the actor thread
+        self._ready = ready  # from the ACK callback: flush me from the actor's next handler
         self.pending: list[bytes] = []
         self.in_flight = 0
         self.urgent = False
@@ -71,7 +76,7 @@ class Outbox:
             self.pending = []
             return
         if self.in_flight == 0 and self.pending:
-            self._flush()
+            self._ready(self)
 
     @property
     def idle(self) -> bool:

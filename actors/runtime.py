@@ -24,16 +24,16 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from thespian.actors import ActorSystem
 
 from messages import (
-    ChatMessage,
     ControlReply,
     ListNodes,
     MembershipChanged,
@@ -52,7 +52,8 @@ from . import owner, transport
 from .directory_actor import DirectoryActor
 from .endpoint import Endpoint
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
-from .handle import TurnHandle, TurnResult
+from .handle import TurnHandle
+from .stream import TurnResult, TurnStream
 from .inbound import Inbound
 from .internal import Configure, Configured, Hello, HostReplaced, Shutdown, Welcome
 from .names import DIRECTORY_NAME, LEADER_CAPABILITY, slot_of
@@ -62,24 +63,17 @@ from .store import SQLiteStore, TurnSummary
 from .store_files import lock_store, remove_runtime_file, write_runtime_file
 from .thespian_compat import tune_convention
 from .transport import TransportConfig
-from .tools import Tool, tool_specs
+from .tools import Tool
+from .turn_input import History, checked_provider, checked_tools, history
 from .tree import ProcessTree
 
-__all__ = ["Runtime", "TurnHandle", "TurnResult", "history"]
+__all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
 
 ToolLike = Tool | Callable[..., Any] | ToolSpec
 
 
 def log() -> logging.Logger:
     return logging.getLogger("greenroom.runtime")
-
-
-def history(messages: Sequence[ChatMessage] | str, system: str | None = None) -> list[ChatMessage]:
-    """A turn's opening history: a string is one user message; ``system`` goes first."""
-    out = [ChatMessage.user(messages)] if isinstance(messages, str) else list(messages)
-    if system is not None:
-        out.insert(0, ChatMessage.system(system))
-    return out
 
 
 class Runtime:
@@ -145,6 +139,7 @@ class Runtime:
         self._started = False
         self._lock = threading.RLock()
         self._lock_fd: int | None = None
+        self._main_names: set[str] = set()
         self._store: SQLiteStore | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -156,9 +151,16 @@ class Runtime:
         self.close()
 
     def start(self) -> Runtime:
+        """Start the actor system (blocks until its hosts are up and recovery is done)."""
+        if self._start_once():
+            owner.adopt(self, self.handle_signals)
+        return self
+
+    def _start_once(self) -> bool:
+        """Start unless started; True if this call started it."""
         with self._lock:
             if self._started:
-                return self
+                return False
             if self._closed:
                 raise RuntimeClosedError("this Runtime was closed; create a new one")
             self._started = True
@@ -167,10 +169,11 @@ class Runtime:
             except BaseException:
                 self.close()
                 raise
-        owner.adopt(self, self.handle_signals)
-        return self
+            return True
 
     def _start(self) -> None:
+        main = sys.modules.get("__main__")
+        self._main_names = set(vars(main)) if main is not None else set()  # importable by the tree
         transport.install(self.host, self._key, self._transport)
         tune_convention()
         ssl_context()  # built once here, inherited by every host
@@ -296,18 +299,22 @@ class Runtime:
         """Send a command (``StopTurn``, ``CancelTurn``, ``RespondToApprovals``, ``StopTool``,
         ``ToolApprovalResponse`` with a ``turn_id``) to its turn and return the turn's reply.
         A refusal is returned as a reply with ``ok=False``, not raised."""
-        if not getattr(command, "turn_id", None):
-            raise ConfigurationError(f"{command.kind} needs a turn_id to be sent through the Runtime")
+        self._needs_turn_id(command)
         try:
             return self._command(command).result(timeout)
         except concurrent.futures.TimeoutError:
             raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
 
+    @staticmethod
+    def _needs_turn_id(command: Any) -> None:
+        if not getattr(command, "turn_id", None):
+            raise ConfigurationError(f"{command.kind} needs a turn_id to be sent through the Runtime")
+
     # -- turns ----------------------------------------------------------------------------
 
     def run(
         self,
-        messages: Sequence[ChatMessage] | str,
+        messages: History,
         *,
         tools: Iterable[ToolLike] = (),
         provider: ProviderConfig | None = None,
@@ -316,46 +323,66 @@ class Runtime:
         system: str | None = None,
         timeout: float = 10.0,
     ) -> TurnHandle:
-        """Start a turn and return its handle. A string is taken as one user message.
+        """Start a turn and return its handle.
 
-        With an explicit ``turn_id`` that is already in use, ``ControlRejected`` is raised
-        at once (this waits for the turn's first event, ``timeout`` at most)."""
+        ``messages`` is a string (one user message), chat messages, or a history in a
+        provider's wire format (``TurnResult.messages_as``). With an explicit ``turn_id``
+        already in use, ``ControlRejected`` is raised at once (this waits for the turn's
+        first event, ``timeout`` at most)."""
+        self._running()
+        stream = self._start_turn(messages, tools, provider, options, turn_id, system)
+        if turn_id is not None:
+            stream.wait_index(0, timeout)  # raises ControlRejected if the id is taken
+        return TurnHandle(self, stream)
+
+    def _start_turn(
+        self,
+        messages: History,
+        tools: Iterable[ToolLike],
+        provider: ProviderConfig | None,
+        options: TurnOptions | None,
+        turn_id: str | None,
+        system: str | None,
+    ) -> TurnStream:
+        """Check and send ``StartTurn`` without blocking; the turn's stream follows it."""
         endpoint = self._running()
-        provider = provider or self.provider
-        if provider is None:
-            raise ConfigurationError("no provider: pass provider= to Runtime() or to run()")
         start = StartTurn(
             turn_id=turn_id or new_turn_id(),
             messages=history(messages, system),
-            tools=tool_specs(tools),
-            provider=provider,
+            tools=checked_tools(tools, self._main_names),
+            provider=checked_provider(provider or self.provider),
             options=options or TurnOptions(),
         )
         stream = self._inbound.open_stream(start.turn_id, 0, fresh=True)
-        endpoint.send(self._host_of(start.turn_id), start, lambda: stream.end("host_lost", "Agent run lost", "its host cannot be reached"))
-        handle = TurnHandle(self, stream)
-        if turn_id is not None:
-            stream.wait_index(0, timeout)  # raises ControlRejected if the id is taken
-        return handle
+        lost = lambda: stream.end("host_lost", "Agent run lost", "its host cannot be reached")  # noqa: E731
+        endpoint.send(self._host_of(start.turn_id), start, lost)
+        return stream
 
     def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> TurnHandle:
         """A handle on a turn started elsewhere (or recovered), with its events from ``since``
         on, then as they happen. An unknown turn raises ``ControlRejected("unknown_turn")``."""
+        stream, subscribed = self._subscribe(turn_id, since)
+        if subscribed is not None:
+            try:
+                reply = subscribed.result(timeout)
+            except concurrent.futures.TimeoutError:
+                raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout} s") from None
+            self._subscribed(turn_id, stream, reply)
+        return TurnHandle(self, stream, since)
+
+    def _subscribe(self, turn_id: str, since: int) -> tuple[TurnStream, concurrent.futures.Future[ControlReply] | None]:
+        """The turn's stream; and the host's answer to our subscription, unless we have it."""
         self._running()
         mine = self._inbound.stream(turn_id)
         if mine is not None and since >= mine._base:  # started here: already subscribed
-            handle = TurnHandle(self, mine)
-            handle._cursor = since - mine._base
-            return handle
+            return mine, None
         stream = self._inbound.open_stream(turn_id, since, fresh=False)
-        try:
-            reply = self._command(Subscribe(turn_id=turn_id, since=since)).result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout} s") from None
+        return stream, self._command(Subscribe(turn_id=turn_id, since=since))
+
+    def _subscribed(self, turn_id: str, stream: TurnStream, reply: ControlReply) -> None:
         if not reply.ok:
             self._inbound.drop(turn_id, stream)
             raise ControlRejected(reply.code or "invalid", reply.message)
-        return TurnHandle(self, stream)
 
     # -- nodes ----------------------------------------------------------------------------
 

@@ -85,10 +85,12 @@ class StopRules:
         if cs.status == "done":
             return self._reply(msg, False, "not_waiting", f"call {msg.call_id!r} has already finished")
         out: list[Decision] = []
+        resumes_at = s.next_seq if s.paused else None  # ending the last waiting call resumes the turn
         if cs.status == "running":
             out.append(Interrupt(InterruptTool(turn_id=s.turn_id, call_id=msg.call_id, mode="stop", reason=msg.reason)))
         out += self._done(cs, "interrupted", interrupted_content("the call was stopped", msg.reason))
-        return out + [Persist("tool_result")] + self._advance() + self._reply(msg, True, None, "")
+        out += [Persist("tool_result")] + self._advance()
+        return out + self._reply(msg, True, None, "", resumes_at if not s.paused else None)
 
     def _on_store_failed(self: TurnRules, detail: str) -> list[Decision]:
         s = self.state

@@ -16,14 +16,10 @@ from typing import Any
 
 from messages import ChatMessage, Finish, ProviderConfig, StartTurn, TurnOptions, new_turn_id
 
-from .errors import ConfigurationError, GreenroomError, ToolCancelled
+from .errors import ChildTurnFailed, ConfigurationError, ToolCancelled
 from .tool_context import ToolContext
 
 __all__ = ["ChildTurnFailed", "run_subagent"]
-
-
-class ChildTurnFailed(GreenroomError):
-    """The child turn ended without an answer (error, max rounds, length)."""
 
 
 class ChildTurn:

@@ -15,7 +15,8 @@ describes it:
 - when the call ends, its remaining registrations are dropped; a stop that comes later
   runs nothing;
 - ``throw_if_requested()`` raises ``ToolCancelled`` once stop *or* cancel was requested;
-  ``requested`` tells without raising. Cancel only sets the flag: it runs no callback.
+  ``requested`` tells without raising, ``wait(timeout)`` blocks until then. Cancel only
+  sets the flag: it runs no callback.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class Cancellation:
         self._reason = ""
         self._stopped = False
         self._closed = False
+        self._requested = threading.Event()
 
     @property
     def requested(self) -> bool:
@@ -90,6 +92,10 @@ class Cancellation:
         """How many callbacks are registered and have not run (for tests and diagnostics)."""
         with self._lock:
             return len(self._callbacks)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until stop or cancel is requested (True) or ``timeout`` passes (False)."""
+        return self._requested.wait(timeout)
 
     def throw_if_requested(self) -> None:
         """Raise ``ToolCancelled`` if stop or cancel was requested."""
@@ -121,6 +127,7 @@ class Cancellation:
                 if self._mode is None:
                     self._reason = reason
                 self._mode = mode
+                self._requested.set()
             if mode != "stop" or self._stopped:
                 return
             self._stopped = True

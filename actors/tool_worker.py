@@ -28,7 +28,17 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
 
-from messages import CancelTurn, Finish, InterruptTool, ReportProgress, RunTool, StopTurn, ToolAlive, ToolResult
+from messages import (
+    CancelTurn,
+    Finish,
+    InterruptTool,
+    ReportProgress,
+    RunTool,
+    StopTurn,
+    ToolAlive,
+    ToolApprovalRequest,
+    ToolResult,
+)
 
 from .inbox import Inbox
 from .internal import EventBatch, WorkerInit, WorkerReady, WorkerResult
@@ -112,12 +122,13 @@ class ToolWorker(ActorTypeDispatcher):
         if retiring:
             self._retire()
 
-    def _progress(self, call: ToolActor, data: Any) -> None:
+    def _progress(self, call: ToolActor, data: Any, approval: dict[str, Any] | None = None) -> None:
         if not call.stopping:
             run = call.run
-            self.send(
-                self._host, ReportProgress(turn_id=run.turn_id, call_id=run.call.id, seq=self._progress_seq, data=data)
+            report = ReportProgress(
+                turn_id=run.turn_id, call_id=run.call.id, seq=self._progress_seq, data=data, approval=approval
             )
+            self.send(self._host, report)
             self._progress_seq += 1
 
     def receiveMsg_InterruptTool(self, msg: InterruptTool, sender: Any) -> None:
@@ -169,6 +180,10 @@ class ToolWorker(ActorTypeDispatcher):
         for event in batch.events:
             child = self._children.get(event.turn_id)
             if child is None or call is None:
+                continue
+            if isinstance(event, ToolApprovalRequest):  # the parent's caller decides it, by the child's id
+                fields = ("turn_id", "call_id", "name", "arguments", "description")
+                self._progress(call, None, event.model_dump(mode="json", include=set(fields)))
                 continue
             self._progress(call, {"child_turn_id": event.turn_id, "event": event.model_dump(mode="json", exclude={"messages"})})
             if isinstance(event, Finish) and event.terminal:

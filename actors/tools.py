@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from messages import ToolSpec
+from messages.control import accept_tools_with
 
 from .errors import ToolDefinitionError
 
@@ -311,3 +312,6 @@ def ok_result(data: Any) -> str:
 def error_result(message: str) -> str:
     """A failed call's tool message: ``{"ok": false, "error": ..., "data": null}``."""
     return json.dumps({"ok": False, "error": message, "data": None}, ensure_ascii=False)
+
+
+accept_tools_with(tool_specs)  # StartTurn, sent by a supervisor, takes tools as run() does

@@ -321,7 +321,7 @@ class TurnHost(ActorTypeDispatcher):
         for item in self.inbox.drain():
             if item[0] == "llm":
                 llm.append((item[1], item[2]))
-            else:
+            elif item[0] == "tool":
                 self.tools.on_inline(item[1], item[2], item[3])
         if llm:
             self.llm.on_outputs(llm)
@@ -350,9 +350,14 @@ class TurnHost(ActorTypeDispatcher):
         key = str(to)
         outbox = self.outboxes.get(key)
         if outbox is None:
-            outbox = self.outboxes[key] = Outbox(to, self._send_tracked)
+            outbox = self.outboxes[key] = Outbox(to, self._send_tracked, self._outbox_ready)
         outbox.add(payload, kind)
         self.dirty.append(outbox)
+
+    def _outbox_ready(self, outbox: Outbox) -> None:
+        """From an ACK callback: flush ``outbox`` in the next handler (woken through the inbox)."""
+        self.dirty.append(outbox)
+        self.inbox.put(("flush",))
 
     def _send_tracked(self, to: Any, message: Any, done: Any) -> None:
         def finished(ok: bool) -> None:

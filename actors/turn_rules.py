@@ -41,6 +41,7 @@ from messages import (
     StopTurn,
     StreamChat,
     TextDelta,
+    ToolApprovalRequest,
     ToolApprovalResponse,
     ToolProgress,
     ToolResult,
@@ -213,6 +214,10 @@ class TurnRules(CallRules, ApprovalRules, StopRules):
             cs = s.call(msg.call_id)
             if cs is None or cs.status != "running" or s.phase == "finished":
                 return []
+            if msg.approval is not None:  # a child turn's call waits for a human: say so here
+                a = msg.approval
+                fields = dict(name=a["name"], arguments=a.get("arguments"), description=a.get("description", ""))
+                return [self._emit(ToolApprovalRequest, call_id=a["call_id"], child_turn_id=a["turn_id"], **fields)]
             return [self._emit(ToolProgress, call_id=msg.call_id, data=msg.data)]
         if isinstance(msg, ToolApprovalResponse):
             return self._on_approvals([msg], False, None, msg)

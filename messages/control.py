@@ -12,9 +12,10 @@ next LLM call. ``StopTurn`` and ``CancelTurn`` are idempotent; the first reason 
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import Message
 from .chat import ChatMessage
@@ -71,8 +72,20 @@ class TurnOptions(Message):
     lost_after: float = Field(default=5.0, gt=0)
 
 
+ToolSpecs = Callable[[Any], list[ToolSpec]]
+_tool_specs: list[ToolSpecs] = []  # set by the tool layer (actors.tools), which lives above the messages
+
+
+def accept_tools_with(convert: ToolSpecs) -> None:
+    """Let ``StartTurn`` take tools as functions or ``Tool`` objects, converted by ``convert``."""
+    _tool_specs[:] = [convert]
+
+
 class StartTurn(Message):
-    """Start a turn. Its events go to the sender (and to later ``Subscribe`` senders)."""
+    """Start a turn. Its events go to the sender (and to later ``Subscribe`` senders).
+
+    ``tools`` takes ``ToolSpec``s, or tools as functions and ``Tool`` objects, as
+    ``Runtime.run`` does."""
 
     kind: Literal["start_turn"] = "start_turn"
     turn_id: str = Field(default_factory=new_turn_id)
@@ -82,6 +95,13 @@ class StartTurn(Message):
     options: TurnOptions = Field(default_factory=TurnOptions)
     parent_turn_id: str | None = None
     root_turn_id: str | None = None
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_as_specs(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)) and _tool_specs and any(callable(t) for t in value):
+            return _tool_specs[0](value)
+        return value
 
 
 class StopTurn(Message):

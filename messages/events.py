@@ -90,13 +90,17 @@ class ToolFinished(TurnEvent):
 
 
 class ToolApprovalRequest(TurnEvent):
-    """A call that needs a human decision; it does not run until it is approved."""
+    """A call that needs a human decision; it does not run until it is approved.
+
+    ``child_turn_id`` is set when the call belongs to a child turn (a sub-agent started by
+    one of this turn's tools): decide it with ``approve(call_id, turn_id=child_turn_id)``."""
 
     kind: Literal["tool_approval_request"] = "tool_approval_request"
     call_id: str
     name: str
     arguments: Any = None
     description: str = ""
+    child_turn_id: str | None = None
 
 
 class TurnRetrying(TurnEvent):

@@ -93,13 +93,17 @@ class ToolResult(Message):
 
 
 class ReportProgress(Message):
-    """Progress a running tool reported (``ToolContext.report_progress``), in ``seq`` order."""
+    """Progress a running tool reported (``ToolContext.report_progress``), in ``seq`` order.
+
+    ``approval`` carries instead a child turn's approval request (its ``turn_id``,
+    ``call_id``, ``name``, ``arguments``, ``description``), for the parent's caller."""
 
     kind: Literal["report_progress"] = "report_progress"
     turn_id: str
     call_id: str
     seq: int
     data: Any = None
+    approval: dict[str, Any] | None = None
 
 
 class InterruptTool(Message):

@@ -10,11 +10,16 @@ import actors
 import messages
 
 ACTORS = [
-    "Cancellation", "CodecError", "CommandResult", "ConfigurationError", "ControlRejected", "DIRECTORY_NAME",
-    "DirectoryActor", "EventBatch", "GreenroomError", "LLMActor", "Registration", "Runtime", "RuntimeClosedError", "SnapshotError",
-    "StoreError", "Supervisor", "Tool", "ToolActor", "ToolCancelled", "ToolContext", "ToolContextError", "ToolDefinitionError",
-    "TransportAuthError", "TurnActor", "TurnHandle", "TurnResult", "TurnRules", "TurnTimeout", "history_problems",
-    "requires_approval", "run_command", "tool",
+    "AsyncRuntime", "AsyncTurnHandle", "CancelTurn", "Cancellation", "ChatMessage", "ChildTurnFailed", "CodecError",
+    "CommandResult", "ConfigurationError", "ControlRejected", "ControlReply", "DIRECTORY_NAME", "DirectoryActor",
+    "Error", "EventBatch", "Finish", "FinishReason", "GreenroomError", "MembershipChanged", "ProviderConfig",
+    "Registration", "RespondToApprovals", "RetryPolicy", "Runtime", "RuntimeClosedError", "SnapshotError",
+    "StartTurn", "StopTool", "StopTurn", "StoreError", "Subscribe", "Supervisor", "TextDelta", "Timeouts", "Tool",
+    "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted", "ToolCancelled", "ToolContext",
+    "ToolContextError", "ToolDefinitionError", "ToolFinished", "ToolProgress", "TransportAuthError",
+    "TransportConfig", "TurnEvent", "TurnHandle", "TurnOptions", "TurnResult", "TurnRetrying", "TurnStarted",
+    "TurnTimeout", "Usage", "history_problems", "messages_from", "requires_approval", "run_command", "run_subagent",
+    "tool",
 ]  # fmt: skip
 
 MESSAGES = [
@@ -63,3 +68,10 @@ def test_every_message_kind_is_locked() -> None:
 def test_message_class_names_are_unique_because_thespian_dispatches_on_them() -> None:
     names = [cls.__name__ for cls in messages.message_classes().values()]
     assert len(names) == len(set(names))
+
+
+def test_internal_message_names_do_not_collide_with_public_ones_because_thespian_dispatches_on_them() -> None:
+    from actors import internal
+
+    public = {cls.__name__ for cls in messages.message_classes().values()}
+    assert set(internal.__all__).isdisjoint(public)

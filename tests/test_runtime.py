@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 
@@ -17,17 +16,6 @@ from .helpers import summary
 from .wire import listening_sockets
 
 pytestmark = pytest.mark.integration
-
-
-def test_events_can_be_read_with_async_for(runtime: Runtime, provider: ScriptedProvider) -> None:
-    provider.add(say("async hello there", delay=0.01))
-
-    async def read() -> list:
-        turn = runtime.run("hi")
-        return [event async for event in turn.aevents(timeout=30)]
-
-    events = asyncio.run(read())
-    assert summary(events) == [("turn_started",), ("text", "async hello there"), ("finish", "stop")]
 
 
 def test_turns_can_be_started_and_read_from_several_threads(runtime: Runtime, provider: ScriptedProvider) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from actors import Runtime
 from actors.scripted_provider import ScriptedProvider, call, say, use_tools
-from messages import ChatMessage, Finish, RetryPolicy, ToolProgress
+from messages import ChatMessage, Finish, RetryPolicy, ToolApprovalRequest, ToolProgress
 
 from . import tools_for_tests as T
 from .conftest import group_members
@@ -103,3 +103,24 @@ def test_a_cancel_of_the_parent_reaches_the_child_turn(
     assert nested[-1]["finish_reason"] == "cancelled" and nested[-1]["turn_id"] == child_id
     assert nested[-2]["detail"] == "parent call cancelled: wind everything down"
     assert not marker.exists()
+
+
+def test_a_child_turns_approval_request_reaches_the_parents_caller_and_is_decided_there(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.txt"
+    provider.add(
+        use_tools(call("delegate_gated", {"path": str(keys)})),
+        use_tools(call("append_key", {"path": str(keys)})),
+        say("The child recorded it."),
+        say("Done, through the child."),
+    )
+    parent = runtime.run("delegate", tools=[T.delegate_gated])
+    request = parent.wait_for(lambda e: isinstance(e, ToolApprovalRequest), timeout=60)
+    assert (request.call_id, request.name, request.child_turn_id is not None) == ("call_1", "append_key", True)
+    assert request.child_turn_id != parent.turn_id
+    parent.approve("call_1", turn_id=request.child_turn_id)
+    result = parent.result(60)
+    assert result.finish_reason == "stop"
+    assert result.messages[2].content == json.dumps({"ok": True, "data": "The child recorded it."})
+    assert keys.read_text() == f"{request.child_turn_id}:call_1\n"

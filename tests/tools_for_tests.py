@@ -265,3 +265,11 @@ def append_key_now(path: str) -> str:
     """Append this call's idempotency key to ``path`` (a side effect that needs no approval)."""
     append_line(path, ToolContext.current().idempotency_key)
     return "appended"
+
+
+@tool
+def delegate_gated(path: str) -> str:
+    """Hand a task to a child agent whose tool needs a person's approval; return its answer."""
+    from actors.subagents import run_subagent
+
+    return run_subagent(f"record the key in {path}", tools=[append_key])

@@ -320,7 +320,7 @@ class StreamWorker:
             if self._aborted.is_set():
                 return self._report_abort()
             if not self._sent_text:  # nothing reached the turn yet: safe to try again
-                raise _Retry(f"connection to the provider failed: {type(exc).__name__}: {exc}") from None
+                raise _Retry(f"connection to the provider at {url} failed: {type(exc).__name__}: {exc}") from None
             return self._emit(("failed", "stream_broken", f"the provider stream broke: {type(exc).__name__}: {exc}"))
         except httpx.ReadTimeout:
             if self._aborted.is_set():
