@@ -16,6 +16,7 @@ demo: $(STAMP)
 	$(PY) examples/00_demo.py $(ARGS)
 
 test: $(STAMP)
+	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -44,7 +44,7 @@ class Endpoint:
         on_idle: Callable[[], None] = lambda: None,
         tick: float = 0.25,
     ) -> None:
-        self._ctx = asys._systemBase.external_clone()  # type: ignore[attr-defined]
+        self._ctx = asys._systemBase.external_clone()
         self._on_message = on_message
         self._on_idle = on_idle
         self._tick = timedelta(seconds=tick)

@@ -292,7 +292,7 @@ class SQLiteStore:
                 event = decode(data)
             except CodecError as exc:
                 raise SnapshotError(f"turn {turn_id}: event {seq}: {exc}") from None
-            out.append(event)  # type: ignore[arg-type]
+            out.append(event)
         return out  # type: ignore[return-value]
 
     def event_payloads(self, turn_id: str, since: int = 0) -> list[tuple[str, bytes]]:

@@ -86,7 +86,7 @@ def check() -> None:
         raise ConfigurationError(f"Thespian {version} lacks what greenroom patches: {', '.join(missing)}")
     from thespian.system.transport import TransmitIntent
 
-    TransmitIntent.identify = lambda self: f"{type(self.message).__name__} to {self.targetAddr}"  # type: ignore[method-assign]
+    TransmitIntent.identify = lambda self: f"{type(self.message).__name__} to {self.targetAddr}"
     _checked = True
 
 
@@ -100,6 +100,6 @@ def tune_convention(period: float = 2.0, misses: int = 2) -> None:
     check()
     from thespian.system.admin import convention
 
-    convention.CONVENTION_REREGISTRATION_PERIOD = timedelta(seconds=period)  # type: ignore[attr-defined]
-    convention.CONVENTION_RESTART_PERIOD = timedelta(seconds=period)  # type: ignore[attr-defined]
-    convention.CONVENTION_REGISTRATION_MISS_MAX = misses  # type: ignore[attr-defined]
+    convention.CONVENTION_REREGISTRATION_PERIOD = timedelta(seconds=period)
+    convention.CONVENTION_RESTART_PERIOD = timedelta(seconds=period)
+    convention.CONVENTION_REGISTRATION_MISS_MAX = misses

@@ -20,7 +20,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -120,6 +120,11 @@ class Tool:
     ) -> None:
         if not callable(fn):
             raise ToolDefinitionError(f"a tool needs a function, got {fn!r}")
+        if getattr(fn, "__name__", "") == "<lambda>":
+            raise ToolDefinitionError(
+                "a lambda has no import path: define it at module level (with def), so that the runtime's "
+                "processes can import it"
+            )
         self.fn = fn
         self.name = name or fn.__name__
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
@@ -156,7 +161,7 @@ class Tool:
             default = ... if p.default is p.empty else p.default
             fields[pname] = (annotation, Field(default, description=arg_docs.get(pname)))
         try:
-            return create_model(  # type: ignore[call-overload,no-any-return]
+            return create_model(
                 f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
             )
         except Exception as exc:
@@ -229,17 +234,37 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+Approval = bool | Callable[[dict[str, Any]], bool]
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: Approval = False,
+    requires: dict[str, Any] | None = None,
+    retry_safe: bool = False,
+    inline: bool = False,
+    isolate: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
     name: str | None = None,
     description: str | None = None,
-    requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
+    requires_approval: Approval = False,
     requires: dict[str, Any] | None = None,
     retry_safe: bool = False,
     inline: bool = False,
     isolate: bool = False,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make ``fn`` a ``Tool``; usable bare (``@tool``) or with options (``@tool(...)``)."""
 
     def wrap(f: Callable[..., Any]) -> Tool:

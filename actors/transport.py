@@ -154,16 +154,16 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
         if connect:
             add_endpoint(*connect[0][:2])
 
-    IPBase.IPActorAddress.bindArgs = property(bind_args)  # type: ignore[assignment]
-    TCPTransport.serializer = _Serializer(codec)  # type: ignore[attr-defined]
-    TCPTransport.TCPTransport.serializer = seal  # type: ignore[method-assign]
-    TCPTransport.TCPTransport.__init__ = init  # type: ignore[method-assign]
-    TCPTransport.TCPTransport._acceptNewIncoming = _accept_with_limits(config)  # type: ignore[method-assign]
-    TCPTransport.TCPTransport._handlePossibleIncoming = _expire_slow(  # type: ignore[method-assign]
+    IPBase.IPActorAddress.bindArgs = property(bind_args)
+    TCPTransport.serializer = _Serializer(codec)
+    TCPTransport.TCPTransport.serializer = seal
+    TCPTransport.TCPTransport.__init__ = init
+    TCPTransport.TCPTransport._acceptNewIncoming = _accept_with_limits(config)
+    TCPTransport.TCPTransport._handlePossibleIncoming = _expire_slow(
         TCPTransport.TCPTransport._handlePossibleIncoming
     )
-    TCPTransport.ReceiveBuffer = BoundedReceiveBuffer  # type: ignore[attr-defined]
-    TCPTransport.MAX_INCOMING_SOCKET_PERIOD = timedelta(seconds=config.frame_timeout)  # type: ignore[attr-defined]
+    TCPTransport.ReceiveBuffer = BoundedReceiveBuffer
+    TCPTransport.MAX_INCOMING_SOCKET_PERIOD = timedelta(seconds=config.frame_timeout)
     BoundedReceiveBuffer.max_frame = config.max_frame
     if bind_host not in ("", "0.0.0.0"):
         os.environ["THESPIAN_BASE_IPADDR"] = bind_host

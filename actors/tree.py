@@ -63,7 +63,7 @@ class ProcessTree:
             end_processes(left, timeout=0.5)
         if self.asys is not None:
             with contextlib.suppress(Exception):
-                self.asys._systemBase.transport.close()  # type: ignore[attr-defined]
+                self.asys._systemBase.transport.close()
         if self.sid is not None:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(self.sid, os.WNOHANG)  # the admin's first fork is the owner's child

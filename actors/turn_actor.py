@@ -203,7 +203,7 @@ class TurnActor(LocalActor):
     ) -> None:
         """The write-ahead failed: deliver what was numbered, answer, then end this turn."""
         log().error("turn %s: the store failed; the turn ends with an error: %s", self.turn_id, detail)
-        kept = [d for d in decisions if isinstance(d, (Emit, Reply))]
+        kept: list[Decision] = [d for d in decisions if isinstance(d, (Emit, Reply))]
         self._carry_out(kept, encoded, sender)
         ending = self.rules.handle(StoreFailed(detail))
         ending_encoded = [(d.event, self.host.encode_event(d.event)) for d in ending if isinstance(d, Emit)]

@@ -342,9 +342,15 @@ class TurnHost(ActorTypeDispatcher):
             log().error("turn %s: event %d (%s) cannot be encoded: %s", event.turn_id, event.seq, event.kind, exc)
         if isinstance(event, Finish):
             return encode(event.model_copy(update={"messages": [], "pending_approvals": list(event.pending_approvals)}))
-        same = {"turn_id": event.turn_id, "seq": event.seq, "parent_turn_id": event.parent_turn_id}
-        message = f"a {event.kind} event could not be encoded and was dropped"
-        return encode(Error(**same, root_turn_id=event.root_turn_id, error_type="event_lost", message=message))
+        lost = Error(
+            turn_id=event.turn_id,
+            seq=event.seq,
+            parent_turn_id=event.parent_turn_id,
+            root_turn_id=event.root_turn_id,
+            error_type="event_lost",
+            message=f"a {event.kind} event could not be encoded and was dropped",
+        )
+        return encode(lost)
 
     def deliver(self, to: Any, payload: bytes, kind: str) -> None:
         key = str(to)

@@ -17,3 +17,5 @@ class Message(BaseModel):
     """Immutable plain data with a stable ``kind``; subclasses set ``kind`` as a Literal."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str

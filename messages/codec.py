@@ -65,10 +65,11 @@ def message_classes() -> dict[str, type[Message]]:
 def encode(message: Message) -> bytes:
     """The msgpack bytes of ``message``; ``CodecError`` if it holds something that is not
     plain data (an object, a string that is not valid Unicode, nesting past msgpack's limit)."""
-    if _BY_KIND.get(getattr(message, "kind", None)) is not type(message):
+    if _BY_KIND.get(getattr(message, "kind", "")) is not type(message):
         raise CodecError(f"{type(message).__name__} is not a greenroom message class")
     try:
-        return msgpack.packb(message.model_dump(mode="json"), use_bin_type=True)  # type: ignore[no-any-return]
+        data: bytes = msgpack.packb(message.model_dump(mode="json"), use_bin_type=True)
+        return data
     except Exception as exc:  # pydantic and msgpack raise several unrelated types
         raise CodecError(f"cannot encode a {message.kind!r} message: {type(exc).__name__}: {exc}") from None
 
@@ -101,7 +102,8 @@ def decode(data: bytes) -> Message:
 
 def encode_snapshot(state: TurnState) -> bytes:
     """The msgpack bytes of a turn snapshot, tagged with its schema version."""
-    return msgpack.packb({"v": state.schema_version, "state": state.model_dump(mode="json")}, use_bin_type=True)
+    data: bytes = msgpack.packb({"v": state.schema_version, "state": state.model_dump(mode="json")}, use_bin_type=True)
+    return data
 
 
 def decode_snapshot(data: bytes) -> TurnState:

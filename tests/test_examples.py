@@ -112,3 +112,13 @@ def test_supervisor_example() -> None:
         "decision: send_email: approved",
     ]
     assert lines[-1].startswith("stopped over budget: 1 turn(s); events received as messages: ")
+
+
+def test_asyncio_example() -> None:
+    out = run_example("05_asyncio.py")
+    assert out.splitlines() == [
+        "approving book_table({'city': 'Oslo', 'people': 2})",
+        'lookup: Done: {"ok": true, "data": {"city": "Paris", "population_m": 2.1}}',
+        'booking: Done: {"ok": true, "data": "booked for 2 in Oslo"}',
+        "chatter: stopped",
+    ]

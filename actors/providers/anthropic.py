@@ -154,7 +154,7 @@ class AnthropicStream:
             self._count(usage)
         elif kind == "content_block_start":
             block = obj.get("content_block") or {}
-            entry = {
+            entry: dict[str, Any] = {
                 "type": block.get("type"),
                 "text": [],
                 "id": block.get("id"),
