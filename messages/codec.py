@@ -46,8 +46,8 @@ def _collect() -> dict[str, type[Message]]:
             cls = getattr(module, name)
             if isinstance(cls, type) and issubclass(cls, Message) and "kind" in cls.model_fields:
                 kind = cls.model_fields["kind"].default
-                if kind is None:
-                    continue
+                if not isinstance(kind, str):
+                    continue  # a base class (Message, TurnEvent) has no kind of its own
                 if kind in found and found[kind] is not cls:
                     raise RuntimeError(f"two message classes share kind {kind!r}")
                 found[kind] = cls
