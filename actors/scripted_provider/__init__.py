@@ -1,0 +1,38 @@
+"""A real HTTP server that plays a model: scripted replies over the providers' wire formats.
+
+``ScriptedProvider`` listens on ``127.0.0.1`` and answers ``POST /v1/chat/completions``
+(OpenAI-compatible SSE) and ``POST /v1/messages`` (Anthropic Messages SSE) from a script:
+a list of ``Reply`` objects taken in order, or a ``responder(request) -> Reply`` function.
+A reply is written as a real chunked HTTP stream and can misbehave on purpose: delays
+between chunks, a stall (the server then waits for the client to hang up), a cut without
+the end of the body, a malformed data line, an HTTP error with ``Retry-After``. A reply can
+also come as one non-streaming JSON response, as from a server that ignores ``stream: true``
+(``non_streaming=True``), or as any bytes with any status and content type (``raw_response``).
+
+Every request is recorded (``requests``) with an event set when the client disconnected
+before the reply was complete, so tests can see that a stop really closed the connection.
+A request whose history breaks the tool-call pairing rule is refused with HTTP 400, as
+OpenAI does.
+
+Builders: ``say(text)``, ``call(name, args)`` with ``use_tools(...)``, ``fail(status)``,
+``raw_response(status, content_type, body)``.
+"""
+
+from .script import Chunk, Raw, Reply, Text, ToolArgs, ToolStart, call, fail, raw_response, say, use_tools
+from .server import Request, ScriptedProvider
+
+__all__ = [
+    "Chunk",
+    "Raw",
+    "Reply",
+    "Request",
+    "ScriptedProvider",
+    "Text",
+    "ToolArgs",
+    "ToolStart",
+    "call",
+    "fail",
+    "raw_response",
+    "say",
+    "use_tools",
+]
