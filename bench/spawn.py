@@ -74,7 +74,10 @@ class Prober(ActorTypeDispatcher):
 
     def _run(self) -> None:
         call = ToolCall(id="c", name="entered", arguments="{}")
-        self.send(self.worker, RunTool(turn_id="t", root_turn_id="t", call=call, spec=self.spec, arguments={}, idempotency_key="t:c"))
+        self.send(
+            self.worker,
+            RunTool(turn_id="t", root_turn_id="t", call=call, spec=self.spec, arguments={}, idempotency_key="t:c"),
+        )
 
     def receiveMsg_WorkersLeased(self, msg: WorkersLeased, sender: Any) -> None:
         first = self.worker is None

@@ -8,7 +8,9 @@
    first Runtime of a process decides its transport.
 3. Under load: the same turn while 4,000 connections that never send a frame are open to
    the runtime's admin port, from 64 loopback addresses (127.0.0.2-127.0.0.65), beside the
-   same turn without them, in the same process. Target: at most 2x.
+   same turn without them, in the same process. Target: at most 2x. The frame timeout is
+   raised to 10 minutes for this run, so that no idle connection is closed while it lasts
+   (by default each would be closed after 10 s): the worst case.
 
     python bench/transport.py [--turns 200] [--idle 4000]
 """
