@@ -8,7 +8,17 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["spawn.py", "turn_overhead.py", "stop_latency.py", "streaming.py", "scale.py"]
+BENCHES = [
+    "spawn.py",
+    "turn_overhead.py",
+    "stop_latency.py",
+    "streaming.py",
+    "scale.py",
+    "approval_window.py",
+    "transport.py",
+    "async_stall.py",
+    "close_cycles.py",
+]
 
 if __name__ == "__main__":
     failed = []
