@@ -8,7 +8,7 @@ rejects a request that breaks the rule with HTTP 400, as OpenAI does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from messages import ChatMessage
 
@@ -45,16 +45,29 @@ def history_problems(messages: Sequence[ChatMessage]) -> list[str]:
     return problems
 
 
-def close_open_calls(messages: Sequence[ChatMessage], content: str) -> list[ChatMessage]:
-    """``messages`` with a tool message ``content`` for every call of the last assistant
-    message that has none yet (a turn ended from outside while its calls were open)."""
+def close_open_calls(
+    messages: Sequence[ChatMessage], content: str, results: Mapping[str, Sequence[str]] | None = None
+) -> list[ChatMessage]:
+    """``messages`` with a tool message for every call of the last assistant message that
+    has none yet (a turn ended from outside while its calls were open).
+
+    ``results`` holds, per call id, the contents of the turn's ``ToolFinished`` events in
+    order: a call that had finished keeps its result; only the others get ``content``.
+    Earlier rounds may have used the same id: their tool messages, already in ``messages``,
+    say how many of that id's results are theirs."""
     out = list(messages)
     for i in range(len(out) - 1, -1, -1):
         m = out[i]
         if m.role == "assistant":
             if m.tool_calls:
                 answered = {x.tool_call_id for x in out[i + 1 :] if x.role == "tool"}
-                out.extend(ChatMessage.tool(content, c.id, name=c.name) for c in m.tool_calls if c.id not in answered)
+                for c in m.tool_calls:
+                    if c.id in answered:
+                        continue
+                    earlier = sum(1 for x in out[:i] if x.role == "tool" and x.tool_call_id == c.id)
+                    known = (results or {}).get(c.id, ())
+                    text = known[earlier] if len(known) > earlier else content
+                    out.append(ChatMessage.tool(text, c.id, name=c.name))
             break
         if m.role != "tool":
             break

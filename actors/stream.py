@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from messages import ChatMessage, ControlReply, Error, Finish, ToolApprovalRequest, TurnEvent, Usage
+from messages import ChatMessage, ControlReply, Error, Finish, ToolApprovalRequest, ToolFinished, TurnEvent, Usage
 from messages.events import FinishReason
 
 from .errors import ControlRejected, RuntimeClosedError, TurnTimeout
@@ -132,7 +132,13 @@ class TurnStream:
             seq = max([self._base + len(self.events) - 1, *self._early]) + 1
             last = next((e for e in reversed(self.events) if isinstance(e, Finish)), None)
             history = list(last.messages) if last is not None else []
-            messages = close_open_calls(history, error_result(f"Interrupted: {message} ({detail or error_type})"))
+            results: dict[str, list[str]] = {}
+            if self._base == 0:  # every ToolFinished of the turn is here
+                for e in self.events:
+                    if isinstance(e, ToolFinished):
+                        results.setdefault(e.call_id, []).append(e.content)
+            interrupted = error_result(f"Interrupted: {message} ({detail or error_type})")
+            messages = close_open_calls(history, interrupted, results)
             self.deliver(Error(turn_id=self.turn_id, seq=seq, error_type=error_type, message=message, detail=detail))
             self.deliver(Finish(turn_id=self.turn_id, seq=seq + 1, finish_reason="error", messages=messages))
             self._gap_since = time.monotonic() - GAP_WAIT
