@@ -1,7 +1,8 @@
 """greenroom: an actor-model runtime for LLM agent turns, on Thespian.
 
 Everything a user needs is importable from here: the runtimes (``Runtime``,
-``AsyncRuntime``), tools (``tool``, ``ToolContext``, ``run_command``, ``run_subagent``), the
+``AsyncRuntime``), tools (``tool``, ``ToolContext``, ``run_command``, ``run_subagent``,
+``mcp_tools``), the
 messages a turn is made of (``ChatMessage``, ``ProviderConfig``, ``TurnOptions``, events
 such as ``TextDelta`` and ``Finish``, commands such as ``StopTurn``), what a supervisor
 actor uses (``Supervisor``, ``DirectoryActor``, ``DIRECTORY_NAME``, ``EventBatch``), and the
@@ -74,6 +75,7 @@ from .errors import (
 from .handle import AsyncTurnHandle, TurnHandle
 from .history import history_problems
 from .internal import EventBatch
+from .mcp import mcp_tools
 from .names import DIRECTORY_NAME
 from .runtime import Runtime
 from .stream import TurnResult
@@ -141,6 +143,7 @@ __all__ = [
     "TurnTimeout",
     "Usage",
     "history_problems",
+    "mcp_tools",
     "messages_from",
     "requires_approval",
     "run_command",

@@ -99,6 +99,7 @@ class DirectoryActor(ActorTypeDispatcher):
         self.membership = Membership(self.send)
         self.routed: OrderedDict[str, Any] = OrderedDict()  # turn id -> who started it through here
         self.configuring: Any = None
+        self.owner: Any = None
         self.waiting: set[int] = set()  # slots whose HostReady / Recovered is awaited
         self.recovered: list[str] = []
         self.errors: dict[str, str] = {}
@@ -123,6 +124,7 @@ class DirectoryActor(ActorTypeDispatcher):
             self.send(sender, Configured([], [], {}))
             return
         self.membership.register(local, local=True)
+        self.owner = sender  # the Runtime: its hosts send it their spans
         self.notifyOnSystemRegistrationChanges(True)
         if msg.store_path is not None:
             self.store = SQLiteStore(msg.store_path)
@@ -135,7 +137,8 @@ class DirectoryActor(ActorTypeDispatcher):
         assert self.config is not None
         host = self.createActor(TurnHost)
         c = self.config
-        self.send(host, HostConfig(slot, count, c.store_path, self.pool, self.myAddress, c.inline_async_tools))
+        config = HostConfig(slot, count, c.store_path, self.pool, self.myAddress, c.inline_async_tools, self.owner)
+        self.send(host, config)
         return host
 
     def receiveMsg_HostReady(self, msg: HostReady, sender: Any) -> None:

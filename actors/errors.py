@@ -11,7 +11,8 @@ never as exception objects; these are raised in the caller's own process.
     ├── ChildTurnFailed             run_subagent's child turn ended without an answer
     ├── StoreError                  the turn store failed
     │   └── SnapshotError           one turn's record is corrupted or of an unknown version
-    └── TransportAuthError          a frame or a peer failed authentication
+    ├── TransportAuthError          a frame or a peer failed authentication
+    └── ToolError                   raised in a tool: its call fails with exactly this message
     messages.codec.CodecError       (ValueError) bytes that are not a greenroom message
 
     ToolCancelled (BaseException)   raised inside a tool by throw_if_requested(); like
@@ -35,6 +36,7 @@ __all__ = [
     "ToolCancelled",
     "ToolContextError",
     "ToolDefinitionError",
+    "ToolError",
     "TransportAuthError",
     "TurnTimeout",
 ]
@@ -87,6 +89,12 @@ class SnapshotError(StoreError):
 
 class TransportAuthError(GreenroomError):
     """A frame or a peer did not authenticate with the deployment's key."""
+
+
+class ToolError(GreenroomError):
+    """Raised in a tool to fail its call with exactly this message: the tool message is
+    ``{"ok": false, "error": message, "data": null}``, without the exception's type name
+    (MCP tools use it for an ``isError`` result and a server that went away)."""
 
 
 class ToolCancelled(BaseException):

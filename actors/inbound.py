@@ -3,8 +3,9 @@
 The pump thread hands every message to ``Inbound.on_message``: events go to their turn's
 ``TurnStream`` (in any order; the stream orders them), a ``ControlReply`` to the future of
 the command that asked for it (a refusal nobody awaits goes to the turn's stream), node
-changes to ``membership``. Callers in any thread open streams and futures here and wait
-on them; ``close()`` makes every waiter raise ``RuntimeClosedError``.
+changes to ``membership``, a host's finished spans to ``on_spans``. Callers in any thread
+open streams and futures here and wait on them; ``close()`` makes every waiter raise
+``RuntimeClosedError``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from messages import ControlReply, MembershipChanged, NodeList, TurnEvent
 
 from .errors import ControlRejected, RuntimeClosedError
 from .stream import TurnStream
-from .internal import EventBatch, HostReplaced, ShutdownDone
+from .internal import EventBatch, HostReplaced, ShutdownDone, SpanBatch
 
 __all__ = ["Inbound"]
 
@@ -27,9 +28,15 @@ __all__ = ["Inbound"]
 class Inbound:
     """Streams and futures keyed by turn id and request id; thread-safe."""
 
-    def __init__(self, closed: Callable[[], bool], on_host_replaced: Callable[[HostReplaced], None]) -> None:
+    def __init__(
+        self,
+        closed: Callable[[], bool],
+        on_host_replaced: Callable[[HostReplaced], None],
+        on_spans: Callable[[list[Any]], None] = lambda spans: None,
+    ) -> None:
         self._closed = closed
         self._on_host_replaced = on_host_replaced
+        self._on_spans = on_spans
         self._lock = threading.RLock()
         self.streams: dict[str, TurnStream] = {}
         self._futures: dict[str, concurrent.futures.Future[Any]] = {}
@@ -101,6 +108,8 @@ class Inbound:
             self._on_host_replaced(msg)
         elif isinstance(msg, ShutdownDone):
             self._resolve(f"ShutdownDone:{msg.slot}", msg)
+        elif isinstance(msg, SpanBatch):
+            self._on_spans(msg.spans)
         else:
             self._resolve(type(msg).__name__, msg)
 

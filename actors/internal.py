@@ -10,7 +10,7 @@ Who sends what:
     Runtime  -> Directory   Hello, Configure, Shutdown
     Runtime  -> TurnHost    Shutdown (and the turns' commands)
     Directory -> Runtime    Welcome, Configured, HostReplaced
-    TurnHost  -> Runtime    ShutdownDone
+    TurnHost  -> Runtime    ShutdownDone, SpanBatch
     Directory -> TurnHost   HostConfig, Recover, Relay, Shutdown, PoolsChanged, PoolFound
     TurnHost  -> Directory  HostReady, Recovered, FindPool
     TurnHost  -> ToolPool   LeaseWorkers, ReturnWorkers
@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from messages import ToolResult, TurnEvent, decode
+
+from .telemetry import SpanRecord
 
 __all__ = [
     "Configure",
@@ -47,6 +49,7 @@ __all__ = [
     "ReturnWorkers",
     "Shutdown",
     "ShutdownDone",
+    "SpanBatch",
     "Welcome",
     "WorkerExited",
     "WorkerInit",
@@ -109,6 +112,7 @@ class HostConfig(_Internal):
     pool: Any
     directory: Any
     inline_async_tools: bool = False
+    owner: Any = None  # the Runtime's endpoint, which exports the host's spans
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,13 @@ class ShutdownDone(_Internal):
     """A host has stopped its turns and its subscribers have acknowledged their events."""
 
     slot: int = -1
+
+
+@dataclass(frozen=True)
+class SpanBatch(_Internal):
+    """Spans finished in a host's process, for the Runtime's TracerProvider (``telemetry``)."""
+
+    spans: list[SpanRecord]
 
 
 @dataclass(frozen=True)

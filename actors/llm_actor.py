@@ -27,6 +27,7 @@ from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRetryin
 
 from .kernel import Kernel, LocalActor
 from .providers.streaming import ProviderClient, StreamOutput, StreamWorker
+from .telemetry import Span, chat_span, end_chat
 
 __all__ = ["LLMActor"]
 
@@ -37,6 +38,7 @@ class _Stream:
     requester: LocalActor
     seq: int = 0
     text: list[str] = field(default_factory=list)
+    span: Span | None = None  # its chat span, when the request is traced
 
 
 class LLMActor(LocalActor):
@@ -57,6 +59,7 @@ class LLMActor(LocalActor):
             stream = self._streams.pop(message.stream_id, None)
             if stream is not None:
                 stream.worker.abort()  # its client is spent; it is not reused
+                end_chat(stream.span, None)
 
     def _start(self, request: StreamChat, requester: LocalActor) -> None:
         if request.stream_id in self._streams:
@@ -64,7 +67,7 @@ class LLMActor(LocalActor):
         client = self._idle.pop() if self._idle else ProviderClient()
         stream_id = request.stream_id
         worker = StreamWorker(request, lambda out: self._put(("llm", stream_id, out)), client)
-        self._streams[stream_id] = _Stream(worker, requester)
+        self._streams[stream_id] = _Stream(worker, requester, span=chat_span(request))
         worker.start()
 
     def on_outputs(self, items: list[tuple[str, StreamOutput]]) -> None:
@@ -81,6 +84,7 @@ class LLMActor(LocalActor):
                     touched.append(stream_id)
                 continue
             self._flush(stream)
+            end_chat(stream.span, out)
             if kind == "retry":
                 self._send(stream, LLMRetrying, attempt=out[1], delay=out[2], reason=out[3])
                 continue
@@ -110,6 +114,7 @@ class LLMActor(LocalActor):
         """Abort every stream and close the idle clients."""
         for stream in self._streams.values():
             stream.worker.abort()
+            end_chat(stream.span, None)
         self._streams.clear()
         for client in self._idle:
             client.close()

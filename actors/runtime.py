@@ -61,6 +61,7 @@ from .processes import free_port
 from .providers.streaming import ssl_context
 from .store import SQLiteStore, TurnSummary
 from .store_files import lock_store, remove_runtime_file, write_runtime_file
+from .telemetry_export import SpanSink
 from .thespian_compat import tune_convention
 from .transport import TransportConfig
 from .tools import Tool
@@ -87,7 +88,8 @@ class Runtime:
     forked ahead of need, each recycled after ``recycle_after`` calls;
     ``inline_async_tools`` runs every ``async def`` tool in its turn's host. ``transport``
     sets encryption and the limits of the wire (``transport.TransportConfig``); the first
-    Runtime of a process decides them for the process.
+    Runtime of a process decides them for the process. Turns are traced with OpenTelemetry
+    when ``tracer_provider`` (default: the global one) is configured (``telemetry_export``).
 
     Starting a Runtime changes Thespian in this process and every process it forks: frames
     are signed and sockets bound to ``host`` (``transport``), a lost node is noticed in
@@ -113,6 +115,7 @@ class Runtime:
         transport: TransportConfig | None = None,
         start_timeout: float = 30.0,
         close_timeout: float = 5.0,
+        tracer_provider: Any = None,
     ) -> None:
         self.provider = provider
         self.store_path = os.path.abspath(os.fspath(store)) if store is not None else None
@@ -134,7 +137,8 @@ class Runtime:
         self._endpoint: Endpoint | None = None
         self._directory: Any = None
         self._host_addresses: list[Any] = []
-        self._inbound = Inbound(lambda: self._closed, self._host_replaced)
+        self._spans = SpanSink(tracer_provider)
+        self._inbound = Inbound(lambda: self._closed, self._host_replaced, self._spans.put)
         self._closed = False
         self._started = False
         self._lock = threading.RLock()
@@ -237,6 +241,7 @@ class Runtime:
         self._inbound.close()  # readers and callers still waiting raise RuntimeClosedError
         if self._endpoint is not None:
             self._endpoint.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        self._spans.close(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
         self._tree.end(deadline)
         if self._store is not None:
             self._store.close()
@@ -352,6 +357,7 @@ class Runtime:
             tools=checked_tools(tools, self._main_names),
             provider=checked_provider(provider or self.provider),
             options=options or TurnOptions(),
+            trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
         )
         stream = self._inbound.open_stream(start.turn_id, 0, fresh=True)
         lost = lambda: stream.end("host_lost", "Agent run lost", "its host cannot be reached")  # noqa: E731

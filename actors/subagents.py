@@ -17,6 +17,7 @@ from typing import Any
 from messages import ChatMessage, Finish, ProviderConfig, StartTurn, TurnOptions, new_turn_id
 
 from .errors import ChildTurnFailed, ConfigurationError, ToolCancelled
+from .telemetry import current_context
 from .tool_context import ToolContext
 
 __all__ = ["ChildTurnFailed", "run_subagent"]
@@ -70,6 +71,7 @@ def run_subagent(
             options=options or TurnOptions(),
             parent_turn_id=ctx.turn_id,
             root_turn_id=ctx.root_turn_id,
+            trace_context=current_context(ctx.trace_context),  # a child of the calling tool's span
         )
     )
     starter(child)

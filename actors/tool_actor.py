@@ -26,7 +26,8 @@ from typing import Any
 from messages import RunTool
 
 from .decisions import interrupted_content
-from .errors import ToolCancelled, ToolDefinitionError
+from .errors import ToolCancelled, ToolDefinitionError, ToolError
+from .telemetry import attach
 from .text import safe_text
 from .tool_context import ToolContext
 from .tools import Tool, error_result, load_tool, ok_result
@@ -69,6 +70,8 @@ def _outcome_of(exc: BaseException, ctx: ToolContext) -> tuple[str, str]:
         return "interrupted", interrupted_content(what, exc.reason)
     if isinstance(exc, asyncio.CancelledError):
         return "interrupted", interrupted_content("the call was stopped", ctx.cancellation.reason or "cancelled")
+    if isinstance(exc, ToolError):
+        return "failed", error_result(safe_text(str(exc)))
     # SystemExit and friends from a tool must not end its process either
     return "failed", error_result(safe_text(f"{type(exc).__name__}: {exc}"))
 
@@ -116,6 +119,7 @@ class ToolActor:
             progress=lambda data: self._report("progress", data),
             provider=run.provider,
             child_starter=lambda child: self._report("child", child),
+            trace_context=run.trace_context,
         )
         if self._host_loop is not None and tool.is_async:
             self._host_loop.call_soon_threadsafe(self._start_task, tool, kwargs)
@@ -124,7 +128,8 @@ class ToolActor:
 
     def _work(self, tool: Tool, kwargs: dict[str, Any]) -> None:
         assert self.ctx is not None
-        self._done(run_tool_inline(tool, kwargs, self.ctx, on_loop=self._remember_task))
+        with attach(self.run.trace_context):  # the call's span is the tool's current span
+            self._done(run_tool_inline(tool, kwargs, self.ctx, on_loop=self._remember_task))
 
     def _start_task(self, tool: Tool, kwargs: dict[str, Any]) -> None:
         """On the host's loop: run an inline ``async def`` tool as a task."""
@@ -134,7 +139,8 @@ class ToolActor:
         async def call() -> Any:
             token = ctx._activate()  # a task has its own context: this stays with the call
             try:
-                return await tool.fn(**kwargs)
+                with attach(ctx.trace_context):
+                    return await tool.fn(**kwargs)
             finally:
                 ToolContext._deactivate(token)
 

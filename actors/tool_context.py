@@ -167,6 +167,7 @@ class ToolContext:
         progress: Callable[[Any], None] | None = None,
         provider: Any = None,
         child_starter: Callable[[Any], None] | None = None,
+        trace_context: dict[str, str] | None = None,
     ) -> None:
         self.turn_id = turn_id
         self.root_turn_id = root_turn_id
@@ -177,6 +178,7 @@ class ToolContext:
         self.stop_grace = stop_grace
         self.cancellation = cancellation or Cancellation()
         self.provider = provider
+        self.trace_context = trace_context  # W3C carrier of the call's execute_tool span, if traced
         self._progress = progress
         self._child_starter = child_starter
 

@@ -188,13 +188,7 @@ class Tool:
             raise ToolDefinitionError(
                 f"tool {self.name!r}: {ref!r} does not lead back to it; define tools at module level"
             )
-        approval, approval_ref = "never", None
-        if callable(self.approval):
-            approval, approval_ref = "predicate", ref_of(self.approval)
-            if import_ref(approval_ref) is not self.approval:
-                raise ToolDefinitionError(f"tool {self.name!r}: approval predicate {approval_ref!r} is not importable")
-        elif self.approval:
-            approval = "always"
+        approval, approval_ref = self._approval_spec()
         return ToolSpec(
             name=self.name,
             description=self.description,
@@ -208,6 +202,15 @@ class Tool:
             inline=self.inline,
             isolate=self.isolate,
         )
+
+    def _approval_spec(self) -> tuple[str, str | None]:
+        """``(ToolSpec.approval, ToolSpec.approval_ref)`` of this tool."""
+        if callable(self.approval):
+            approval_ref = ref_of(self.approval)
+            if import_ref(approval_ref) is not self.approval:
+                raise ToolDefinitionError(f"tool {self.name!r}: approval predicate {approval_ref!r} is not importable")
+            return "predicate", approval_ref
+        return ("always" if self.approval else "never"), None
 
     # -- running -------------------------------------------------------------------------
 
@@ -285,7 +288,7 @@ def tool(
 def requires_approval(t: Tool | Callable[..., Any], when: Callable[[dict[str, Any]], bool] | None = None) -> Tool:
     """A copy of ``t`` that needs approval, always or when ``when(arguments)`` is true."""
     base = t if isinstance(t, Tool) else Tool(t)
-    gated = object.__new__(Tool)
+    gated = object.__new__(type(base))  # an MCP server's tool stays one
     gated.__dict__.update(base.__dict__)
     gated.approval = when if when is not None else True
     return gated
@@ -303,8 +306,14 @@ def tool_specs(tools: Iterable[Tool | Callable[..., Any] | ToolSpec]) -> list[To
 
 
 def load_tool(spec: ToolSpec) -> Tool:
-    """The ``Tool`` behind ``spec``, imported in this process."""
+    """The ``Tool`` behind ``spec``, imported in this process (or built by the factory at
+    ``spec.ref`` from ``spec.config``)."""
     obj = import_ref(spec.ref)
+    if spec.config is not None:
+        built = obj(spec)
+        if not isinstance(built, Tool):
+            raise ToolDefinitionError(f"{spec.ref!r} did not build a Tool from the spec of {spec.name!r}")
+        return built
     if isinstance(obj, Tool):
         return obj
     if callable(obj):

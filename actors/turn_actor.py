@@ -59,6 +59,7 @@ from .errors import StoreError
 from .kernel import LocalActor
 from .tools import needs_approval
 from .turn_rules import TurnRules
+from .turn_trace import TurnTrace
 
 if TYPE_CHECKING:
     from .turn_host import TurnHost
@@ -75,7 +76,7 @@ class TurnActor(LocalActor):
 
     name = "TurnActor"
 
-    def __init__(self, host: TurnHost, rules: TurnRules) -> None:
+    def __init__(self, host: TurnHost, rules: TurnRules, trace_parent: dict[str, str] | None = None) -> None:
         super().__init__(host.kernel)
         self.host = host
         self.rules = rules
@@ -83,14 +84,15 @@ class TurnActor(LocalActor):
         self.subscribers: list[Any] = []
         self.log: list[tuple[str, bytes]] = []  # (kind, encoded event), kept when there is no store
         self.ended = False
+        self.trace = TurnTrace.of(rules.state, trace_parent)  # its spans; None unless it is traced
 
     @classmethod
     def starting(cls, host: TurnHost, start: StartTurn) -> TurnActor:
-        return cls(host, TurnRules.from_start(start, needs_approval=needs_approval))
+        return cls(host, TurnRules.from_start(start, needs_approval=needs_approval), start.trace_context)
 
     @classmethod
     def recovering(cls, host: TurnHost, state: TurnState) -> TurnActor:
-        return cls(host, TurnRules(state, needs_approval=needs_approval))
+        return cls(host, TurnRules(state, needs_approval=needs_approval), state.trace_context)
 
     @property
     def state(self) -> TurnState:
@@ -172,6 +174,8 @@ class TurnActor(LocalActor):
         self._carry_out(decisions, encoded, sender)
 
     def _carry_out(self, decisions: list[Decision], encoded: list[tuple[TurnEvent, bytes]], sender: Any) -> None:
+        if self.trace is not None:
+            decisions = self.trace.observe(decisions, self.state)
         events = iter(encoded)
         host = self.host
         for d in decisions:

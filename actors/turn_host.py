@@ -60,6 +60,7 @@ from .internal import (
     Relay,
     Shutdown,
     ShutdownDone,
+    SpanBatch,
     WorkerExited,
     WorkerResult,
     WorkersLeased,
@@ -67,8 +68,11 @@ from .internal import (
 from .kernel import Kernel
 from .llm_actor import LLMActor
 from .logs import quiet_third_party
+from .mcp_session import close_all as close_mcp_sessions
+from .mcp_session import open_count as open_mcp_sessions
 from .outbox import Outbox
 from .store import SQLiteStore
+from .telemetry import RECORDER
 from .tool_runner import ToolRunner
 from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
 
@@ -105,6 +109,7 @@ class TurnHost(ActorTypeDispatcher):
         self.inline_async_tools = False
         self.timers_on: set[str] = set()
         self.shutting_down: Any = None
+        self.owner: Any = None  # the Runtime's endpoint: where finished spans go
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -120,6 +125,9 @@ class TurnHost(ActorTypeDispatcher):
         else:
             log().debug("TurnHost ignored %s", name)
         self.kernel.run()
+        spans = RECORDER.take() if RECORDER.finished else None
+        if spans and self.owner is not None:  # to the Runtime's process, which exports them
+            self.send(self.owner, SpanBatch(spans))
         for outbox in self.dirty:
             outbox.flush_if_ready()
         self.dirty.clear()
@@ -129,6 +137,7 @@ class TurnHost(ActorTypeDispatcher):
 
     def on_HostConfig(self, msg: HostConfig, sender: Any) -> None:
         self.slot, self.pool, self.directory = msg.slot, msg.pool, msg.directory
+        self.owner = msg.owner
         self.inline_async_tools = msg.inline_async_tools
         if msg.store_path is not None:
             self.store = SQLiteStore(msg.store_path)
@@ -386,15 +395,19 @@ class TurnHost(ActorTypeDispatcher):
         """Stop every live turn (without a store) or leave it to recovery (with one)."""
         self.shutting_down = sender
         self.tools.stop_all("the runtime is closing")
+        close_mcp_sessions(lambda: self.put(("mcp_closed",)))  # wakes _maybe_shut once they are
         self.llm.close()
         if not msg.keep_turns:
             for turn in list(self.turns.values()):
                 if not turn.ended:
                     turn.tell(StopTurn(turn_id=turn.turn_id, reason="the runtime is closing", cause="shutdown"), None)
+        for turn in self.turns.values() if msg.keep_turns else ():
+            if turn.trace is not None:
+                turn.trace.suspend()  # left to the store: a recovered turn gets a new span
         self.wakeupAfter(timedelta(seconds=1.0), payload=("shutdown",))
 
     def _maybe_shut(self) -> None:
-        if all(o.idle or o.dead for o in self.outboxes.values()):
+        if open_mcp_sessions() == 0 and all(o.idle or o.dead for o in self.outboxes.values()):
             self._shut()
 
     def _shut(self) -> None:
@@ -405,6 +418,7 @@ class TurnHost(ActorTypeDispatcher):
     def on_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         self.llm.close()
         self.tools.stop_all("the host is exiting")
+        close_mcp_sessions()
 
     def on_PoisonMessage(self, msg: Any, sender: Any) -> None:
         log().warning("TurnHost %d: a message could not be delivered: %s", self.slot, type(msg.poisonMessage).__name__)

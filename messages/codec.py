@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from . import chat, cluster, control, events, llm, tool
 from .base import Message
-from .state import SCHEMA_VERSION, TurnState
+from .state import READABLE_VERSIONS, TurnState
 
 __all__ = [
     "CodecError",
@@ -111,10 +111,9 @@ def decode_snapshot(data: bytes) -> TurnState:
     payload = _unpack(data, "snapshot")
     if not isinstance(payload, dict) or "v" not in payload or "state" not in payload:
         raise CodecError("malformed snapshot: expected a map with 'v' and 'state'")
-    if payload["v"] != SCHEMA_VERSION:
-        raise SnapshotVersionError(
-            f"snapshot schema version {payload['v']!r} is not supported (this code reads {SCHEMA_VERSION})"
-        )
+    if payload["v"] not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
+        raise SnapshotVersionError(f"snapshot schema version {payload['v']!r} is not supported (this code reads {readable})")
     try:
         return TurnState.model_validate(payload["state"])
     except ValidationError as exc:

@@ -85,7 +85,9 @@ class StartTurn(Message):
     """Start a turn. Its events go to the sender (and to later ``Subscribe`` senders).
 
     ``tools`` takes ``ToolSpec``s, or tools as functions and ``Tool`` objects, as
-    ``Runtime.run`` does."""
+    ``Runtime.run`` does. ``trace_context`` (a W3C ``traceparent``/``tracestate`` carrier,
+    ``{}`` for a new trace) asks for the turn's OpenTelemetry spans, children of its parent;
+    without it nothing is traced."""
 
     kind: Literal["start_turn"] = "start_turn"
     turn_id: str = Field(default_factory=new_turn_id)
@@ -95,6 +97,7 @@ class StartTurn(Message):
     options: TurnOptions = Field(default_factory=TurnOptions)
     parent_turn_id: str | None = None
     root_turn_id: str | None = None
+    trace_context: dict[str, str] | None = None
 
     @field_validator("tools", mode="before")
     @classmethod

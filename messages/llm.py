@@ -84,13 +84,15 @@ class ProviderConfig(Message):
 
 
 class StreamChat(Message):
-    """Ask the LLMActor to stream one completion. ``tools`` are provider-neutral specs."""
+    """Ask the LLMActor to stream one completion. ``tools`` are provider-neutral specs;
+    ``trace_context`` (W3C carrier of the turn's span) asks for a ``chat`` span."""
 
     kind: Literal["stream_chat"] = "stream_chat"
     stream_id: str
     provider: ProviderConfig
     messages: list[ChatMessage]
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    trace_context: dict[str, str] | None = None
 
 
 class LLMDeltas(Message):

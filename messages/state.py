@@ -2,8 +2,10 @@
 
 Unlike messages these models are mutable (the rules update them in place); they still hold
 only plain data, so a snapshot encodes with msgpack (``messages.codec.encode_snapshot``).
-``SCHEMA_VERSION`` changes whenever a field changes meaning; decoding a snapshot of an
-unknown version fails fast.
+``SCHEMA_VERSION`` changes whenever a field is added or changes meaning, so that older code
+refuses a newer snapshot by its version, never as malformed; ``READABLE_VERSIONS`` are those
+this code decodes (a version 1 snapshot lacks only fields that have defaults). Decoding a
+snapshot of any other version fails fast.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from .events import FinishReason
 from .llm import ProviderConfig
 from .tool import ToolOutcome, ToolSpec
 
-__all__ = ["CallState", "CallStatus", "Marker", "Phase", "SCHEMA_VERSION", "TurnState"]
+__all__ = ["READABLE_VERSIONS", "CallState", "CallStatus", "Marker", "Phase", "SCHEMA_VERSION", "TurnState"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: trace contexts, tool configuration
+READABLE_VERSIONS = (1, 2)
 
 Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "finished"]
 CallStatus = Literal["queued", "pending_approval", "decided", "running", "done"]
@@ -81,6 +84,7 @@ class TurnState(_State):
     finish_reason: FinishReason | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    trace_context: dict[str, str] | None = None  # the turn's first span; a recovered turn's span is its child
 
     def call(self, call_id: str) -> CallState | None:
         for c in self.batch or ():

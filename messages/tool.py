@@ -39,7 +39,10 @@ class ToolSpec(Message):
     capabilities a node must advertise to run it. ``retry_safe`` declares that running a
     call twice with the same idempotency key is harmless (used on recovery). ``inline``
     runs an ``async def`` tool (``is_async``) in its turn's host instead of a tool process;
-    ``isolate`` gives each call a fresh tool process of its own.
+    ``isolate`` gives each call a fresh tool process of its own. ``config`` is set for a
+    tool built from data (the tools of an MCP server): ``ref`` then names a factory, called
+    with the spec, that returns the tool; it is persisted with the turn, so it never holds
+    a secret.
     """
 
     kind: Literal["tool_spec"] = "tool_spec"
@@ -54,10 +57,14 @@ class ToolSpec(Message):
     is_async: bool = False
     inline: bool = False
     isolate: bool = False
+    config: dict[str, Any] | None = None
 
 
 class RunTool(Message):
-    """Run one call. Sent once to a freshly spawned ToolActor, which exits when it ends."""
+    """Run one call. Sent once to a freshly spawned ToolActor, which exits when it ends.
+
+    ``trace_context`` (W3C carrier of the call's ``execute_tool`` span) is the current
+    OpenTelemetry span while the tool runs, the parent of the spans it makes itself."""
 
     kind: Literal["run_tool"] = "run_tool"
     turn_id: str
@@ -70,6 +77,7 @@ class RunTool(Message):
     stop_grace: float = 2.0
     heartbeat: float | None = None
     provider: ProviderConfig | None = None
+    trace_context: dict[str, str] | None = None
 
 
 class ToolAlive(Message):

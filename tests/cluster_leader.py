@@ -1,6 +1,8 @@
 """A leader runtime driven by JSON lines on stdin, for the multi-host tests.
 
-    GREENROOM_KEY=... python -m tests.cluster_leader HOST PORT
+    GREENROOM_KEY=... python -m tests.cluster_leader HOST PORT [--trace]
+
+With ``--trace`` the runtime traces into an in-memory exporter, which ``{"op": "spans"}`` reads.
 
 Each line is a command ({"op": ...}); each answer is one JSON line on stdout.
 """
@@ -16,6 +18,7 @@ from actors import Runtime
 from actors.scripted_provider import Reply, ScriptedProvider, call, say, use_tools
 from messages import RetryPolicy, StopTurn, ToolProgress
 
+from . import otel_tools as O
 from . import tools_for_tests as T
 
 
@@ -25,14 +28,38 @@ def reply_of(spec: dict[str, Any]) -> Reply:
     return use_tools(*[call(name, args) for name, args in spec["tools"]])
 
 
+def traced() -> tuple[Any, dict[str, Any]]:
+    """An in-memory exporter, and the Runtime argument that traces into it."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter, {"tracer_provider": provider}
+
+
+def span_json(span: Any) -> dict[str, Any]:
+    return {
+        "name": span.name,
+        "trace_id": f"{span.context.trace_id:032x}",
+        "span_id": f"{span.context.span_id:016x}",
+        "parent_id": f"{span.parent.span_id:016x}" if span.parent is not None else None,
+        "attributes": dict(span.attributes or {}),
+    }
+
+
 def main() -> None:
     host, port = sys.argv[1], int(sys.argv[2])
+    exporter, tracing = traced() if "--trace" in sys.argv[3:] else (None, {})
     model = ScriptedProvider().start()
     rt = Runtime(
         model.provider(retry=RetryPolicy(max_attempts=1)),
         host=host,
         admin_port=port,
         key=os.environ["GREENROOM_KEY"].encode(),
+        **tracing,
     ).start()
     turns: dict[str, Any] = {}
     print(json.dumps({"ready": True, "sid": rt.admin_sid, "netns": os.readlink("/proc/self/ns/net")}), flush=True)
@@ -50,15 +77,16 @@ def main() -> None:
                 out = {"membership": [[m.node, m.joined] for m in rt.membership]}
             elif op == "run":
                 model.add(*[reply_of(r) for r in cmd["replies"]])
-                turns[cmd["turn_id"]] = rt.run(
-                    cmd["prompt"], tools=[getattr(T, t) for t in cmd["tools"]], turn_id=cmd["turn_id"]
-                )
+                tools = [getattr(T, t, None) or getattr(O, t) for t in cmd["tools"]]
+                turns[cmd["turn_id"]] = rt.run(cmd["prompt"], tools=tools, turn_id=cmd["turn_id"])
                 out = {"turn_id": cmd["turn_id"]}
             elif op == "wait_progress":
                 event = turns[cmd["turn_id"]].wait_for(
                     lambda e: isinstance(e, ToolProgress), timeout=cmd.get("timeout", 30)
                 )
                 out = {"data": event.data}
+            elif op == "spans":
+                out = {"spans": [span_json(s) for s in exporter.get_finished_spans()] if exporter else []}
             elif op == "stop":  # by turn id, through the directory, as any actor would
                 reply = rt.control(StopTurn(turn_id=cmd["turn_id"], reason=cmd.get("reason", "stop")))
                 out = {"ok": reply.ok}

@@ -81,7 +81,7 @@ class Cluster:
     def env(self, key: str | None = None) -> dict[str, str]:
         return dict(os.environ, PYTHONPATH=str(ROOT), GREENROOM_KEY=key or self.key)
 
-    def start_leader(self) -> dict[str, Any]:
+    def start_leader(self, *extra: str) -> dict[str, Any]:
         self.leader = subprocess.Popen(
             [
                 "ip",
@@ -93,6 +93,7 @@ class Cluster:
                 "tests.cluster_leader",
                 self.leader_ip,
                 str(PORT),
+                *extra,
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -180,8 +181,8 @@ def cluster() -> Iterator[Cluster]:
             ip("netns", "del", ns)
 
 
-def joined(c: Cluster) -> str:
-    c.start_leader()
+def joined(c: Cluster, *leader: str) -> str:
+    c.start_leader(*leader)
     member = c.start_member("--capability", "sandbox", "--capability", "gpu=false")
     assert member.stdout is not None
     announced = json.loads(member.stdout.readline())
@@ -297,3 +298,26 @@ def test_a_node_with_the_wrong_key_cannot_join(cluster: Cluster) -> None:
         "error": "Tool 'where_am_i' cannot run: no node advertises the capabilities it needs (sandbox=true)",
         "data": None,
     }
+
+
+def test_a_call_placed_on_a_member_is_a_span_of_its_turns_trace_and_runs_under_it(cluster: Cluster) -> None:
+    joined(cluster, "--trace")
+    cluster.ask(
+        op="run",
+        turn_id="t_traced",
+        prompt="where?",
+        tools=["seen_context_placed"],
+        replies=[{"tools": [["seen_context_placed", {}]]}, {"say": "done"}],
+    )
+    result = cluster.ask(op="result", turn_id="t_traced")
+    assert result["finish_reason"] == "stop"
+    seen = json.loads(result["messages"][2]["content"])["data"]
+    assert seen["netns"] == f"net:[{netns_inode(cluster.member_ns)}]"
+    names = ["invoke_agent", "chat scripted-model", "chat scripted-model", "execute_tool seen_context_placed"]
+    assert wait_until(lambda: sorted(s["name"] for s in cluster.ask(op="spans")["spans"]) == sorted(names))
+    spans = {s["name"]: s for s in cluster.ask(op="spans")["spans"]}
+    agent, tool = spans["invoke_agent"], spans["execute_tool seen_context_placed"]
+    assert {s["trace_id"] for s in spans.values()} == {agent["trace_id"]}
+    assert (tool["parent_id"], tool["attributes"]["greenroom.tool.outcome"]) == (agent["span_id"], "success")
+    assert seen["carrier"] == {"traceparent": f"00-{tool['trace_id']}-{tool['span_id']}-01"}
+    assert seen["current"] == [tool["trace_id"], tool["span_id"]]  # the tool's own spans are its children

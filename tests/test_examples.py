@@ -122,3 +122,37 @@ def test_asyncio_example() -> None:
         'booking: Done: {"ok": true, "data": "booked for 2 in Oslo"}',
         "chatter: stopped",
     ]
+
+
+def test_tracing_example() -> None:
+    out = run_example("07_tracing.py")
+    assert out.splitlines() == [
+        "awaiting_approval ['call_2']",
+        "stop -> Added, and sent.",
+        "handle request",
+        "  invoke_agent  [stop, 24 in / 14 out tokens]",
+        "    · greenroom.approval.requested  call_2 send_email",
+        "    · greenroom.approval.granted  call_2 send_email",
+        "    · greenroom.approval.resumed",
+        "    chat scripted-model  [tool_calls, 12 in / 7 out tokens]",
+        "    execute_tool add  [success]",
+        "    execute_tool send_email  [success]",
+        "    chat scripted-model  [stop, 12 in / 7 out tokens]",
+        "one trace: True",
+    ]
+
+
+def test_mcp_example() -> None:
+    out = run_example("06_mcp.py")
+    assert out.splitlines()[:3] == [
+        "tool lookup_city: Population of a city, in millions.",
+        "tool index_pages: Index pages, reporting progress after each.",
+        "tool export_all: Export everything (takes until it is cancelled).",
+    ]
+    assert '<- call_1 success: {"ok": true, "data": {"city": "Paris", "population_m": 2.1}}' in out
+    assert '.. call_2: {"progress": 3.0, "total": 3.0, "message": "page 3/3"}' in out
+    assert "== finish: stopped" in out
+    assert out.rstrip().splitlines()[-2:] == [
+        'tool -> {"ok": false, "error": "Interrupted: the turn was stopped (the user pressed stop)", "data": null}',
+        "the server's handler was cancelled: True",
+    ]

@@ -18,8 +18,8 @@ ACTORS = [
     "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted", "ToolCancelled", "ToolContext",
     "ToolContextError", "ToolDefinitionError", "ToolFinished", "ToolProgress", "TransportAuthError",
     "TransportConfig", "TurnEvent", "TurnHandle", "TurnOptions", "TurnResult", "TurnRetrying", "TurnStarted",
-    "TurnTimeout", "Usage", "history_problems", "messages_from", "requires_approval", "run_command", "run_subagent",
-    "tool",
+    "TurnTimeout", "Usage", "history_problems", "mcp_tools", "messages_from", "requires_approval", "run_command",
+    "run_subagent", "tool",
 ]  # fmt: skip
 
 MESSAGES = [
