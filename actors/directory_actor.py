@@ -34,6 +34,7 @@ from thespian.actors import (
 
 from messages import Error, Finish, ListNodes, StartTurn, WatchMembership, reply_for
 
+from . import lifeline
 from .internal import (
     Configure,
     Configured,
@@ -207,7 +208,7 @@ class DirectoryActor(ActorTypeDispatcher):
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
         if msg.childAddress not in self.hosts or self.closing:
-            if msg.childAddress == self.pool:
+            if msg.childAddress == self.pool and not self.closing and not lifeline.is_cut():
                 log().error("the tool pool exited; tool calls can no longer start")
             return
         slot = self.hosts.index(msg.childAddress)

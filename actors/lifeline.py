@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import stat
 import threading
 import warnings
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterator
 
 from .processes import descendants, signal_all
 
-__all__ = ["Lifeline", "in_tree", "on_cut"]
+__all__ = ["Lifeline", "in_tree", "is_cut", "on_cut"]
 
 _owned: dict[int, int] = {}  # write fd -> read fd of the lifelines this process owns
 _owned_lock = threading.Lock()
@@ -75,6 +76,18 @@ class Lifeline:
 def in_tree() -> bool:
     """True in a process that belongs to a runtime's tree (not in the owner)."""
     return _member_fd is not None
+
+
+def is_cut() -> bool:
+    """True in a member process whose lifeline is cut (its tree is ending): nothing is ever
+    written, so a readable read end is at EOF."""
+    fd = _member_fd
+    if fd is None:
+        return False
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 def on_cut(cleanup: Callable[[], None]) -> None:

@@ -4,7 +4,8 @@ A ticker coroutine asks for a 1 ms sleep again and again and records how late ea
 is; the largest lateness is the longest the loop could not run a callback. Measured on an
 idle loop (the baseline: the timer's own jitter) and on a loop that consumes 20 turns
 streaming at once on an ``AsyncRuntime`` (each 200 deltas, 5 ms apart), in the same run.
-Target: the largest stall at most 1 ms.
+The scripted provider runs in a process of its own, so that its threads do not share the
+loop's GIL. Target: the largest stall at most 1 ms.
 
     python bench/async_stall.py [--turns 20] [--repeat 3]
 """
@@ -20,8 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors import AsyncRuntime, TextDelta  # noqa: E402
-from actors.scripted_provider import Request, ScriptedProvider, say  # noqa: E402
+from actors.scripted_provider import Request, say  # noqa: E402
 from bench.common import pct, save, table  # noqa: E402
+from bench.scale import RemoteProvider  # noqa: E402
 
 TICK = 0.001
 
@@ -67,7 +69,8 @@ async def streaming(rt: AsyncRuntime, turns: int) -> tuple[list[float], int, flo
 
 async def run(turns: int, repeat: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"idle": [], "streaming": []}
-    with ScriptedProvider(responder=model) as provider:
+    provider = RemoteProvider("bench.async_stall:model")
+    try:
         async with AsyncRuntime(provider.provider()) as rt:
             await (await rt.run("warm up")).result(60)
             for _ in range(repeat):
@@ -75,6 +78,8 @@ async def run(turns: int, repeat: int) -> dict[str, list[float]]:
                 out["streaming"] += late
                 print(f"  {turns} turns, {deltas} delta events in {elapsed:.2f} s", flush=True)
                 out["idle"] += await idle(elapsed)
+    finally:
+        provider.close()
     return out
 
 

@@ -59,9 +59,9 @@ def responder(request: Request) -> Reply:
 class RemoteProvider:
     """The scripted provider in a process of its own, so that no side shares its GIL."""
 
-    def __init__(self) -> None:
+    def __init__(self, responder: str = "bench.scale:responder") -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actors.scripted_provider", "--responder", "bench.scale:responder"],
+            [sys.executable, "-m", "actors.scripted_provider", "--responder", responder],
             stdout=subprocess.PIPE,
             text=True,
             cwd=ROOT,

@@ -1207,6 +1207,7 @@ def check(outcome: Outcome) -> list[str]:
         for plan in s.calls:
             if (
                 plan.kind == "gated"
+                and plan.actual_id != stopped_call  # stop_tool while it waited: interrupted, checked above
                 and plan.actual_id in tool_msgs
                 and tool_msgs[plan.actual_id] != ["Rejected: Approval timed out"]
             ):
@@ -1255,7 +1256,19 @@ def _start_refused_mid_turn(o: Outcome) -> bool:
     return any("is already in use" in e for e in o.errors) and any(e.seq > 0 for e in o.events)
 
 
+def _hung_after_a_tool_process_was_killed(o: Outcome) -> bool:
+    return (o.fired or "").startswith("kill_tool pid")
+
+
 KNOWN_BUGS: tuple[KnownBug, ...] = (
+    KnownBug(
+        "kill-tool-unnoticed",
+        "a tool process SIGKILLed in the middle of a call that had started children of every kind (spawn_naive): "
+        "once in 1,000 soak scenarios (seed 479; 72 tool kills) the host did not fail the call for 10 s, until the "
+        "harness stopped the turn, which then ended valid; not reproduced in 60 reruns of such seeds",
+        _hung_after_a_tool_process_was_killed,
+        ("hang:",),
+    ),
     KnownBug(
         "start-delivered-twice",
         "Thespian resends a frame whose ACK did not come back (at-least-once): a StartTurn that arrives twice "
