@@ -93,7 +93,7 @@ class AsyncRuntime:
         if subscribed is not None:
             try:
                 reply = await asyncio.wait_for(asyncio.wrap_future(subscribed), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout} s") from None
             self.sync._subscribed(turn_id, stream, reply)
         return AsyncTurnHandle(self.sync, stream, since)
@@ -103,7 +103,7 @@ class AsyncRuntime:
         self.sync._needs_turn_id(command)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(self.sync._command(command)), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
 
     async def turns(self) -> list[TurnSummary]:

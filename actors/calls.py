@@ -40,7 +40,9 @@ class CallRules:
         except TooDeep as exc:
             return self._done(cs, "failed", error_result(f"Invalid arguments for tool '{name}': {exc}"))
         except (ValueError, RecursionError) as exc:
-            return self._done(cs, "failed", error_result(f"Invalid arguments for tool '{name}': not valid JSON ({exc})"))
+            return self._done(
+                cs, "failed", error_result(f"Invalid arguments for tool '{name}': not valid JSON ({exc})")
+            )
         if not isinstance(args, dict):
             got = type(args).__name__
             return self._done(

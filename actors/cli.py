@@ -347,8 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; bad input and an unreadable store end in one line on stderr and exit status 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("demo", "node"):  # they parse their own options
-        from .demo import main as demo_main
         from .node import main as node_main
+        from .testing.demo import main as demo_main
 
         return (demo_main if argv[0] == "demo" else node_main)(argv[1:])
     args = build_parser().parse_args(argv)

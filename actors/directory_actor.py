@@ -18,7 +18,6 @@ forwards every turn command there. It never runs a thread, so it may fork.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections import OrderedDict
 from datetime import timedelta
@@ -55,6 +54,7 @@ from .internal import (
     Shutdown,
     Welcome,
 )
+from .logs import logger
 from .membership import Membership
 from .names import DIRECTORY_NAME, LEADER_CAPABILITY, json_capabilities, node_name, slot_of
 from .store import SQLiteStore
@@ -67,8 +67,7 @@ _REMEMBER_ROUTED = 10_000
 _FORWARDED = ("StopTurn", "CancelTurn", "ToolApprovalResponse", "RespondToApprovals", "StopTool", "Subscribe")
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.directory")
+log = logger("greenroom.directory")
 
 
 class DirectoryLocator(ActorTypeDispatcher):
@@ -235,7 +234,9 @@ class DirectoryActor(ActorTypeDispatcher):
 
     def receiveMsg_ActorSystemConventionUpdate(self, msg: ActorSystemConventionUpdate, sender: Any) -> None:
         node = node_name(msg.remoteAdminAddress)
-        changed = self.membership.convention_update(node, json_capabilities(msg.remoteCapabilities or {}), bool(msg.remoteAdded))
+        changed = self.membership.convention_update(
+            node, json_capabilities(msg.remoteCapabilities or {}), bool(msg.remoteAdded)
+        )
         if changed:
             self._pools_changed()
 

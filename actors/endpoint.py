@@ -13,7 +13,6 @@ order the transport delivers them; ``on_idle()`` runs at least every ``tick`` se
 
 from __future__ import annotations
 
-import logging
 import os
 import queue
 import threading
@@ -24,11 +23,12 @@ from typing import Any
 from thespian.actors import ActorSystem, WatchMessage
 from thespian.system.transport import ReceiveEnvelope, TransmitIntent
 
+from .logs import logger
+
 __all__ = ["Endpoint"]
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.runtime")
+log = logger("greenroom.runtime")
 
 
 OnFailed = Callable[[], None]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import os
 import pickle
 import struct
@@ -39,6 +38,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from .logs import logger
 
 __all__ = [
     "FRESHNESS",
@@ -56,8 +57,7 @@ _FLAG_ENCRYPTED = 1
 _HEAD = struct.Struct("!4sB8s16sQQHB")  # magic, flags, key id, sender, counter, ms, port, host length
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.transport")
+log = logger("greenroom.transport")
 
 
 class FrameRejected(ValueError):
@@ -110,7 +110,7 @@ def _next_counter() -> int:
 
 
 class _Window:
-    __slots__ = ("top", "seen", "last")
+    __slots__ = ("last", "seen", "top")
 
     def __init__(self) -> None:
         self.top = 0
@@ -208,7 +208,9 @@ class FrameCodec:
                 raise FrameRejected("bad tag") from None
         else:
             body, mac = rest[:-32], rest[-32:]
-            if len(rest) < 32 or not hmac.compare_digest(mac, hmac.new(self._mac_key, head + body, hashlib.sha256).digest()):
+            if len(rest) < 32 or not hmac.compare_digest(
+                mac, hmac.new(self._mac_key, head + body, hashlib.sha256).digest()
+            ):
                 raise FrameRejected("bad signature")
         host = data[_HEAD.size : start].decode("ascii", "replace")
         if (host, port) not in _endpoints:
@@ -234,7 +236,7 @@ class BoundedReceiveBuffer:
         self._extra = b""
         self._opened: tuple[Any] | None = None  # Thespian may ask for the same frame twice
 
-    def addMore(self, data: bytes | str) -> None:  # noqa: N802 - Thespian's name
+    def addMore(self, data: bytes | str) -> None:
         if not data:
             return  # Thespian feeds an empty str after a frame that crossed its own transmit
         if isinstance(data, str):
@@ -260,15 +262,15 @@ class BoundedReceiveBuffer:
     def is_empty(self) -> bool:
         return not self._head
 
-    def remainingAmount(self) -> int:  # noqa: N802
+    def remainingAmount(self) -> int:
         if self._size is None:
             return max(1, 13 - len(self._head))
         return max(1, self._size - len(self._buf))
 
-    def isDone(self) -> bool:  # noqa: N802
+    def isDone(self) -> bool:
         return self._size is not None and len(self._buf) == self._size
 
-    def removeExtra(self) -> None:  # noqa: N802
+    def removeExtra(self) -> None:
         self._extra = b""
 
     def completed(self) -> tuple[Any, bytes] | None:

@@ -97,7 +97,9 @@ class _Handle:
         return RespondToApprovals(turn_id=turn_id or own, responses=[response])
 
     def _respond(self, responses: Sequence[ToolApprovalResponse], deny_rest: bool, reason: str | None) -> Any:
-        return RespondToApprovals(turn_id=self.turn_id, responses=list(responses), deny_rest=deny_rest, deny_reason=reason)
+        return RespondToApprovals(
+            turn_id=self.turn_id, responses=list(responses), deny_rest=deny_rest, deny_reason=reason
+        )
 
 
 class TurnHandle(_Handle):
@@ -190,7 +192,7 @@ class AsyncTurnHandle(_Handle):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 await asyncio.wait_for(ready, remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise TurnTimeout(f"turn {self.turn_id}: no event after {timeout} s") from None
 
     async def events(self, timeout: float | None = None) -> AsyncIterator[TurnEvent]:
@@ -227,7 +229,7 @@ class AsyncTurnHandle(_Handle):
     async def _command(self, command: Any, timeout: float) -> ControlReply:
         try:
             reply = await asyncio.wait_for(asyncio.wrap_future(self._send(command)), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
         return self._after(reply)
 

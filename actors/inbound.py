@@ -19,8 +19,8 @@ from typing import Any
 from messages import ControlReply, MembershipChanged, NodeList, TurnEvent
 
 from .errors import ControlRejected, RuntimeClosedError
-from .stream import TurnStream
 from .internal import EventBatch, HostReplaced, ShutdownDone, SpanBatch
+from .stream import TurnStream
 
 __all__ = ["Inbound"]
 

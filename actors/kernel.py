@@ -15,15 +15,15 @@ Guarantees:
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from typing import Any
+
+from .logs import logger
 
 __all__ = ["Kernel", "LocalActor"]
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.kernel")
+log = logger("greenroom.kernel")
 
 
 class LocalActor:

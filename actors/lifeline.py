@@ -96,7 +96,7 @@ def on_cut(cleanup: Callable[[], None]) -> None:
 
 
 def _end_this_process() -> None:
-    for cleanup in list(_cleanups):
+    for cleanup in _cleanups:
         with contextlib.suppress(BaseException):
             cleanup()
     with contextlib.suppress(BaseException):

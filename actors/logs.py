@@ -14,13 +14,22 @@ when used (``logging.getLogger(...)`` inside functions), never kept from before 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["log_defs", "quiet_third_party"]
+__all__ = ["log_defs", "logger", "quiet_third_party"]
 
 THIRD_PARTY = ("httpx", "httpcore", "hpack", "asyncio", "urllib3")
+
+
+def logger(name: str) -> Callable[[], logging.Logger]:
+    """``log = logger("greenroom.x")``, then ``log().info(...)``: the logger is looked up at
+    each use, since Thespian replaces the logging manager in every actor process and a
+    logger kept from before a fork logs nowhere."""
+    return functools.partial(logging.getLogger, name)
 
 
 def log_defs() -> dict[str, Any]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -32,12 +31,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ToolError
+from .logs import logger
 
 __all__ = ["Connection", "ServerParams", "close_all", "connection", "open_count"]
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.mcp")
+log = logger("greenroom.mcp")
 
 
 class ServerParams(BaseModel):

@@ -9,7 +9,6 @@ and its pool is dropped.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,12 +16,12 @@ from typing import Any
 from messages import ListNodes, MembershipChanged, NodeInfo, NodeList
 
 from .internal import PoolInfo
+from .logs import logger
 
 __all__ = ["Membership"]
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.directory")
+log = logger("greenroom.directory")
 
 
 def matches(capabilities: dict[str, Any], requires: dict[str, Any]) -> bool:

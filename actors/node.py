@@ -26,7 +26,7 @@ from . import transport
 from .errors import ConfigurationError
 from .thespian_compat import tune_convention
 
-__all__ = ["DEFAULT_ADMIN_PORT", "parse_capability", "start_node", "main"]
+__all__ = ["DEFAULT_ADMIN_PORT", "main", "parse_capability", "start_node"]
 
 DEFAULT_ADMIN_PORT = 1900
 

@@ -17,13 +17,13 @@ each event at once; a busy one gets fewer, larger batches, never more than one w
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
 from .internal import EventBatch
+from .logs import logger
 
-__all__ = ["Outbox", "URGENT_KINDS"]
+__all__ = ["URGENT_KINDS", "Outbox"]
 
 URGENT_KINDS = frozenset({"finish", "tool_approval_request", "error"})
 
@@ -31,14 +31,13 @@ Send = Callable[[Any, Any, Callable[[bool], None]], None]
 Ready = Callable[["Outbox"], None]
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.host")
+log = logger("greenroom.host")
 
 
 class Outbox:
     """The events waiting for one subscriber."""
 
-    __slots__ = ("address", "_send", "_ready", "pending", "in_flight", "urgent", "dead")
+    __slots__ = ("_ready", "_send", "address", "dead", "in_flight", "pending", "urgent")
 
     def __init__(self, address: Any, send: Send, ready: Ready) -> None:
         self.address = address

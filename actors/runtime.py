@@ -22,7 +22,6 @@ the actor system (``endpoint``), so no caller ever blocks on Thespian.
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import os
 import sys
 import threading
@@ -53,28 +52,28 @@ from .directory_actor import DirectoryActor
 from .endpoint import Endpoint
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from .handle import TurnHandle
-from .stream import TurnResult, TurnStream
 from .inbound import Inbound
 from .internal import Configure, Configured, Hello, HostReplaced, Shutdown, Welcome
+from .logs import logger
 from .names import DIRECTORY_NAME, LEADER_CAPABILITY, slot_of
 from .processes import free_port
 from .providers.streaming import ssl_context
 from .store import SQLiteStore, TurnSummary
 from .store_files import lock_store, remove_runtime_file, write_runtime_file
+from .stream import TurnResult, TurnStream
 from .telemetry_export import SpanSink
 from .thespian_compat import tune_convention
-from .transport import TransportConfig
 from .tools import Tool
-from .turn_input import History, checked_provider, checked_tools, history
+from .transport import TransportConfig
 from .tree import ProcessTree
+from .turn_input import History, checked_provider, checked_tools, history
 
 __all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
 
 ToolLike = Tool | Callable[..., Any] | ToolSpec
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.runtime")
+log = logger("greenroom.runtime")
 
 
 class Runtime:
@@ -360,7 +359,7 @@ class Runtime:
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
         )
         stream = self._inbound.open_stream(start.turn_id, 0, fresh=True)
-        lost = lambda: stream.end("host_lost", "Agent run lost", "its host cannot be reached")  # noqa: E731
+        lost = lambda: stream.end("host_lost", "Agent run lost", "its host cannot be reached")
         endpoint.send(self._host_of(start.turn_id), start, lost)
         return stream
 

@@ -17,7 +17,6 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from messages.events import FinishReason
 
 from .errors import ControlRejected, RuntimeClosedError, TurnTimeout
 from .history import close_open_calls
+from .logs import logger
 from .tools import error_result
 from .wire_format import WireApi, messages_as
 
@@ -37,8 +37,7 @@ __all__ = ["GAP_WAIT", "TurnResult", "TurnStream"]
 GAP_WAIT = 1.0  # seconds a missing event may take to arrive once a later Finish is here
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.runtime")
+log = logger("greenroom.runtime")
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,10 @@ class TurnStream:
                 if seq not in self._early:
                     log().error("turn %s: event %d never arrived; it is replaced by an error", self.turn_id, seq)
                     self._early[seq] = Error(
-                        turn_id=self.turn_id, seq=seq, error_type="event_lost", message=f"event {seq} was lost in transit"
+                        turn_id=self.turn_id,
+                        seq=seq,
+                        error_type="event_lost",
+                        message=f"event {seq} was lost in transit",
                     )
             ended = self._take_in_order()
             self._gap_since = None

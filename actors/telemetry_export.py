@@ -21,19 +21,18 @@ given), inside its functions: greenroom works without the ``otel`` extra.
 from __future__ import annotations
 
 import functools
-import logging
 import queue
 import sys
 import threading
 from typing import Any
 
+from .logs import logger
 from .telemetry import SpanRecord, TraceContext
 
 __all__ = ["SpanSink"]
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.telemetry")
+log = logger("greenroom.telemetry")
 
 
 class SpanSink:

@@ -62,7 +62,9 @@ def safe_message(message: ChatMessage) -> ChatMessage:
                 n += 1
                 new_id = f"{c.id}_{n}"
             used.add(new_id)
-            fixed.append(c.model_copy(update={"id": new_id, "name": safe_text(c.name), "arguments": safe_text(c.arguments)}))
+            fixed.append(
+                c.model_copy(update={"id": new_id, "name": safe_text(c.name), "arguments": safe_text(c.arguments)})
+            )
         calls = fixed
     if content == message.content and calls == message.tool_calls:
         return message

@@ -40,9 +40,7 @@ _checked = False
 def _internals() -> list[tuple[object, str]]:
     from thespian.system import actorManager, systemBase
     from thespian.system.admin import convention
-    from thespian.system.transport import IPBase, TCPTransport, TransmitIntent
-
-    from thespian.system.transport import streamBuffer
+    from thespian.system.transport import IPBase, TCPTransport, TransmitIntent, streamBuffer
 
     return [
         (TCPTransport, "serializer"),
@@ -81,7 +79,9 @@ def check() -> None:
             f"greenroom relies on Thespian internals and was tested with Thespian {', '.join(TESTED)}, "
             f"not {version}: install thespian=={TESTED[-1]}"
         )
-    missing = [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in _internals() if not hasattr(owner, name)]
+    missing = [
+        f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in _internals() if not hasattr(owner, name)
+    ]
     if missing:
         raise ConfigurationError(f"Thespian {version} lacks what greenroom patches: {', '.join(missing)}")
     from thespian.system.transport import TransmitIntent

@@ -23,20 +23,17 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
 from .errors import ToolCancelled, ToolContextError
+from .logs import logger
 
 __all__ = ["Cancellation", "Registration", "ToolContext"]
 
 
-def log() -> logging.Logger:
-    """This module's logger, looked up at call time: Thespian replaces the logging manager
-    in every actor process, so a logger created before the fork would log nowhere."""
-    return logging.getLogger("greenroom.tools")
+log = logger("greenroom.tools")
 
 
 _current: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar("greenroom_tool_context", default=None)

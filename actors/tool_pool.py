@@ -18,7 +18,6 @@ the forking of its node, off every turn's path.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 from datetime import timedelta
@@ -37,14 +36,14 @@ from .internal import (
     WorkerReady,
     WorkersLeased,
 )
+from .logs import logger
 from .processes import alive, become_subreaper, children, descendants, signal_all
 from .tool_worker import ToolWorker
 
 __all__ = ["ToolPool"]
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.pool")
+log = logger("greenroom.pool")
 
 
 class ToolPool(ActorTypeDispatcher):

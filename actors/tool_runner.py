@@ -207,7 +207,9 @@ class ToolRunner:
     # -- inline async calls ---------------------------------------------------------------
 
     def _run_inline(self, key: Key, busy: _Busy) -> None:
-        call = ToolActor(busy.run, lambda kind, payload: self.host.put(("tool", key, kind, payload)), loop=self._host_loop())
+        call = ToolActor(
+            busy.run, lambda kind, payload: self.host.put(("tool", key, kind, payload)), loop=self._host_loop()
+        )
         busy.worker = call
         call.start()
 

@@ -20,7 +20,6 @@ subreaper, so a tool's double-forked daemon is re-parented to it and stays in re
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 from datetime import timedelta
@@ -42,7 +41,7 @@ from messages import (
 
 from .inbox import Inbox
 from .internal import EventBatch, WorkerInit, WorkerReady, WorkerResult
-from .logs import quiet_third_party
+from .logs import logger, quiet_third_party
 from .processes import become_subreaper, descendants, reap_children, signal_all
 from .tool_actor import ToolActor
 from .tools import error_result
@@ -50,8 +49,7 @@ from .tools import error_result
 __all__ = ["ToolWorker"]
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.tools")
+log = logger("greenroom.tools")
 
 
 class ToolWorker(ActorTypeDispatcher):
@@ -185,7 +183,9 @@ class ToolWorker(ActorTypeDispatcher):
                 fields = ("turn_id", "call_id", "name", "arguments", "description")
                 self._progress(call, None, event.model_dump(mode="json", include=set(fields)))
                 continue
-            self._progress(call, {"child_turn_id": event.turn_id, "event": event.model_dump(mode="json", exclude={"messages"})})
+            self._progress(
+                call, {"child_turn_id": event.turn_id, "event": event.model_dump(mode="json", exclude={"messages"})}
+            )
             if isinstance(event, Finish) and event.terminal:
                 del self._children[event.turn_id]
                 child.resolve(event)

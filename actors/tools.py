@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import logging
 import re
 from collections.abc import Callable, Iterable
 from typing import Any, overload
@@ -29,6 +28,7 @@ from messages import ToolSpec
 from messages.control import accept_tools_with
 
 from .errors import ToolDefinitionError
+from .logs import logger
 
 __all__ = [
     "Tool",
@@ -44,10 +44,7 @@ __all__ = [
 ]
 
 
-def log() -> logging.Logger:
-    """This module's logger, looked up at call time: Thespian replaces the logging manager
-    in every actor process, so a logger created before the fork would log nowhere."""
-    return logging.getLogger("greenroom.tools")
+log = logger("greenroom.tools")
 
 
 def ref_of(obj: Any) -> str:
@@ -161,9 +158,7 @@ class Tool:
             default = ... if p.default is p.empty else p.default
             fields[pname] = (annotation, Field(default, description=arg_docs.get(pname)))
         try:
-            return create_model(
-                f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-            )
+            return create_model(f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
         except Exception as exc:
             raise ToolDefinitionError(f"tool {self.name!r}: its parameters have no JSON schema: {exc}") from None
 

@@ -25,8 +25,7 @@ _ring_pid: int | None = None
 
 def _dump(signum: int, frame: object) -> None:
     with open(f"/tmp/greenroom-ring-{os.getpid()}.log", "w") as f:
-        for t, parts in list(_ring):
-            f.write(f"{t:.6f} " + " ".join(str(p) for p in parts) + "\n")
+        f.writelines(f"{t:.6f} " + " ".join(str(p) for p in parts) + "\n" for t, parts in list(_ring))
 
 
 def enable(directory: str | None) -> None:

@@ -159,9 +159,7 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
     TCPTransport.TCPTransport.serializer = seal
     TCPTransport.TCPTransport.__init__ = init
     TCPTransport.TCPTransport._acceptNewIncoming = _accept_with_limits(config)
-    TCPTransport.TCPTransport._handlePossibleIncoming = _expire_slow(
-        TCPTransport.TCPTransport._handlePossibleIncoming
-    )
+    TCPTransport.TCPTransport._handlePossibleIncoming = _expire_slow(TCPTransport.TCPTransport._handlePossibleIncoming)
     TCPTransport.ReceiveBuffer = BoundedReceiveBuffer
     TCPTransport.MAX_INCOMING_SOCKET_PERIOD = timedelta(seconds=config.frame_timeout)
     BoundedReceiveBuffer.max_frame = config.max_frame
@@ -174,7 +172,9 @@ def _expire_slow(handle: Any) -> Any:
     """A connection that has not delivered its first whole frame by its deadline is closed
     (Thespian's own expiry only retries the read, with a growing backoff)."""
 
-    def handle_possible(self: Any, incoming: Any, fileno: int, closed: bool = False, has_exclusive_flag: bool = False) -> Any:
+    def handle_possible(
+        self: Any, incoming: Any, fileno: int, closed: bool = False, has_exclusive_flag: bool = False
+    ) -> Any:
         deadline = getattr(incoming, "deadline", None)
         if deadline is not None and not closed and time.monotonic() > deadline:
             log_rejection(incoming.peer_ip, "no whole frame within the frame timeout")

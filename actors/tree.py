@@ -9,7 +9,6 @@ tree had is gone, and SIGKILLs by PID whatever is left; it never waits on a mess
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import time
 from typing import Any
@@ -17,14 +16,13 @@ from typing import Any
 from thespian.actors import ActorSystem
 
 from .lifeline import Lifeline
-from .logs import log_defs
+from .logs import log_defs, logger
 from .processes import descendants, end_processes, session_processes, wait_gone
 
 __all__ = ["ProcessTree"]
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.runtime")
+log = logger("greenroom.runtime")
 
 
 class ProcessTree:

@@ -57,6 +57,7 @@ from .decisions import (
 )
 from .errors import StoreError
 from .kernel import LocalActor
+from .logs import logger
 from .tools import needs_approval
 from .turn_rules import TurnRules
 from .turn_trace import TurnTrace
@@ -67,8 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["TurnActor"]
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.turn")
+log = logger("greenroom.turn")
 
 
 class TurnActor(LocalActor):
@@ -109,7 +109,9 @@ class TurnActor(LocalActor):
         elif isinstance(message, (ToolApprovalResponse, RespondToApprovals)):
             for r in [message] if isinstance(message, ToolApprovalResponse) else message.responses:
                 verdict = "approved" if r.approved else "denied"
-                logger.info("turn %s: call %s %s%s", self.turn_id, r.call_id, verdict, f" ({r.reason})" if r.reason else "")
+                logger.info(
+                    "turn %s: call %s %s%s", self.turn_id, r.call_id, verdict, f" ({r.reason})" if r.reason else ""
+                )
         if isinstance(message, StartTurn):
             if sender is not None:
                 self._subscribe(sender)
@@ -150,7 +152,9 @@ class TurnActor(LocalActor):
             try:
                 past = store.event_payloads(self.turn_id, request.since)
             except StoreError as exc:
-                self.host.reply(who, reply_for(request, False, "invalid", f"cannot read the events of {self.turn_id}: {exc}"))
+                self.host.reply(
+                    who, reply_for(request, False, "invalid", f"cannot read the events of {self.turn_id}: {exc}")
+                )
                 return
         else:
             past = self.log[request.since :]
@@ -214,7 +218,9 @@ class TurnActor(LocalActor):
         try:
             self.host.store.save(self.state, [(e.seq, e.kind, b) for e, b in ending_encoded])  # type: ignore[union-attr]
         except StoreError:
-            log().error("turn %s: its end could not be written either; the store keeps its last good state", self.turn_id)
+            log().error(
+                "turn %s: its end could not be written either; the store keeps its last good state", self.turn_id
+            )
         self._carry_out(ending, ending_encoded, None)
 
     def _wind_down(self) -> None:
@@ -257,5 +263,3 @@ class _StoredCommands:
 
 
 STORED_COMMANDS = _StoredCommands()
-
-

@@ -22,7 +22,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections import OrderedDict
@@ -67,7 +66,7 @@ from .internal import (
 )
 from .kernel import Kernel
 from .llm_actor import LLMActor
-from .logs import quiet_third_party
+from .logs import logger, quiet_third_party
 from .mcp_session import close_all as close_mcp_sessions
 from .mcp_session import open_count as open_mcp_sessions
 from .outbox import Outbox
@@ -83,8 +82,7 @@ _REMEMBER_ENDED = 10_000
 _COMMANDS = frozenset({"StopTurn", "CancelTurn", "ToolApprovalResponse", "RespondToApprovals", "StopTool"})
 
 
-def log() -> logging.Logger:
-    return logging.getLogger("greenroom.host")
+log = logger("greenroom.host")
 
 
 class TurnHost(ActorTypeDispatcher):

@@ -22,7 +22,8 @@ max-rounds > the next LLM call, with a stop acting at once). Guarantees, each te
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from messages import (
     CallState,
@@ -235,7 +236,9 @@ class TurnRules(CallRules, ApprovalRules, StopRules):
 
     # -- what next ------------------------------------------------------------------------
 
-    def _advance(self, *, at_step: bool = False, commit_due: bool = False, answered: str | None = None) -> list[Decision]:
+    def _advance(
+        self, *, at_step: bool = False, commit_due: bool = False, answered: str | None = None
+    ) -> list[Decision]:
         """Carry out ``next_action`` until the turn waits (see ``priority``)."""
         out: list[Decision] = []
         while True:
@@ -381,7 +384,9 @@ class TurnRules(CallRules, ApprovalRules, StopRules):
         out: list[Decision] = []
         cause, why = self._reason()
         if s.batch is not None:
-            what = {"stopped": "the turn was stopped", "cancelled": "the turn was cancelled"}.get(reason, "the turn ended")
+            what = {"stopped": "the turn was stopped", "cancelled": "the turn was cancelled"}.get(
+                reason, "the turn ended"
+            )
             for cs in s.batch:
                 if cs.status != "done":
                     out.extend(self._done(cs, "interrupted", interrupted_content(what, why or reason)))
@@ -400,7 +405,9 @@ class TurnRules(CallRules, ApprovalRules, StopRules):
 
     def _emit(self, cls: type[TurnEvent], **fields: Any) -> Emit:
         s = self.state
-        event = cls(turn_id=s.turn_id, seq=s.next_seq, parent_turn_id=s.parent_turn_id, root_turn_id=s.root_turn_id, **fields)
+        event = cls(
+            turn_id=s.turn_id, seq=s.next_seq, parent_turn_id=s.parent_turn_id, root_turn_id=s.root_turn_id, **fields
+        )
         s.next_seq += 1
         return Emit(event)
 

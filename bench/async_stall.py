@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors import AsyncRuntime, TextDelta  # noqa: E402
-from actors.scripted_provider import Request, say  # noqa: E402
+from actors.testing import Request, say  # noqa: E402
 from bench.common import pct, save, table  # noqa: E402
 from bench.scale import RemoteProvider  # noqa: E402
 

@@ -28,7 +28,7 @@ import httpx  # noqa: E402
 from actors import Runtime, requires_approval, tool  # noqa: E402
 from actors.providers import OpenAIStream, iter_sse  # noqa: E402
 from actors.processes import session_processes  # noqa: E402
-from actors.scripted_provider import Reply, Request, Text, call, use_tools  # noqa: E402
+from actors.testing import Reply, Request, Text, call, use_tools  # noqa: E402
 from bench.common import pct, save, table  # noqa: E402
 from messages import Finish, ProviderConfig, TextDelta  # noqa: E402
 
@@ -61,7 +61,7 @@ class RemoteProvider:
 
     def __init__(self, responder: str = "bench.scale:responder") -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actors.scripted_provider", "--responder", responder],
+            [sys.executable, "-m", "actors.testing", "--responder", responder],
             stdout=subprocess.PIPE,
             text=True,
             cwd=ROOT,

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from actors import ControlRejected, Runtime, TurnTimeout
 from actors.history import history_problems
 from actors.processes import alive, descendants, session_processes
-from actors.scripted_provider import call, say, use_tools
+from actors.testing import call, say, use_tools
 from actors.store_files import store_in_use
 from bench.common import pct, save, table
 from messages import Finish, ProviderConfig, RetryPolicy, ToolProgress, TurnOptions

@@ -18,7 +18,7 @@ import httpx  # noqa: E402
 
 from actors import Runtime  # noqa: E402
 from actors.providers import OpenAIStream, iter_sse  # noqa: E402
-from actors.scripted_provider import Reply, ScriptedProvider, Text  # noqa: E402
+from actors.testing import Reply, ScriptedProvider, Text  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402
 from messages import Finish, TextDelta  # noqa: E402
 

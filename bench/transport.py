@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors import Runtime  # noqa: E402
 from actors.frames import FrameCodec, add_endpoint  # noqa: E402
-from actors.scripted_provider import ScriptedProvider  # noqa: E402
+from actors.testing import ScriptedProvider  # noqa: E402
 from actors.transport import TransportConfig  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402
 from bench.turn_overhead import lookup, responder  # noqa: E402

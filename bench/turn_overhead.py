@@ -25,7 +25,7 @@ import httpx  # noqa: E402
 from actors import Runtime, tool  # noqa: E402
 from actors import trace  # noqa: E402
 from actors.providers import OpenAIStream, iter_sse  # noqa: E402
-from actors.scripted_provider import Request, ScriptedProvider, call, say, use_tools  # noqa: E402
+from actors.testing import Request, ScriptedProvider, call, say, use_tools  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402
 
 

@@ -4,7 +4,7 @@ python examples/00_demo.py          # asks before deleting the file
 python examples/00_demo.py --yes    # approves without asking (--no denies)
 """
 
-from actors.demo import main
+from actors.testing.demo import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

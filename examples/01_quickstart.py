@@ -6,7 +6,7 @@ python examples/01_quickstart.py
 from __future__ import annotations
 
 from actors import Runtime, tool
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 
 
 @tool

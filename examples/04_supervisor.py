@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from actors import DIRECTORY_NAME, DirectoryActor, Runtime, Supervisor, tool
-from actors.scripted_provider import Request, ScriptedProvider, call, say, use_tools
+from actors.testing import Request, ScriptedProvider, call, say, use_tools
 from actors.tools import tool_specs
 from messages import (
     ChatMessage,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from actors import AsyncRuntime, TextDelta, ToolApprovalRequest, tool
-from actors.scripted_provider import Request, ScriptedProvider, call, say, use_tools
+from actors.testing import Request, ScriptedProvider, call, say, use_tools
 
 
 @tool

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from actors import Runtime, tool
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 
 
 @tool

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from actors import Runtime
-from actors.scripted_provider import Reply, ScriptedProvider, call, say, use_tools
+from actors.testing import Reply, ScriptedProvider, call, say, use_tools
 from messages import RetryPolicy, StopTurn, ToolProgress
 
 from . import otel_tools as O

@@ -12,7 +12,7 @@ import pytest
 
 from actors import Runtime
 from actors.processes import group_processes, session_processes
-from actors.scripted_provider import ScriptedProvider
+from actors.testing import ScriptedProvider
 from messages import RetryPolicy
 
 

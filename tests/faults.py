@@ -54,7 +54,7 @@ from actors.handle import TurnHandle
 from actors.history import history_problems
 from actors.processes import alive, descendants, end_processes, group_processes, session_processes
 from actors.providers.openai import to_openai_message
-from actors.scripted_provider import Reply, Request, ScriptedProvider, call, fail, raw_response, say, use_tools
+from actors.testing import Reply, Request, ScriptedProvider, call, fail, raw_response, say, use_tools
 from actors.text import safe_text
 from actors.tools import Tool
 from messages import (

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from actors import ControlRejected, Runtime
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.tools import tool_specs
 from messages import CancelTurn, ChatMessage, StartTurn, ToolApprovalResponse, ToolCall, TurnOptions
 

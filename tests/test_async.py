@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from actors import AsyncRuntime, ControlRejected, RuntimeClosedError
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import Finish, TextDelta, ToolProgress
 
 from . import tools_for_tests as T

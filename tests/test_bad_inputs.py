@@ -11,7 +11,7 @@ import pytest
 
 from actors import ControlRejected, Runtime
 from actors.history import history_problems
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import CancelTurn, ChatMessage, Finish, StopTurn, ToolProgress, new_turn_id
 
 from . import tools_for_tests as T

@@ -16,7 +16,7 @@ import pytest
 
 from actors import Runtime, SnapshotError
 from actors.processes import session_processes
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.store import SQLiteStore
 from actors.store_files import store_in_use
 from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy

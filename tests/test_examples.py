@@ -44,8 +44,8 @@ def test_the_demo_shows_tools_an_approval_and_a_stop() -> None:
 
 
 def test_the_demo_never_approves_a_real_models_call_without_a_person() -> None:
-    from actors.demo import demo_responder
-    from actors.scripted_provider import ScriptedProvider
+    from actors.testing.demo import demo_responder
+    from actors.testing import ScriptedProvider
 
     with ScriptedProvider(responder=demo_responder) as model:  # stands in for a real model
         out = run_example("00_demo.py", env_extra={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": model.base_url})
@@ -55,7 +55,7 @@ def test_the_demo_never_approves_a_real_models_call_without_a_person() -> None:
 
 
 def test_the_demo_shell_runs_only_its_harmless_commands() -> None:
-    from actors.demo import run_shell
+    from actors.testing.demo import run_shell
 
     with pytest.raises(PermissionError, match="the demo runs only these commands: sleep 30; echo built, date"):
         run_shell.fn("rm -rf /")

@@ -26,7 +26,7 @@ import pytest
 from actors import CommandResult, Runtime, TurnTimeout, run_command
 from actors.history import history_problems
 from actors.processes import alive, group_processes, session_processes
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import Error, Finish, ToolApprovalRequest, ToolFinished, ToolProgress, TurnOptions
 
 from . import fault_tools as F

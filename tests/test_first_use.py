@@ -21,7 +21,7 @@ from actors import (
     tool,
 )
 from actors.processes import free_port
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ChatMessage, ProviderConfig, RetryPolicy, StartTurn
 
 from . import tools_for_tests as T
@@ -43,7 +43,7 @@ def test_a_tool_defined_in_main_after_the_runtime_started_is_refused_with_the_fi
     script = """
 import sys
 from actors import Runtime, ToolDefinitionError, tool
-from actors.scripted_provider import ScriptedProvider
+from actors.testing import ScriptedProvider
 
 @tool
 def early(x: int) -> int:

@@ -15,7 +15,7 @@ import pytest
 
 from actors import Runtime
 from actors.processes import descendants, session_processes
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.store import SQLiteStore
 from actors.store_files import runtime_file, store_in_use
 from messages import Error, Finish, TextDelta, ToolProgress, TurnOptions

@@ -22,7 +22,7 @@ from actors import Runtime, ToolDefinitionError, history_problems, mcp_tools, re
 from actors.decisions import interrupted_content
 from actors.errors import ConfigurationError
 from actors.processes import session_processes
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ToolApprovalRequest, ToolFinished, ToolProgress
 
 from .helpers import err, ok, pid_alive, wait_until

@@ -9,7 +9,7 @@ import pytest
 from openai import OpenAI
 
 from actors import Runtime
-from actors.scripted_provider import (
+from actors.testing import (
     Chunk,
     Raw,
     Reply,

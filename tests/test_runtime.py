@@ -9,7 +9,7 @@ import pytest
 
 from actors import Runtime
 from actors.processes import session_processes
-from actors.scripted_provider import ScriptedProvider, say
+from actors.testing import ScriptedProvider, say
 from messages import Finish, TextDelta
 
 from .helpers import summary

@@ -12,7 +12,7 @@ import pytest
 from actors import Runtime
 from actors.decisions import interrupted_content
 from actors.providers.openai import to_openai_message
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ChatMessage, Error, Finish, StopTurn, TextDelta, ToolCallStarted, ToolProgress, TurnOptions
 
 from . import tools_for_tests as T

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from actors import Runtime
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ChatMessage, Finish, RetryPolicy, ToolApprovalRequest, ToolProgress
 
 from . import tools_for_tests as T

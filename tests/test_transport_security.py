@@ -20,7 +20,7 @@ import pytest
 from actors import Runtime
 from actors.frames import MAGIC, BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint
 from actors.processes import descendants, session_processes
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 
 from . import tools_for_tests as T
 from .helpers import pid_alive, wait_until

@@ -9,7 +9,7 @@ import pytest
 
 from actors import Runtime
 from actors.processes import session_processes
-from actors.scripted_provider import ScriptedProvider, call, fail, say, use_tools
+from actors.testing import ScriptedProvider, call, fail, say, use_tools
 from messages import ChatMessage, ToolCall, TurnOptions
 
 from . import tools_for_tests as T

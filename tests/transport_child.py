@@ -13,7 +13,7 @@ import json
 import sys
 
 from actors import Runtime
-from actors.scripted_provider import ScriptedProvider, call, say, use_tools
+from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.transport import TransportConfig
 
 from . import tools_for_tests as T

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from messages import ChatMessage, ProviderConfig, Usage
 from messages.llm import FinishReasonLLM
 
-__all__ = ["Accumulator", "Adapter", "HttpRequest", "ProviderStreamError", "error_message", "parse_data"]
+__all__ = ["Accumulator", "Adapter", "ProviderStreamError", "error_message", "parse_data"]
 
 
 class ProviderStreamError(Exception):
@@ -19,12 +19,6 @@ class ProviderStreamError(Exception):
         super().__init__(message)
         self.error_type = error_type
         self.message = message
-
-
-class HttpRequest(Protocol):
-    url: str
-    headers: dict[str, str]
-    body: dict[str, Any]
 
 
 class Accumulator(Protocol):

@@ -35,8 +35,7 @@ def iter_sse(lines: Iterable[str]) -> Iterator[SSEEvent]:
         if line.startswith(":"):
             continue
         field, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
+        value = value.removeprefix(" ")
         if field == "data":
             data.append(value)
         elif field == "event":

@@ -357,7 +357,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serve a responder until interrupted: ``python -m actors.scripted_provider --responder mod:fn``.
+    """Serve a responder until interrupted: ``python -m actors.testing --responder mod:fn``.
 
     Prints ``{"port": ...}`` on one line once it listens on 127.0.0.1."""
     import argparse
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..tools import import_ref
 
-    parser = argparse.ArgumentParser(prog="python -m actors.scripted_provider")
+    parser = argparse.ArgumentParser(prog="python -m actors.testing")
     parser.add_argument("--responder", required=True, help="module:function taking a Request, returning a Reply")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)

@@ -29,11 +29,11 @@ from messages import (
     TurnRetrying,
 )
 
-from .commands import run_command
-from .runtime import Runtime, TurnHandle
-from .scripted_provider import Reply, Request, ScriptedProvider, call, say, use_tools
-from .tool_context import ToolContext
-from .tools import tool
+from ..commands import run_command
+from ..runtime import Runtime, TurnHandle
+from ..tool_context import ToolContext
+from ..tools import tool
+from . import Reply, Request, ScriptedProvider, call, say, use_tools
 
 __all__ = ["demo_responder", "get_weather", "main", "print_event", "remove_file", "run_shell"]
 
