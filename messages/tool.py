@@ -61,7 +61,8 @@ class ToolSpec(Message):
 
 
 class RunTool(Message):
-    """Run one call. Sent once to a freshly spawned ToolActor, which exits when it ends.
+    """Run one call: sent by the turn's host to a tool process it was lent (or to its own
+    loop, inline), where a ToolActor is made for this call alone and ends with it.
 
     ``trace_context`` (W3C carrier of the call's ``execute_tool`` span) is the current
     OpenTelemetry span while the tool runs, the parent of the spans it makes itself."""
