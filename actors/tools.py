@@ -139,7 +139,10 @@ class Tool:
         self.isolate = isolate
         self.approval: bool | Callable[[dict[str, Any]], bool] = requires_approval
         self.args_model = self._build_model(arg_docs)
-        self.parameters = _strip_titles(self.args_model.model_json_schema())
+        try:
+            self.parameters = _strip_titles(self.args_model.model_json_schema())
+        except Exception as exc:  # pydantic raises several kinds for a type with no schema
+            raise ToolDefinitionError(f"tool {self.name!r}: its parameters have no JSON schema: {exc}") from None
         self.parameters.setdefault("properties", {})
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn

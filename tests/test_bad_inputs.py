@@ -166,3 +166,23 @@ def test_a_turn_host_killed_mid_turn_ends_or_recovers_its_turn(
         provider.add(say("the new host works"))
         assert rt.run("again").result(30).text == "the new host works"
     assert [e.seq for e in events] == sorted({e.seq for e in events})
+
+
+# -- what a durable runtime leaves on disk ---------------------------------------------------
+
+
+def test_the_store_and_every_file_beside_it_are_readable_by_their_owner_only(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    provider.add(say("kept"))
+    store = tmp_path / "turns.db"
+    old = os.umask(0o022)
+    try:
+        with Runtime(provider.provider(), hosts=1, tool_processes=1, store=store) as rt:
+            assert rt.run("hi").result(30).text == "kept"
+            beside = sorted(p.name for p in tmp_path.iterdir())
+            modes = {p.name: oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()}
+    finally:
+        os.umask(old)
+    assert beside == ["turns.db", "turns.db-shm", "turns.db-wal", "turns.db.lock", "turns.db.runtime.json"]
+    assert modes == dict.fromkeys(beside, "0o600")

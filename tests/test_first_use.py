@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,12 @@ def test_an_inline_tool_must_be_async() -> None:
 
         @tool(inline=True)
         def sync_tool() -> None: ...
+
+
+def _takes_a_callback(callback: Callable[[], int]) -> int:
+    return callback()
+
+
+def test_a_parameter_with_no_json_schema_is_refused_when_the_tool_is_defined() -> None:
+    with pytest.raises(ToolDefinitionError, match="'_takes_a_callback': its parameters have no JSON schema"):
+        tool(_takes_a_callback)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actors.decisions import Abort, Emit, SetTimer, Spawn, TakeStep, TimerFired, ToolLost, interrupted_content
+from actors.decisions import Abort, Emit, Reply, SetTimer, Spawn, TakeStep, TimerFired, ToolLost, interrupted_content
 from actors.turn_rules import TurnRules
 from messages import (
     CancelTurn,
@@ -354,6 +354,24 @@ def test_stop_tool_ends_one_call_and_the_turn_goes_on() -> None:
         ("c2", '{"ok": true, "data": 1}'),
     ]
     assert rules.state.phase == "idle"
+
+
+def _code(out: list[Any]) -> tuple[bool, str | None]:
+    replies = [d.reply for d in out if isinstance(d, Reply)]
+    assert len(replies) == 1, out
+    return replies[0].ok, replies[0].code
+
+
+def test_stop_tool_of_a_call_that_finished_is_not_waiting_in_its_batch_and_after_it() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "safe", False), ("c2", "safe", False))
+    rules.handle(result("c1"))
+    assert _code(rules.handle(StopTool(turn_id="t", call_id="c1", request_id="q1"))) == (False, "not_waiting")
+    rules.handle(result("c2"))  # the batch is over: the next round's stream starts
+    step(rules)
+    assert _code(rules.handle(StopTool(turn_id="t", call_id="c1", request_id="q2"))) == (False, "not_waiting")
+    assert _code(rules.handle(StopTool(turn_id="t", call_id="c9", request_id="q3"))) == (False, "unknown_call")
 
 
 def test_a_lost_tool_actor_fails_its_call() -> None:
