@@ -70,6 +70,8 @@ class ToolWorker(ActorTypeDispatcher):
         self._children: dict[str, Any] = {}  # child turn id -> ChildTurn (sub-agents)
         self._exiting = False
         self._generation = 0  # which call a timer belongs to
+        self._initialized = False
+        self._early: list[tuple[Any, Any]] = []  # (message, sender) that overtook WorkerInit
 
     def receiveMessage(self, message: Any, sender: Any) -> Any:
         super().receiveMessage(message, sender)
@@ -77,9 +79,23 @@ class ToolWorker(ActorTypeDispatcher):
 
     def receiveMsg_WorkerInit(self, msg: WorkerInit, sender: Any) -> None:
         self._directory, self._recycle_after, self._node = msg.directory, msg.recycle_after, msg.node
+        self._initialized = True
         self.send(sender, WorkerReady(os.getpid()))
+        early, self._early = self._early, []
+        for message, from_ in early:  # a host's call can overtake the pool's WorkerInit
+            self.receiveMessage(message, from_)
+
+    def _before_init(self, message: Any, sender: Any) -> bool:
+        """Hold ``message`` if WorkerInit has not arrived yet (Thespian orders messages per
+        sender at best, and the call comes from the host, the init from the pool)."""
+        if self._initialized:
+            return False
+        self._early.append((message, sender))
+        return True
 
     def receiveMsg_RunTool(self, run: RunTool, sender: Any) -> None:
+        if self._before_init(run, sender):
+            return
         if self._call is not None or self._exiting:
             reason = "exiting" if self._exiting else f"busy with call {self._call.call_id}"  # type: ignore[union-attr]
             content = error_result(f"Tool '{run.spec.name}' could not start: its tool process was {reason}")
@@ -130,6 +146,8 @@ class ToolWorker(ActorTypeDispatcher):
             self._progress_seq += 1
 
     def receiveMsg_InterruptTool(self, msg: InterruptTool, sender: Any) -> None:
+        if self._before_init(msg, sender):
+            return
         call = self._call
         if call is None or msg.call_id != call.call_id:
             return

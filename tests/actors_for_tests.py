@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from thespian.actors import ActorExitRequest, ActorTypeDispatcher
+
 from actors import DIRECTORY_NAME, DirectoryActor
 from actors import Supervisor as SupervisorBase
 from messages import ControlReply, Finish, StartTurn, ToolApprovalRequest, TurnEvent
@@ -70,3 +72,34 @@ class Supervisor(SupervisorBase):
         for who in self.waiting:
             self.send(who, Seen(sorted(self.events, key=lambda e: e.seq), list(self.replies)))
         self.waiting = []
+
+
+@dataclass(frozen=True)
+class CallFirst:
+    """Make a tool process and send it ``run`` before its ``init``: the order a host's call
+    and the pool's init may arrive in. Answered with the ``ToolAlive`` and the result."""
+
+    run: Any
+    init: Any
+
+
+class OvertakingHost(ActorTypeDispatcher):
+    """Plays a TurnHost whose call overtakes the pool's WorkerInit."""
+
+    def receiveMsg_CallFirst(self, msg: CallFirst, sender: Any) -> None:
+        from actors.tool_worker import ToolWorker
+
+        self.asker, self.seen = sender, []
+        worker = self.createActor(ToolWorker)
+        self.send(worker, msg.run)
+        self.send(worker, msg.init)
+
+    def receiveMsg_ToolAlive(self, msg: Any, sender: Any) -> None:
+        self.seen.append(msg)
+
+    def receiveMsg_WorkerResult(self, msg: Any, sender: Any) -> None:
+        self.send(self.asker, [*self.seen, msg.result])
+        self.send(sender, ActorExitRequest())
+
+    def receiveMsg_WorkerReady(self, msg: Any, sender: Any) -> None:
+        pass

@@ -186,3 +186,30 @@ def test_the_store_and_every_file_beside_it_are_readable_by_their_owner_only(
         os.umask(old)
     assert beside == ["turns.db", "turns.db-shm", "turns.db-wal", "turns.db.lock", "turns.db.runtime.json"]
     assert modes == dict.fromkeys(beside, "0o600")
+
+
+# -- a call that overtakes its tool process's set-up -------------------------------------------
+
+
+def test_a_call_that_arrives_before_its_tool_process_is_set_up_runs_once_it_is(runtime: Runtime) -> None:
+    from actors.internal import WorkerInit
+    from actors.tools import tool_specs
+    from messages import RunTool, ToolAlive, ToolCall, ToolResult
+
+    from .actors_for_tests import CallFirst, OvertakingHost
+
+    run = RunTool(
+        turn_id="t",
+        root_turn_id="t",
+        call=ToolCall(id="c1", name="add", arguments='{"a": 2, "b": 3}'),
+        spec=tool_specs([T.add])[0],
+        arguments={"a": 2, "b": 3},
+        idempotency_key="t:c1",
+        heartbeat=60.0,
+    )
+    init = WorkerInit(directory=runtime.directory, recycle_after=0, node="node-a")
+    asys = runtime.actor_system
+    seen = asys.ask(asys.createActor(OvertakingHost), CallFirst(run, init), 30)
+    assert [type(m) for m in seen] == [ToolAlive, ToolResult]
+    assert seen[0].node == "node-a"  # the call ran with its process's set-up, not before it
+    assert seen[1].content == json.dumps({"ok": True, "data": 5})
