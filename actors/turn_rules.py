@@ -26,9 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from messages import (
-    CallState,
     CancelTurn,
-    ChatMessage,
     Error,
     Finish,
     LLMCompleted,
@@ -40,8 +38,6 @@ from messages import (
     StartTurn,
     StopTool,
     StopTurn,
-    StreamChat,
-    TextDelta,
     ToolApprovalRequest,
     ToolApprovalResponse,
     ToolProgress,
@@ -55,6 +51,7 @@ from messages import (
 )
 from messages.tool import ReportProgress
 
+from .answers import AnswerRules
 from .approvals import ApprovalRules
 from .calls import CallRules
 from .decisions import (
@@ -66,7 +63,6 @@ from .decisions import (
     ScheduleStep,
     SetTimer,
     StoreFailed,
-    Stream,
     StreamLost,
     TakeStep,
     TimerFired,
@@ -76,7 +72,7 @@ from .decisions import (
 from .history import history_problems
 from .priority import next_action, situation
 from .stopping import StopRules
-from .text import safe_command, safe_message, safe_text
+from .text import safe_command, safe_text
 from .tools import error_result
 
 __all__ = ["TurnRules"]
@@ -89,7 +85,7 @@ def _static_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
     return spec.approval != "never"
 
 
-class TurnRules(CallRules, ApprovalRules, StopRules):
+class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
     """One turn's rules over its ``state``. Not thread-safe; one owner at a time."""
 
     def __init__(
@@ -267,16 +263,6 @@ class TurnRules(CallRules, ApprovalRules, StopRules):
             elif action == "pause":
                 out += self._pause()
 
-    def _start_stream(self) -> list[Decision]:
-        s = self.state
-        s.streams += 1
-        s.stream_id = f"{s.turn_id}/s{s.streams}"
-        s.phase = "streaming"
-        self._text, self._next_seq, self._early = "", 0, {}
-        tools = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in s.tools]
-        request = StreamChat(stream_id=s.stream_id, provider=s.provider, messages=list(s.messages), tools=tools)
-        return [Stream(request)]
-
     def _pause(self) -> list[Decision]:
         s = self.state
         s.paused = True
@@ -299,65 +285,7 @@ class TurnRules(CallRules, ApprovalRules, StopRules):
         s.phase = "idle"
         return [Persist("tools_done")]
 
-    # -- the stream -----------------------------------------------------------------------
-
-    def _on_stream_message(self, msg: Any) -> list[Decision]:
-        s = self.state
-        if s.phase != "streaming" or msg.stream_id != s.stream_id or msg.seq < self._next_seq:
-            return []  # a stream we aborted or finished, or a duplicate
-        self._early[msg.seq] = msg
-        out: list[Decision] = []
-        while self._next_seq in self._early and s.phase == "streaming":
-            m = self._early.pop(self._next_seq)
-            self._next_seq += 1
-            if isinstance(m, LLMDeltas):
-                text = safe_text(m.text)
-                self._text += text
-                out.append(self._emit(TextDelta, text=text))
-            elif isinstance(m, LLMRetrying):
-                out.append(self._emit(TurnRetrying, attempt=m.attempt, delay=m.delay, reason=m.reason))
-            elif isinstance(m, LLMCompleted):
-                out.extend(self._on_response(m))
-            else:
-                out.extend(self._on_stream_failed(m.error_type, m.message))
-        return out
-
-    def _on_stream_failed(self, error_type: str, message: str) -> list[Decision]:
-        self._keep_partial_text()
-        self.state.phase = "idle"
-        if self.state.cancel is not None:
-            return self._end("cancelled")
-        return self._end("error", (error_type, message))
-
-    def _keep_partial_text(self) -> None:
-        """Completed work is kept: the text of a stream that ended early joins the history."""
-        if self._text:
-            self.state.messages.append(ChatMessage.assistant(self._text))
-        self._text, self._early = "", {}
-        self.state.stream_id = None
-
-    def _on_response(self, msg: LLMCompleted) -> list[Decision]:
-        s = self.state
-        if msg.usage is not None:
-            s.usage = s.usage + msg.usage
-        message = safe_message(msg.message)
-        s.messages.append(message)
-        s.stream_id = None
-        s.phase = "idle"
-        self._text = ""
-        calls = message.tool_calls or []
-        if not calls:
-            return [Persist("llm_response")] + self._advance(answered=msg.finish_reason)
-        s.batch = [CallState(call=c) for c in calls]
-        out: list[Decision] = [Persist("llm_response")]
-        if s.cancel is None:
-            s.phase = "tools"
-            for cs in s.batch:
-                out.extend(self._classify(cs))
-            if s.pending_approvals and s.options.approval_timeout is not None:
-                s.approval_deadline = self._clock() + s.options.approval_timeout
-                out.append(SetTimer("approval_timeout", s.options.approval_timeout, s.round))
-        return out + self._advance()
+    # -- timers -------------------------------------------------------------------------
 
     def _on_timer(self, name: str, token: int) -> list[Decision]:
         s = self.state
