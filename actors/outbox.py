@@ -12,7 +12,9 @@ each event at once; a busy one gets fewer, larger batches, never more than one w
 - a subscriber whose transmit fails as a dead target is dropped, with what it had pending;
 - the next batch is sent from the actor's own handler, never from inside the transport's
   completion callback (Thespian may leave a send made there queued until something else
-  is sent): the acknowledgement only calls ``ready(outbox)``, which wakes the actor.
+  is sent): the acknowledgement only calls ``ready(outbox)``, which wakes the actor;
+- ``encode_event`` never leaves a gap: an event that cannot be encoded leaves as an
+  ``Error`` with its ``seq`` (a ``Finish`` without its history), so no subscriber waits.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from messages import CodecError, Error, Finish, TurnEvent, encode
+
 from .internal import EventBatch
 from .logs import logger
 
-__all__ = ["URGENT_KINDS", "Outbox"]
+__all__ = ["URGENT_KINDS", "Outbox", "encode_event"]
 
 URGENT_KINDS = frozenset({"finish", "tool_approval_request", "error"})
 
@@ -80,3 +84,24 @@ class Outbox:
     @property
     def idle(self) -> bool:
         return not self.pending and self.in_flight == 0
+
+
+def encode_event(event: TurnEvent) -> bytes:
+    """The event's bytes. One that cannot be encoded is replaced, with its ``seq``, by an
+    ``Error`` (or, for a ``Finish``, by the same ``Finish`` without its history), so that
+    no subscriber waits for a gap that never fills."""
+    try:
+        return encode(event)
+    except CodecError as exc:
+        log().error("turn %s: event %d (%s) cannot be encoded: %s", event.turn_id, event.seq, event.kind, exc)
+    if isinstance(event, Finish):
+        return encode(event.model_copy(update={"messages": [], "pending_approvals": list(event.pending_approvals)}))
+    lost = Error(
+        turn_id=event.turn_id,
+        seq=event.seq,
+        parent_turn_id=event.parent_turn_id,
+        root_turn_id=event.root_turn_id,
+        error_type="event_lost",
+        message=f"a {event.kind} event could not be encoded and was dropped",
+    )
+    return encode(lost)

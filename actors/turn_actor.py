@@ -58,6 +58,7 @@ from .decisions import (
 from .errors import StoreError
 from .kernel import LocalActor
 from .logs import logger
+from .outbox import encode_event
 from .tools import needs_approval
 from .turn_rules import TurnRules
 from .turn_trace import TurnTrace
@@ -167,7 +168,7 @@ class TurnActor(LocalActor):
     # -- carrying decisions out ---------------------------------------------------------
 
     def _apply(self, decisions: list[Decision], sender: Any) -> None:
-        encoded = [(d.event, self.host.encode_event(d.event)) for d in decisions if isinstance(d, Emit)]
+        encoded = [(d.event, encode_event(d.event)) for d in decisions if isinstance(d, Emit)]
         if self.host.store is not None and (encoded or any(isinstance(d, Persist) for d in decisions)):
             try:
                 self.host.store.save(self.state, [(e.seq, e.kind, b) for e, b in encoded])
@@ -214,7 +215,7 @@ class TurnActor(LocalActor):
         kept: list[Decision] = [d for d in decisions if isinstance(d, (Emit, Reply))]
         self._carry_out(kept, encoded, sender)
         ending = self.rules.handle(StoreFailed(detail))
-        ending_encoded = [(d.event, self.host.encode_event(d.event)) for d in ending if isinstance(d, Emit)]
+        ending_encoded = [(d.event, encode_event(d.event)) for d in ending if isinstance(d, Emit)]
         try:
             self.host.store.save(self.state, [(e.seq, e.kind, b) for e, b in ending_encoded])  # type: ignore[union-attr]
         except StoreError:

@@ -9,8 +9,8 @@ message to the right mailbox, runs the mailboxes, then sends what they produced.
 Guarantees:
 
 - a command that arrives before its turn (Thespian does not order messages, not even from
-  one sender) is held and applied right after the turn starts, before its first step; one
-  still unclaimed after ``HOLD`` seconds is answered ``unknown_turn``. Every command gets
+  one sender) is held (``held``) and applied right after the turn starts, before its first
+  step; one still unclaimed after ``HOLD`` seconds is answered ``unknown_turn``. Every command gets
   an answer: a refusal always, a success when it carried a ``request_id``;
 - a ``Subscribe`` or a command for a turn that has ended is answered for it (a stop or a
   cancel "no effect", anything else ``turn_finished``); an unknown ``Subscribe`` is refused
@@ -23,7 +23,6 @@ Guarantees:
 from __future__ import annotations
 
 import os
-import time
 from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
@@ -32,22 +31,18 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
 from thespian.system.transport import TransmitIntent
 
 from messages import (
-    CodecError,
     ControlReply,
-    Error,
-    Finish,
     ReportProgress,
     StartTurn,
     StopTurn,
     Subscribe,
     ToolAlive,
-    TurnEvent,
-    encode,
     reply_for,
 )
 
 from .decisions import SetTimer, TimerFired
 from .errors import SnapshotError, StoreError
+from .held import HOLD, HeldCommands
 from .inbox import Inbox
 from .internal import (
     HostConfig,
@@ -75,9 +70,8 @@ from .telemetry import RECORDER
 from .tool_runner import ToolRunner
 from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
 
-__all__ = ["HOLD", "TurnHost"]
+__all__ = ["TurnHost"]
 
-HOLD = 2.0  # seconds a command may wait for its turn to start
 _REMEMBER_ENDED = 10_000
 _COMMANDS = frozenset({"StopTurn", "CancelTurn", "ToolApprovalResponse", "RespondToApprovals", "StopTool"})
 
@@ -97,7 +91,7 @@ class TurnHost(ActorTypeDispatcher):
         self.tools = ToolRunner(self)
         self.turns: dict[str, TurnActor] = {}
         self.ended: OrderedDict[str, str] = OrderedDict()
-        self.early: dict[str, list[tuple[Any, Any, float]]] = {}
+        self.held = HeldCommands()
         self.outboxes: dict[str, Outbox] = {}
         self.dirty: list[Outbox] = []
         self.store: SQLiteStore | None = None
@@ -153,7 +147,7 @@ class TurnHost(ActorTypeDispatcher):
         turn = TurnActor.starting(self, msg)
         self.turns[tid] = turn
         turn.tell(msg, sender)
-        for command, who, _ in self.early.pop(tid, []):
+        for command, who in self.held.claim(tid):
             turn.tell(command, who)
         if self.shutting_down is not None:  # a straggler: it ends as the others did
             turn.tell(StopTurn(turn_id=tid, reason="the runtime is closing", cause="shutdown"), None)
@@ -187,7 +181,7 @@ class TurnHost(ActorTypeDispatcher):
         elif tid in self.ended or (self.store is not None and self._stored(tid)):
             self._answer_for_ended(msg, sender, self.ended.get(tid, "see the store"))
         else:
-            self.early.setdefault(tid, []).append((msg, sender, time.monotonic()))
+            self.held.hold(tid, msg, sender)
             self._every("hold", HOLD / 2)
 
     def _answer_for_ended(self, msg: Any, sender: Any, reason: str) -> None:
@@ -266,19 +260,9 @@ class TurnHost(ActorTypeDispatcher):
             self._shut()
 
     def _expire_held(self) -> None:
-        now = time.monotonic()
-        for tid in list(self.early):
-            keep = []
-            for command, who, at in self.early[tid]:
-                if now - at < HOLD:
-                    keep.append((command, who, at))
-                else:
-                    self.reply(who, reply_for(command, False, "unknown_turn", f"no turn {tid}"))
-            if keep:
-                self.early[tid] = keep
-            else:
-                del self.early[tid]
-        if self.early:
+        for tid, command, who in self.held.expired():
+            self.reply(who, reply_for(command, False, "unknown_turn", f"no turn {tid}"))
+        if self.held:
             self._every("hold", HOLD / 2)
 
     def _poll_store(self) -> None:
@@ -338,26 +322,6 @@ class TurnHost(ActorTypeDispatcher):
         self.inbox.put(item)
 
     # -- events and replies ---------------------------------------------------------------
-
-    def encode_event(self, event: TurnEvent) -> bytes:
-        """The event's bytes. One that cannot be encoded is replaced, with its ``seq``, by an
-        ``Error`` (or, for a ``Finish``, by the same ``Finish`` without its history), so that
-        no subscriber waits for a gap that never fills."""
-        try:
-            return encode(event)
-        except CodecError as exc:
-            log().error("turn %s: event %d (%s) cannot be encoded: %s", event.turn_id, event.seq, event.kind, exc)
-        if isinstance(event, Finish):
-            return encode(event.model_copy(update={"messages": [], "pending_approvals": list(event.pending_approvals)}))
-        lost = Error(
-            turn_id=event.turn_id,
-            seq=event.seq,
-            parent_turn_id=event.parent_turn_id,
-            root_turn_id=event.root_turn_id,
-            error_type="event_lost",
-            message=f"a {event.kind} event could not be encoded and was dropped",
-        )
-        return encode(lost)
 
     def deliver(self, to: Any, payload: bytes, kind: str) -> None:
         key = str(to)

@@ -1,0 +1,52 @@
+"""Commands that overtook their turn, held until it starts.
+
+Thespian does not order messages, not even from one sender, so a ``StopTurn`` sent right
+after ``StartTurn`` may reach the host first. The host holds such a command and hands it to
+the turn as soon as the turn starts, before its first step; one still unclaimed after
+``HOLD`` seconds is returned by ``expired()`` to be answered ``unknown_turn``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["HOLD", "HeldCommands"]
+
+HOLD = 2.0  # seconds a command may wait for its turn to start
+
+
+class HeldCommands:
+    """Per turn id, the commands waiting for it, oldest first, with who sent them."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._held: dict[str, list[tuple[Any, Any, float]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._held)
+
+    def hold(self, turn_id: str, command: Any, sender: Any) -> None:
+        self._held.setdefault(turn_id, []).append((command, sender, self._clock()))
+
+    def claim(self, turn_id: str) -> list[tuple[Any, Any]]:
+        """The commands held for a turn that has just started, in arrival order."""
+        return [(command, sender) for command, sender, _ in self._held.pop(turn_id, [])]
+
+    def expired(self) -> list[tuple[str, Any, Any]]:
+        """Drop and return (turn id, command, sender) for every command held ``HOLD`` s or more."""
+        now = self._clock()
+        out: list[tuple[str, Any, Any]] = []
+        for turn_id in list(self._held):
+            keep = []
+            for command, sender, at in self._held[turn_id]:
+                if now - at < HOLD:
+                    keep.append((command, sender, at))
+                else:
+                    out.append((turn_id, command, sender))
+            if keep:
+                self._held[turn_id] = keep
+            else:
+                del self._held[turn_id]
+        return out
