@@ -100,7 +100,6 @@ class AsyncRuntime:
 
     async def control(self, command: Any, timeout: float = 10.0) -> ControlReply:
         """Send a command to its turn and return the turn's reply; see ``Runtime.control``."""
-        self.sync._needs_turn_id(command)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(self.sync._command(command)), timeout)
         except TimeoutError:

@@ -2,8 +2,8 @@
 
 ``Runtime`` starts a ``multiprocTCPBase`` actor system on its own admin port, listening on
 ``host`` only (``127.0.0.1`` by default) and authenticating every frame with a fresh key;
-in it a directory, one ``TurnHost`` per core and a ``ToolPool``. ``run()`` sends
-``StartTurn`` straight to the host of the turn's slot and returns a ``TurnHandle``.
+in it a directory, one ``TurnHost`` per core and a ``ToolPool`` (``tree``). ``run()`` sends
+``StartTurn`` straight to the host of the turn's slot (``hosts``) and returns a ``TurnHandle``.
 
 What a user can rely on when things end:
 
@@ -52,17 +52,16 @@ from .directory_actor import DirectoryActor
 from .endpoint import Endpoint
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from .handle import TurnHandle
+from .hosts import Hosts
 from .inbound import Inbound
 from .internal import Configure, Configured, Hello, HostReplaced, Shutdown, Welcome
 from .logs import logger
-from .names import DIRECTORY_NAME, LEADER_CAPABILITY, slot_of
+from .names import DIRECTORY_NAME, LEADER_CAPABILITY
 from .processes import free_port
-from .providers.streaming import ssl_context
 from .store import SQLiteStore, TurnSummary
-from .store_files import lock_store, remove_runtime_file, write_runtime_file
+from .store_files import remove_runtime_file, write_runtime_file
 from .stream import TurnResult, TurnStream
 from .telemetry_export import SpanSink
-from .thespian_compat import tune_convention
 from .tools import Tool
 from .transport import TransportConfig
 from .tree import ProcessTree
@@ -135,13 +134,12 @@ class Runtime:
         self._tree = ProcessTree()
         self._endpoint: Endpoint | None = None
         self._directory: Any = None
-        self._host_addresses: list[Any] = []
+        self._hosts: Hosts | None = None
         self._spans = SpanSink(tracer_provider)
         self._inbound = Inbound(lambda: self._closed, self._host_replaced, self._spans.put)
         self._closed = False
         self._started = False
         self._lock = threading.RLock()
-        self._lock_fd: int | None = None
         self._main_names: set[str] = set()
         self._store: SQLiteStore | None = None
 
@@ -177,15 +175,12 @@ class Runtime:
     def _start(self) -> None:
         main = sys.modules.get("__main__")
         self._main_names = set(vars(main)) if main is not None else set()  # importable by the tree
-        transport.install(self.host, self._key, self._transport)
-        tune_convention()
-        ssl_context()  # built once here, inherited by every host
-        if self.store_path is not None:
-            self._lock_fd = lock_store(self.store_path)
-            SQLiteStore(self.store_path).close()  # fail here, naming the file, if it is not a store
         if self.admin_port is None:
             self.admin_port = free_port(self.host)
-        asys = self._tree.start({"Admin Port": self.admin_port, LEADER_CAPABILITY: True, **self.capabilities})
+        capabilities = {"Admin Port": self.admin_port, LEADER_CAPABILITY: True, **self.capabilities}
+        asys = self._tree.start(
+            capabilities, host=self.host, key=self._key, transport_config=self._transport, store_path=self.store_path
+        )
         self._directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
         self._endpoint = Endpoint(asys, self._inbound.on_message, self._inbound.on_idle)
         self._endpoint.start()
@@ -200,7 +195,7 @@ class Runtime:
             capabilities=self.capabilities,
         )
         configured = self._ask(self._directory, configure, Configured)
-        self._host_addresses = list(configured.hosts)
+        self._hosts = Hosts(self._endpoint, self._inbound, configured.hosts)
         self.recovered, self.unrecoverable = configured.recovered, configured.errors
         self._endpoint.send(self._directory, WatchMembership())
         if self.store_path is not None:
@@ -220,6 +215,10 @@ class Runtime:
                 f"the actor system did not answer {type(message).__name__} within {self._start_timeout} s"
             ) from None
 
+    def _host_replaced(self, msg: HostReplaced) -> None:
+        if self._hosts is not None:
+            self._hosts.replaced(msg)
+
     def close(self) -> None:
         """End the runtime: bounded, whatever it is doing; see the module docstring."""
         with self._lock:
@@ -227,26 +226,19 @@ class Runtime:
                 return
             self._closed = True
         deadline = time.monotonic() + self._close_timeout
-        if self._endpoint is not None and self._directory is not None and self._host_addresses:
+        if self._endpoint is not None and self._directory is not None and self._hosts is not None:
             shutdown = Shutdown(keep_turns=self.store_path is not None)
             self._endpoint.send(self._directory, shutdown)
-            done = []
-            for slot, host in enumerate(self._host_addresses):  # behind the turns' own messages
-                done.append(self._inbound.expect(f"ShutdownDone:{slot}"))
-                self._endpoint.send(host, shutdown)
-            concurrent.futures.wait(done, max(0.0, min(2.0, deadline - time.monotonic() - 1.0)))
+            self._hosts.shut_down(shutdown, min(2.0, deadline - time.monotonic() - 1.0))
         if self.store_path is not None:
             remove_runtime_file(self.store_path)
         self._inbound.close()  # readers and callers still waiting raise RuntimeClosedError
         if self._endpoint is not None:
             self._endpoint.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
         self._spans.close(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-        self._tree.end(deadline)
         if self._store is not None:
             self._store.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # every process that inherited it is gone now
-            self._lock_fd = None
+        self._tree.end(deadline)  # and the store's lock is free once the tree is gone
 
     @property
     def closed(self) -> bool:
@@ -258,61 +250,27 @@ class Runtime:
         or below one that is)."""
         return self._tree.sid
 
-    # -- hosts ----------------------------------------------------------------------------
-
-    def _host_replaced(self, msg: HostReplaced) -> None:
-        """A host died: follow its recovered turns on the new one; end the others here."""
-        self._host_addresses[msg.slot] = msg.address
-        for turn_id, stream in list(self._inbound.streams.items()):
-            if slot_of(turn_id, len(self._host_addresses)) != msg.slot or stream.finished:
-                continue
-            if turn_id in msg.recovered:
-                self._endpoint.send(msg.address, Subscribe(turn_id=turn_id, since=stream.next_seq))  # type: ignore[union-attr]
-            else:
-                detail = "the process that ran this turn died; it had no store to recover from"
-                stream.end("host_lost", "Agent run lost", detail)
-                self._inbound.drop(turn_id, stream)
-
     # -- commands -------------------------------------------------------------------------
 
-    def _running(self) -> Endpoint:
+    def _running(self) -> Hosts:
         if not self._started:
             self.start()
-        if self._closed or self._endpoint is None:
+        if self._closed or self._hosts is None:
             raise RuntimeClosedError("the Runtime is not running")
-        return self._endpoint
-
-    def _host_of(self, turn_id: str) -> Any:
-        return self._host_addresses[slot_of(turn_id, len(self._host_addresses))]
+        return self._hosts
 
     def _command(self, command: Any) -> concurrent.futures.Future[ControlReply]:
         """Send a command to its turn's host; the future gets the turn's ``ControlReply``."""
-        endpoint = self._running()
-        if command.request_id is None:
-            command = command.model_copy(update={"request_id": uuid.uuid4().hex})
-        future = self._inbound.expect(command.request_id)
-
-        def undeliverable() -> None:
-            if self._inbound.forget(command.request_id) is not None and not future.done():
-                future.set_exception(TurnTimeout(f"{command.kind}: the turn's host cannot be reached"))
-
-        endpoint.send(self._host_of(command.turn_id), command, undeliverable)
-        return future
+        return self._running().command(command)
 
     def control(self, command: Any, timeout: float = 10.0) -> ControlReply:
         """Send a command (``StopTurn``, ``CancelTurn``, ``RespondToApprovals``, ``StopTool``,
         ``ToolApprovalResponse`` with a ``turn_id``) to its turn and return the turn's reply.
         A refusal is returned as a reply with ``ok=False``, not raised."""
-        self._needs_turn_id(command)
         try:
             return self._command(command).result(timeout)
         except concurrent.futures.TimeoutError:
             raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
-
-    @staticmethod
-    def _needs_turn_id(command: Any) -> None:
-        if not getattr(command, "turn_id", None):
-            raise ConfigurationError(f"{command.kind} needs a turn_id to be sent through the Runtime")
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -349,7 +307,7 @@ class Runtime:
         system: str | None,
     ) -> TurnStream:
         """Check and send ``StartTurn`` without blocking; the turn's stream follows it."""
-        endpoint = self._running()
+        hosts = self._running()
         start = StartTurn(
             turn_id=turn_id or new_turn_id(),
             messages=history(messages, system),
@@ -358,10 +316,7 @@ class Runtime:
             options=options or TurnOptions(),
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
         )
-        stream = self._inbound.open_stream(start.turn_id, 0, fresh=True)
-        lost = lambda: stream.end("host_lost", "Agent run lost", "its host cannot be reached")
-        endpoint.send(self._host_of(start.turn_id), start, lost)
-        return stream
+        return hosts.start(start)
 
     def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> TurnHandle:
         """A handle on a turn started elsewhere (or recovered), with its events from ``since``
@@ -393,10 +348,10 @@ class Runtime:
 
     def nodes(self, timeout: float = 10.0) -> list[NodeInfo]:
         """The nodes that joined this runtime's convention, as its directory sees them."""
-        endpoint = self._running()
+        self._running()
         request = ListNodes(request_id=uuid.uuid4().hex)
         future = self._inbound.expect(request.request_id or "")
-        endpoint.send(self._directory, request)
+        self._endpoint.send(self._directory, request)  # type: ignore[union-attr]
         try:
             return list(future.result(timeout).nodes)
         except concurrent.futures.TimeoutError:

@@ -1,9 +1,14 @@
-"""The process tree a Runtime or a node owns: its actor system, its lifeline, its end.
+"""The process tree a Runtime owns: what it inherits, its actor system, its lifeline, its end.
 
-``start()`` opens the lifeline and starts Thespian's admin inside ``Lifeline.forking()``,
-so the admin and everything forked below it (actors, tool processes, their children)
-belong to the tree. ``end()`` cuts the lifeline, waits (bounded) until every process the
-tree had is gone, and SIGKILLs by PID whatever is left; it never waits on a message.
+``start()`` first puts in place what every process of the tree must inherit: the transport
+(frames signed, sockets bound to ``host``), the convention timers, the SSL context, and,
+with a store, the store's lock (one runtime per store; the lock is held until the last
+process of the tree is gone) after opening the store once to fail now, naming the file, if
+it is not one (no connection crosses the fork). Then it opens the lifeline and starts
+Thespian's admin inside ``Lifeline.forking()``, so the admin and everything forked below it
+(actors, tool processes, their children) belong to the tree. ``end()`` cuts the lifeline,
+waits (bounded) until every process the tree had is gone, SIGKILLs by PID whatever is left,
+then frees the store's lock; it never waits on a message.
 """
 
 from __future__ import annotations
@@ -15,9 +20,15 @@ from typing import Any
 
 from thespian.actors import ActorSystem
 
+from . import transport
 from .lifeline import Lifeline
 from .logs import log_defs, logger
 from .processes import descendants, end_processes, session_processes, wait_gone
+from .providers.streaming import ssl_context
+from .store import SQLiteStore
+from .store_files import lock_store
+from .thespian_compat import tune_convention
+from .transport import TransportConfig
 
 __all__ = ["ProcessTree"]
 
@@ -32,9 +43,24 @@ class ProcessTree:
         self.lifeline: Lifeline | None = None
         self.asys: ActorSystem | None = None
         self.sid: int | None = None  # the admin's session, learnt from an actor (see Welcome)
+        self.lock_fd: int | None = None
 
-    def start(self, capabilities: dict[str, Any]) -> ActorSystem:
+    def start(
+        self,
+        capabilities: dict[str, Any],
+        *,
+        host: str,
+        key: bytes | None,
+        transport_config: TransportConfig | None,
+        store_path: str | None,
+    ) -> ActorSystem:
         """Start the admin (a daemon in a session of its own) as a member of the tree."""
+        transport.install(host, key, transport_config)
+        tune_convention()
+        ssl_context()  # built once here, inherited by every host
+        if store_path is not None:
+            self.lock_fd = lock_store(store_path)
+            SQLiteStore(store_path).close()  # fail here, naming the file, if it is not a store
         self.lifeline = Lifeline()
         with self.lifeline.forking():
             self.asys = ActorSystem("multiprocTCPBase", capabilities, logDefs=log_defs(), transientUnique=True)
@@ -65,3 +91,6 @@ class ProcessTree:
         if self.sid is not None:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(self.sid, os.WNOHANG)  # the admin's first fork is the owner's child
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # every process that inherited it is gone now
+            self.lock_fd = None

@@ -105,7 +105,7 @@ def test_supervisor_example() -> None:
         "'tidy up the disk'           -> stop",
         "'send the weekly report'     -> stop",
         "'wait for the build'         -> stopped",
-    ]
+    ], out
     assert sorted(line for line in lines if line.startswith("decision:")) == [
         "decision: delete_path: approved",
         "decision: delete_path: denied: only /tmp may be deleted",
@@ -121,7 +121,7 @@ def test_asyncio_example() -> None:
         'lookup: Done: {"ok": true, "data": {"city": "Paris", "population_m": 2.1}}',
         'booking: Done: {"ok": true, "data": "booked for 2 in Oslo"}',
         "chatter: stopped",
-    ]
+    ], out
 
 
 def test_tracing_example() -> None:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 
 import pytest
 
-from actors import Runtime
+from actors import AsyncRuntime, ConfigurationError, Runtime
 from actors.processes import session_processes
 from actors.testing import ScriptedProvider, say
-from messages import Finish, TextDelta
+from messages import CancelTurn, Finish, StopTurn, TextDelta
 
 from .helpers import summary
 from .wire import listening_sockets
@@ -75,3 +76,17 @@ def test_nothing_of_the_embedded_runtime_listens_beyond_127_0_0_1(runtime: Runti
     sockets = listening_sockets(pids)
     assert ("127.0.0.1", runtime.admin_port) in sockets
     assert {host for host, _ in sockets} == {"127.0.0.1"}, sockets
+
+
+def test_a_command_without_a_turn_id_is_refused_at_once_by_either_api(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
+    with pytest.raises(ConfigurationError, match="stop_turn needs a turn_id to be sent through the Runtime"):
+        runtime.control(StopTurn(turn_id="", reason="which turn?"))
+
+    async def main() -> None:
+        async with AsyncRuntime(provider.provider(), hosts=1, tool_processes=1) as rt:
+            with pytest.raises(ConfigurationError, match="cancel_turn needs a turn_id"):
+                await rt.control(CancelTurn(turn_id="", reason="which turn?"))
+
+    asyncio.run(main())
