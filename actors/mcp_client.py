@@ -41,6 +41,7 @@ from mcp.types import Tool as ListedTool
 
 from .errors import ToolError
 from .mcp_session import Connection, ServerParams, connection
+from .processes import dies_with_parent
 
 __all__ = ["call", "describe", "failure", "list_server_tools", "open_client"]
 
@@ -142,8 +143,9 @@ async def _transport(server: ServerParams, conn: Connection | None) -> AsyncIter
         async with http, streamable_http_client(server.url, http_client=http) as (read, write):
             yield _Watched(read, on_end), write
         return
-    program, *args = server.command
-    params = StdioServerParameters(command=program, args=args, env={**server.env, **env} or None, cwd=server.cwd)
+    environment = {**server.env, **env} or None
+    program, *args = dies_with_parent(server.command, server.cwd, (environment or {}).get("PATH"))
+    params = StdioServerParameters(command=program, args=args, env=environment, cwd=server.cwd)
     async with stdio_client(params, errlog=_errlog()) as (read, write):
         yield _Watched(read, on_end), write
 

@@ -8,17 +8,22 @@ never matches processes by name. Linux only (``/proc``, ``prctl``).
   (cheap) with a full ``/proc`` scan as the fallback;
 - ``end_processes``: SIGKILL a list of PIDs and wait (bounded) until they are gone;
 - ``become_subreaper``: orphaned descendants of this process are re-parented to it instead
-  of to init, so a tool's double-forked daemon stays in reach.
+  of to init, so a tool's double-forked daemon stays in reach;
+- ``dies_with_parent``: a command line that runs a program which gets SIGKILL when the
+  thread that started it ends, for a child that is not ours to watch (an MCP server).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import random
+import shutil
 import signal
 import socket
+import sys
 import time
 from collections.abc import Iterable
 
@@ -27,6 +32,7 @@ __all__ = [
     "become_subreaper",
     "children",
     "descendants",
+    "dies_with_parent",
     "end_processes",
     "free_port",
     "group_processes",
@@ -171,6 +177,34 @@ def become_subreaper() -> bool:
         return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
+
+
+# Run as ``python -I -S -c _GUARD PPID PROGRAM ARGS...``: ask for SIGKILL when the parent
+# thread ends (PR_SET_PDEATHSIG = 1; it survives exec), give up if the parent is already
+# gone, then become the program.
+_GUARD = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]): os._exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[3:])\n"
+)
+
+
+def dies_with_parent(argv: list[str], cwd: str | None = None, path: str | None = None) -> list[str]:
+    """``argv`` wrapped so that its program is SIGKILLed when the calling thread ends (its
+    process killed with it), even if it ignores SIGTERM and the end of its input. The program
+    is resolved here, against ``path`` (default ``$PATH``) or ``cwd``: a missing one raises
+    ``FileNotFoundError`` now, as starting it would."""
+    program, *args = argv
+    found: str | None
+    if os.sep in program:
+        candidate = os.path.join(cwd or os.getcwd(), program)
+        found = candidate if os.access(candidate, os.X_OK) and not os.path.isdir(candidate) else None
+    else:
+        found = shutil.which(program, path=path if path is not None else os.environ.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    return [sys.executable, "-I", "-S", "-c", _GUARD, str(os.getpid()), os.path.abspath(found), program, *args]
 
 
 def free_port(host: str = "127.0.0.1") -> int:

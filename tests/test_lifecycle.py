@@ -8,13 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from actors import Runtime
-from actors.processes import descendants, session_processes
+from actors.processes import descendants, dies_with_parent, session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.store import SQLiteStore
 from actors.store_files import runtime_file, store_in_use
@@ -223,3 +224,38 @@ def test_a_command_line_approval_while_the_owner_is_dead_is_kept_and_runs_the_ca
         finish = rt.attach("turn_dead").wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
     assert finish.finish_reason == "stop"
     assert keys.read_text() == "turn_dead:call_1\n"
+
+
+# -- a child that is not ours to watch ---------------------------------------------------------
+
+
+def test_a_guarded_program_keeps_its_arguments_and_a_missing_one_is_refused_before_it_starts() -> None:
+    out = subprocess.run(dies_with_parent(["sh", "-c", 'echo "$0|$1"', "first", "second"]), capture_output=True)
+    assert out.stdout == b"first|second\n"
+    with pytest.raises(FileNotFoundError, match="no-such-program-greenroom"):
+        dies_with_parent(["no-such-program-greenroom"])
+
+
+def test_a_guarded_program_is_killed_when_the_thread_that_started_it_ends() -> None:
+    started: list[subprocess.Popen[bytes]] = []
+    release = threading.Event()
+
+    def starter() -> None:
+        command = dies_with_parent(["sh", "-c", "trap '' TERM; echo ready; exec sleep 300"])
+        child = subprocess.Popen(command, stdout=subprocess.PIPE)
+        started.append(child)
+        release.wait(30)  # the thread lives until the child has become the program
+
+    thread = threading.Thread(target=starter)
+    thread.start()
+    assert wait_until(lambda: bool(started), timeout=10)
+    child = started[0]
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        release.set()
+        thread.join(10)
+        assert child.wait(10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)

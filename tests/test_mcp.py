@@ -25,6 +25,7 @@ from actors.processes import session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ToolApprovalRequest, ToolFinished, ToolProgress
 
+from . import tools_for_tests as T
 from .helpers import err, ok, pid_alive, wait_until
 
 pytestmark = pytest.mark.integration
@@ -362,6 +363,19 @@ def test_closing_the_runtime_ends_the_stdio_server_even_one_that_ignores_sigterm
         server_pid = data_of(tool_messages(result.messages)[0])
         assert pid_alive(server_pid)
     assert not pid_alive(server_pid)
+
+
+def test_a_turnhost_killed_alone_takes_its_stdio_server_with_it_even_one_that_ignores_sigterm_and_its_input(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    provider.add(use_tools(call("host_pid"), call("stubborn")), say("ok"))
+    with running(provider) as rt:
+        result = rt.run("go", tools=[T.host_pid, *mcp_tools(stdio_command(tmp_path))]).result(60)
+        host = json.loads(tool_messages(result.messages)[0] or "null")["data"]
+        server_pid = data_of(tool_messages(result.messages)[1])
+        assert pid_alive(server_pid)
+        os.kill(host, signal.SIGKILL)  # the owner lives on; the host is replaced
+        assert wait_until(lambda: not pid_alive(server_pid), timeout=5), "the MCP server outlived its TurnHost"
 
 
 def test_when_the_owner_dies_the_stdio_server_ends_with_it_even_one_that_ignores_sigterm_and_its_input(
