@@ -20,17 +20,21 @@ What greenroom patches or calls, and why:
 - ``ActorManager._send_intent`` with completion callbacks: event batches clocked by ACKs
   (``outbox``);
 - ``systemBase.external_clone``, ``_run_transport``, ``transport.set_watch`` and
-  ``scheduleTransmit``: the owner's non-blocking endpoint (``endpoint``).
+  ``scheduleTransmit``: the owner's non-blocking endpoint (``endpoint``);
+- ``MultiProcReplicator._startChildActor``'s record of each child it forks (``ChildInfo``:
+  the address ``createActor`` returned and the process): the pid of a tool process the pool
+  has just forked (``child_pid``).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 from datetime import timedelta
+from typing import Any
 
 from .errors import ConfigurationError
 
-__all__ = ["TESTED", "check", "tune_convention"]
+__all__ = ["TESTED", "check", "child_pid", "tune_convention"]
 
 TESTED = ("4.0.1",)
 
@@ -38,7 +42,7 @@ _checked = False
 
 
 def _internals() -> list[tuple[object, str]]:
-    from thespian.system import actorManager, systemBase
+    from thespian.system import actorManager, multiprocCommon, systemBase
     from thespian.system.admin import convention
     from thespian.system.transport import IPBase, TCPTransport, TransmitIntent, streamBuffer
 
@@ -65,6 +69,8 @@ def _internals() -> list[tuple[object, str]]:
         (actorManager.ActorManager, "_send_intent"),
         (systemBase.systemBase, "external_clone"),
         (systemBase.ExternalOpsToActors, "_run_transport"),
+        (multiprocCommon.MultiProcReplicator, "_startChildActor"),
+        (multiprocCommon, "ChildInfo"),
     ]
 
 
@@ -103,3 +109,14 @@ def tune_convention(period: float = 2.0, misses: int = 2) -> None:
     convention.CONVENTION_REREGISTRATION_PERIOD = timedelta(seconds=period)
     convention.CONVENTION_RESTART_PERIOD = timedelta(seconds=period)
     convention.CONVENTION_REGISTRATION_MISS_MAX = misses
+
+
+def child_pid(actor: Any, address: Any) -> int | None:
+    """The pid of the process Thespian forked for ``actor``'s child ``address`` (what
+    ``createActor`` returned), from Thespian's own record of it; None if it has none (the
+    child could not be started, or it has exited and been collected)."""
+    for info in reversed(getattr(getattr(actor, "_myRef", None), "_child_procs", None) or ()):
+        if info.childAddr is address or info.childAddr == address:
+            pid = getattr(info.childProc, "pid", None)
+            return pid if isinstance(pid, int) else None
+    return None

@@ -38,6 +38,7 @@ from .internal import (
 )
 from .logs import logger
 from .processes import alive, become_subreaper, children, descendants, signal_all
+from .thespian_compat import child_pid
 from .tool_worker import ToolWorker
 
 __all__ = ["ToolPool"]
@@ -68,11 +69,10 @@ class ToolPool(ActorTypeDispatcher):
 
     def _fork(self) -> Any:
         assert self.config is not None
-        before = set(children(os.getpid()))
         worker = self.createActor(ToolWorker)
-        new = set(children(os.getpid())) - before
-        if len(new) == 1:  # known at once, so that it is never taken for an orphan
-            self.worker_pids.add(new.pop())
+        pid = child_pid(self, worker)  # known at once, so that it is never taken for an orphan
+        if pid is not None:
+            self.worker_pids.add(pid)
         self.send(worker, WorkerInit(self.config.directory, self.config.recycle_after, self.config.node))
         return worker
 

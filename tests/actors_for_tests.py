@@ -1,8 +1,11 @@
-"""A plain Thespian actor that plays a supervisor in tests: it starts a turn through the
-directory, gets the turn's events as messages, and sends commands when told to."""
+"""Plain Thespian actors for tests: a supervisor that starts a turn through the directory,
+gets the turn's events as messages and sends commands when told to; hosts that put a tool
+process or a tool pool in an order of events a test needs."""
 
 from __future__ import annotations
 
+import os
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +13,8 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher
 
 from actors import DIRECTORY_NAME, DirectoryActor
 from actors import Supervisor as SupervisorBase
+from actors.internal import LeaseWorkers, PoolConfig, WorkerExited, WorkerResult, WorkersLeased
+from actors.tool_pool import ToolPool
 from messages import ControlReply, Finish, StartTurn, ToolApprovalRequest, TurnEvent
 
 
@@ -103,3 +108,88 @@ class OvertakingHost(ActorTypeDispatcher):
 
     def receiveMsg_WorkerReady(self, msg: Any, sender: Any) -> None:
         pass
+
+
+# -- a tool process killed while its pool forks ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaseWhileKilling:
+    """To a ``ForkRacePool``: lend one process more than are idle (so that the pool forks one),
+    and SIGKILL ``pid`` in the middle of that fork."""
+
+    pid: int
+
+
+class ForkRacePool(ToolPool):
+    """A real ToolPool in which a tool process that started children dies while the pool
+    forks: what the kernel then does (the dead process's children become the pool's, the
+    pool is their subreaper) happens between the pool's two looks at its children."""
+
+    kill_in_fork: int | None = None
+
+    def receiveMsg_LeaseWhileKilling(self, msg: LeaseWhileKilling, sender: Any) -> None:
+        self.kill_in_fork = msg.pid
+        self.receiveMsg_LeaseWorkers(LeaseWorkers(len(self.idle) + 1), sender)
+
+    def createActor(self, *args: Any, **kwargs: Any) -> Any:
+        pid, self.kill_in_fork = self.kill_in_fork, None
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # gone (its children are ours), not collected
+        return super().createActor(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class RaceFork:
+    """Lease a process from a ``ForkRacePool``, run ``naive`` there (a call that starts children
+    of every kind), and once it reports, have that process killed while the pool forks; then
+    run ``quick`` in every process lent after that. Answered with the exits reported, the
+    answers of those calls, and the pids the naive call reported."""
+
+    config: PoolConfig
+    naive: Any
+    quick: Any
+
+
+class RaceHost(ActorTypeDispatcher):
+    """Plays a TurnHost of a ``ForkRacePool``."""
+
+    def receiveMsg_RaceFork(self, msg: RaceFork, sender: Any) -> None:
+        self.asker, self.race = sender, msg
+        self.killed: int | None = None
+        self.children: list[int] = []
+        self.lent = 0
+        self.exited: list[str] = []
+        self.answers: list[str] = []
+        self.pool = self.createActor(ForkRacePool)
+        self.send(self.pool, msg.config)
+        self.send(self.pool, LeaseWorkers(1))
+
+    def receiveMsg_WorkersLeased(self, msg: WorkersLeased, sender: Any) -> None:
+        if self.killed is None:
+            if msg.workers:
+                self.send(msg.workers[0], self.race.naive)
+            else:  # the lease overtook the pool's config
+                self.send(self.pool, LeaseWorkers(1))
+            return
+        self.lent = len(msg.workers)
+        for worker in msg.workers:
+            self.send(worker, self.race.quick)
+
+    def receiveMsg_ReportProgress(self, msg: Any, sender: Any) -> None:
+        if self.killed is None:
+            self.killed, self.children = msg.data["worker"], msg.data["pids"]
+            self.send(self.pool, LeaseWhileKilling(self.killed))
+
+    def receiveMsg_WorkerExited(self, msg: WorkerExited, sender: Any) -> None:
+        self.exited.append(str(msg.worker))
+        self._answer()
+
+    def receiveMsg_WorkerResult(self, msg: WorkerResult, sender: Any) -> None:
+        self.answers.append(msg.result.content)
+        self._answer()
+
+    def _answer(self) -> None:
+        if self.exited and self.lent and len(self.answers) == self.lent:
+            self.send(self.asker, (len(self.exited), self.answers, self.children))

@@ -274,6 +274,44 @@ def test_a_tool_process_killed_mid_call_takes_the_processes_its_call_started_wit
         reap(data["pids"])  # what the bug leaves must not outlive the test
 
 
+# found by this suite (kill-tool-unnoticed, seed 479 of the soak): a tool process that had started
+# children was SIGKILLed while its pool forked another; the children it left became the pool's in
+# the middle of that fork, so the pool could not tell which new child was the process it forked,
+# took that process for an orphan at its next clean-up, killed it and collected its exit itself,
+# and Thespian (which learns of an exit by collecting it) never reported it: the pool went on
+# lending a dead process and nobody ever failed the call sent to it
+
+
+def test_a_tool_process_forked_while_another_dies_with_children_is_not_taken_for_their_orphan(
+    runtime: Runtime,
+) -> None:
+    from actors.internal import PoolConfig
+    from actors.tools import tool_specs
+    from messages import RunTool, ToolCall
+
+    from .actors_for_tests import RaceFork, RaceHost
+
+    def run(tool: object, arguments: dict[str, object]) -> RunTool:
+        spec = tool_specs([tool])[0]
+        call_ = ToolCall(id="c1", name=spec.name, arguments=json.dumps(arguments))
+        return RunTool(
+            turn_id="t", root_turn_id="t", call=call_, spec=spec, arguments=arguments, idempotency_key="t:c1"
+        )
+
+    config = PoolConfig(spares=1, recycle_after=0, directory=runtime.directory, node="race")
+    race = RaceFork(config, run(T.spawn_naive, {"stubborn": True}), run(T.add, {"a": 2, "b": 3}))
+    asys = runtime.actor_system
+    answer = asys.ask(asys.createActor(RaceHost), race, 20)
+    assert answer is not None, "a process lent after the kill neither answered nor was reported exited"
+    exited, answers, children = answer
+    try:
+        assert exited == 1  # the killed process, reported to its lessee
+        assert answers == [json.dumps({"ok": True, "data": 5})] * len(answers)
+        assert wait_until(lambda: not [p for p in children if alive(p)], timeout=5), "its children outlived it"
+    finally:
+        reap(children)
+
+
 # found by this suite, fixed in 63fcb1e: run_command read its command's output to EOF, so a
 # background child holding the pipes kept it waiting until that child ended on its own
 
