@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from messages import ControlReply, MembershipChanged, NodeList, TurnEvent
@@ -23,6 +23,8 @@ from .internal import EventBatch, HostReplaced, ShutdownDone, SpanBatch
 from .stream import TurnStream
 
 __all__ = ["Inbound"]
+
+GAP_CHECK = 0.05  # seconds between two looks for events lost in transit
 
 
 class Inbound:
@@ -43,6 +45,7 @@ class Inbound:
         self.membership: list[MembershipChanged] = []
         self._members: dict[str, dict[str, Any]] = {}
         self._members_cond = threading.Condition()
+        self._next_gap_check = 0.0
 
     # -- what callers wait on -------------------------------------------------------------
 
@@ -90,10 +93,9 @@ class Inbound:
 
     def on_message(self, msg: Any, sender: Any) -> None:
         if isinstance(msg, EventBatch):
-            for event in msg.events:
-                self._event(event)
+            self._events(msg.events)
         elif isinstance(msg, TurnEvent):
-            self._event(msg)
+            self._events([msg])
         elif isinstance(msg, ControlReply):
             future = self.forget(msg.request_id) if msg.request_id else None
             if future is not None:
@@ -118,14 +120,26 @@ class Inbound:
         if future is not None and not future.done():
             future.set_result(msg)
 
-    def _event(self, event: TurnEvent) -> None:
-        stream = self.stream(event.turn_id)
-        if stream is not None and stream.deliver(event):
-            self.drop(event.turn_id, stream)
+    def _events(self, events: Iterable[TurnEvent]) -> None:
+        """Deliver in order; each stream's readers are woken once, after its last event here."""
+        touched: dict[str, TurnStream] = {}
+        for event in events:
+            stream = self.stream(event.turn_id)
+            if stream is None:
+                continue
+            touched[event.turn_id] = stream
+            if stream.deliver(event, wake=False):
+                self.drop(event.turn_id, stream)
+        for stream in touched.values():
+            stream.wake()
 
     def on_idle(self) -> None:
-        """Replace events lost in transit once their turn's next ``Finish`` is here."""
+        """Replace events lost in transit once their turn's next ``Finish`` is here (looked
+        at every ``GAP_CHECK`` seconds at most: a gap waits ``stream.GAP_WAIT`` anyway)."""
         now = time.monotonic()
+        if now < self._next_gap_check:
+            return
+        self._next_gap_check = now + GAP_CHECK
         with self._lock:
             streams = list(self.streams.items())
         for turn_id, stream in streams:

@@ -93,7 +93,8 @@ class LLMActor(LocalActor):
             else:
                 self._send(stream, LLMFailed, error_type=out[1], message=out[2])
             del self._streams[stream_id]
-            self._idle.append(stream.worker.client)
+            if not stream.worker.client.spent:  # one aborted by its total timeout is not reused
+                self._idle.append(stream.worker.client)
         for stream_id in touched:
             stream = self._streams.get(stream_id)
             if stream is not None:

@@ -84,8 +84,10 @@ class TurnStream:
 
     # -- delivery (pump thread) -----------------------------------------------------------
 
-    def deliver(self, event: TurnEvent) -> bool:
-        """Take one event; True if it ended the turn (a terminal ``Finish`` now in order)."""
+    def deliver(self, event: TurnEvent, wake: bool = True) -> bool:
+        """Take one event; True if it ended the turn (a terminal ``Finish`` now in order).
+        With ``wake=False`` the readers are not woken: the caller calls ``wake()`` once it
+        has delivered the rest of a batch."""
         arrived = time.monotonic()
         with self._cond:
             nxt = self._base + len(self.events)
@@ -95,7 +97,8 @@ class TurnStream:
             self._arrived[event.seq] = arrived
             ended = self._take_in_order()
             self._gap_since = (self._gap_since or arrived) if self._early else None
-            self._wake()
+            if wake:
+                self._wake()
             return ended
 
     def _take_in_order(self) -> bool:
@@ -108,6 +111,8 @@ class TurnStream:
 
     def fill_gaps(self, now: float) -> bool:
         """Replace events that never came, once a later ``Finish`` is waiting behind them."""
+        if self._gap_since is None:  # no gap (read without the lock: the next look sees a new one)
+            return False
         with self._cond:
             if self._gap_since is None or now - self._gap_since < GAP_WAIT:
                 return False

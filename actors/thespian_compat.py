@@ -15,8 +15,9 @@ What greenroom patches or calls, and why:
   ``frames``, lengths read within bounds, connections limited (``transport``);
 - ``IPActorAddress.bindArgs``: binds sockets to the configured interface (``transport``);
 - ``convention`` timer globals: notice a lost node in seconds, not minutes (``tune_convention``);
-- ``TransmitIntent.identify``: Thespian formats every message for a debug line it rarely
-  writes; this makes that free;
+- ``TransmitIntent.identify`` and ``ReceiveEnvelope.identify``: Thespian formats every
+  message it sends or an actor receives (``str()`` of the whole message, a turn's history
+  included) for a debug line it rarely writes; this names the message's type instead;
 - ``ActorManager._send_intent`` with completion callbacks: event batches clocked by ACKs
   (``outbox``);
 - ``systemBase.external_clone``, ``_run_transport``, ``transport.set_watch`` and
@@ -44,7 +45,7 @@ _checked = False
 def _internals() -> list[tuple[object, str]]:
     from thespian.system import actorManager, multiprocCommon, systemBase
     from thespian.system.admin import convention
-    from thespian.system.transport import IPBase, TCPTransport, TransmitIntent, streamBuffer
+    from thespian.system.transport import IPBase, ReceiveEnvelope, TCPTransport, TransmitIntent, streamBuffer
 
     return [
         (TCPTransport, "serializer"),
@@ -66,6 +67,7 @@ def _internals() -> list[tuple[object, str]]:
         (convention, "CONVENTION_RESTART_PERIOD"),
         (convention, "CONVENTION_REGISTRATION_MISS_MAX"),
         (TransmitIntent, "identify"),
+        (ReceiveEnvelope, "identify"),
         (actorManager.ActorManager, "_send_intent"),
         (systemBase.systemBase, "external_clone"),
         (systemBase.ExternalOpsToActors, "_run_transport"),
@@ -90,9 +92,10 @@ def check() -> None:
     ]
     if missing:
         raise ConfigurationError(f"Thespian {version} lacks what greenroom patches: {', '.join(missing)}")
-    from thespian.system.transport import TransmitIntent
+    from thespian.system.transport import ReceiveEnvelope, TransmitIntent
 
     TransmitIntent.identify = lambda self: f"{type(self.message).__name__} to {self.targetAddr}"
+    ReceiveEnvelope.identify = lambda self: f"{type(self.message).__name__} from {self.sender}"
     _checked = True
 
 

@@ -243,6 +243,21 @@ def test_a_stream_silent_longer_than_the_read_timeout_ends_with_a_clear_error(
     assert provider.requests[0].disconnected.wait(5)
 
 
+def test_a_stream_longer_than_the_total_timeout_ends_with_a_clear_error_and_the_next_stream_is_served(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
+    provider.add(say("one two three", stall_after=1), say("fine"))
+    config = provider.provider(timeouts=Timeouts(connect=5, read=30, total=0.5), retry=RetryPolicy(max_attempts=1))
+    events = list(runtime.run("go", provider=config).events(timeout=30))
+    assert summary(events)[-3:] == [
+        ("text", "one "),
+        ("error", "total_timeout", "the provider stream took longer than 0.5 s"),
+        ("finish", "error"),
+    ]
+    assert provider.requests[0].disconnected.wait(5)
+    assert runtime.run("again", provider=config).result(30).text == "fine"  # on a client that was not aborted
+
+
 def test_a_bad_request_is_not_retried(runtime: Runtime, provider: ScriptedProvider) -> None:
     provider.add(fail(401, "bad key"))
     events = list(runtime.run("go").events(timeout=30))

@@ -1,4 +1,4 @@
-"""One provider stream, run in a worker thread, abortable at once from another thread.
+"""One provider stream, run on its client's thread (``client``), abortable at once from another thread.
 
 The worker's only outputs go through ``emit`` (the LLMActor queues them and wakes itself
 through a pipe); it never calls Thespian. ``abort()`` shuts down the stream's sockets with
@@ -24,8 +24,6 @@ import itertools
 import json
 import os
 import random
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +37,7 @@ from messages import StreamChat
 from ..trace import trace
 from .anthropic import AnthropicAdapter
 from .base import Accumulator, Adapter, ProviderStreamError, error_message
+from .client import DEADLINES, ProviderClient, ssl_context
 from .openai import OpenAIAdapter
 from .sse import iter_sse
 
@@ -127,68 +126,6 @@ class _Retry(Exception):
         self.retry_after = retry_after
 
 
-_SSL_CONTEXT: ssl.SSLContext | None = None
-
-
-def ssl_context() -> ssl.SSLContext:
-    """One verifying SSL context per process tree.
-
-    Loading the CA bundle takes ~40 ms; the Runtime builds the context before its actor
-    system forks, so every LLMActor inherits it instead of loading it again.
-    """
-    global _SSL_CONTEXT
-    if _SSL_CONTEXT is None:
-        _SSL_CONTEXT = httpx.create_ssl_context()
-    return _SSL_CONTEXT
-
-
-class ProviderClient:
-    """An ``httpx.Client`` that knows its sockets, so that its stream can be aborted.
-
-    One client serves one stream at a time (the LLMActor keeps idle ones for reuse and
-    drops one that was aborted), so shutting down all its sockets aborts exactly that
-    stream, whether the connection was fresh or reused from the pool.
-    """
-
-    def __init__(self) -> None:
-        self.client = httpx.Client(verify=ssl_context())
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._shut = False
-
-    def trace(self, name: str, info: dict[str, Any]) -> None:
-        if name != "connection.connect_tcp.complete":
-            return
-        stream = info.get("return_value")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if sock is None:
-            return
-        with self._lock:
-            self._sockets = [s for s in self._sockets if s.fileno() != -1]
-            self._sockets.append(sock)
-            late = self._shut
-        if late:
-            _shutdown(sock)
-
-    def shutdown(self) -> None:
-        """Shut down every socket now (also one still connecting); the client is spent."""
-        with self._lock:
-            self._shut = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shutdown(sock)
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
 class StreamWorker:
     """Runs one ``StreamChat`` request on a ``ProviderClient`` in a daemon thread."""
 
@@ -201,36 +138,34 @@ class StreamWorker:
         self._aborted = threading.Event()
         self._abort_report: tuple[str, str] | None = None
         self._sent_text = False
-        self._thread = threading.Thread(target=self._main, name=f"stream {request.stream_id}", daemon=True)
+        self._ended = False
 
     def start(self) -> None:
-        self._thread.start()
+        self.client.run(self._main)
 
     def _emit_traced(self, out: StreamOutput) -> None:
         trace("worker emit", self.request.stream_id, out[0])
         self._emit_raw(out)
 
     def abort(self, report: tuple[str, str] | None = None) -> None:
-        """Abort now. With ``report`` the worker emits it as its failure; otherwise nothing."""
+        """Abort now. With ``report`` the worker emits it as its failure; otherwise nothing.
+        Once the stream has ended this does nothing (its client may serve another)."""
         with self._lock:
-            if self._aborted.is_set():
+            if self._aborted.is_set() or self._ended:
                 return
             self._abort_report = report
+            self.client.shutdown()  # spent before anyone can see the abort and reuse it
             self._aborted.set()
-        self.client.shutdown()
 
     # -- the thread ------------------------------------------------------------------------
 
     def _main(self) -> None:
         provider = self.request.provider
         total = provider.timeouts.total
-        timer = None
+        deadline = None
         if total is not None:
-            timer = threading.Timer(
-                total, self.abort, args=(("total_timeout", f"the provider stream took longer than {total:g} s"),)
-            )
-            timer.daemon = True
-            timer.start()
+            report = ("total_timeout", f"the provider stream took longer than {total:g} s")
+            deadline = DEADLINES.add(total, lambda: self.abort(report))
         try:
             self._run()
         except BaseException as exc:  # the worker must always end with one output
@@ -239,8 +174,10 @@ class StreamWorker:
             else:
                 self._emit(("failed", "internal_error", f"{type(exc).__name__}: {exc}"))
         finally:
-            if timer is not None:
-                timer.cancel()
+            with self._lock:
+                self._ended = True
+            if deadline is not None:
+                DEADLINES.cancel(deadline)
 
     def _report_abort(self) -> None:
         if self._abort_report is not None:
