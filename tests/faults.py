@@ -1256,23 +1256,7 @@ def _start_refused_mid_turn(o: Outcome) -> bool:
     return any("is already in use" in e for e in o.errors) and any(e.seq > 0 for e in o.events)
 
 
-def _hung_after_a_tool_process_was_killed(o: Outcome) -> bool:
-    return (o.fired or "").startswith("kill_tool pid")
-
-
 KNOWN_BUGS: tuple[KnownBug, ...] = (
-    KnownBug(
-        "kill-tool-unnoticed",
-        "a tool process SIGKILLed in the middle of a call that had started children of every kind (spawn_naive): "
-        "once in 1,000 soak scenarios (seed 479; 72 tool kills) the host did not fail the call for 10 s, until the "
-        "harness stopped the turn, which then ended valid; not reproduced in 60 reruns of such seeds. A cause "
-        "that fits was found and fixed since (a tool process forked while a killed one's children were "
-        "re-parented to the pool was taken for their orphan and never reported; test_faults.py "
-        "test_a_tool_process_forked_while_another_dies_with_children_is_not_taken_for_their_orphan): drop this "
-        "entry once a soak of 1,000 scenarios shows no such hang",
-        _hung_after_a_tool_process_was_killed,
-        ("hang:",),
-    ),
     KnownBug(
         "start-delivered-twice",
         "Thespian resends a frame whose ACK did not come back (at-least-once): a StartTurn that arrives twice "
