@@ -17,7 +17,7 @@ from typing import Any
 from messages import ControlReply, StartTurn, Subscribe
 
 from .endpoint import Endpoint
-from .errors import ConfigurationError, TurnTimeout
+from .errors import TurnTimeout
 from .inbound import Inbound
 from .internal import HostReplaced, Shutdown
 from .names import slot_of
@@ -27,7 +27,8 @@ __all__ = ["Hosts"]
 
 
 class Hosts:
-    """The addresses of a Runtime's TurnHosts, by slot; thread-safe as its parts are."""
+    """The addresses of a Runtime's TurnHosts, by slot. Any thread may send through it; only
+    the pump thread changes an address (``replaced``), one list item at a time."""
 
     def __init__(self, endpoint: Endpoint, inbound: Inbound, addresses: list[Any]) -> None:
         self._endpoint = endpoint
@@ -46,8 +47,6 @@ class Hosts:
 
     def command(self, command: Any) -> concurrent.futures.Future[ControlReply]:
         """Send a command to its turn's host; the future gets the turn's ``ControlReply``."""
-        if not getattr(command, "turn_id", None):
-            raise ConfigurationError(f"{command.kind} needs a turn_id to be sent through the Runtime")
         if command.request_id is None:
             command = command.model_copy(update={"request_id": uuid.uuid4().hex})
         future = self._inbound.expect(command.request_id)
@@ -62,7 +61,7 @@ class Hosts:
     def replaced(self, msg: HostReplaced) -> None:
         """A host died: follow its recovered turns on the new one; end the others here."""
         self._addresses[msg.slot] = msg.address
-        for turn_id, stream in list(self._inbound.streams.items()):
+        for turn_id, stream in self._inbound.open_streams():
             if slot_of(turn_id, len(self._addresses)) != msg.slot or stream.finished:
                 continue
             if turn_id in msg.recovered:

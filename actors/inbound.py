@@ -69,6 +69,11 @@ class Inbound:
             self.streams[turn_id] = stream
             return stream
 
+    def open_streams(self) -> list[tuple[str, TurnStream]]:
+        """The streams open now, by turn id (a copy)."""
+        with self._lock:
+            return list(self.streams.items())
+
     def stream(self, turn_id: str) -> TurnStream | None:
         with self._lock:
             return self.streams.get(turn_id)
@@ -140,9 +145,7 @@ class Inbound:
         if now < self._next_gap_check:
             return
         self._next_gap_check = now + GAP_CHECK
-        with self._lock:
-            streams = list(self.streams.items())
-        for turn_id, stream in streams:
+        for turn_id, stream in self.open_streams():
             if stream.fill_gaps(now):
                 self.drop(turn_id, stream)
 

@@ -1,10 +1,11 @@
 """LLMActor: streams providers' deltas to the turns of its host, and aborts on request.
 
 One LLMActor lives in each TurnHost process, beside the TurnActors it serves; messages
-between them never leave the process. Each ``StreamChat`` runs in a worker thread
-(``providers.streaming.StreamWorker``) whose only outputs are an item on the host's inbox
-and a wake-up byte, so the host keeps handling messages while a stream blocks; an
-``AbortStream`` shuts the stream's socket down at once, also while the provider stalls.
+between them never leave the process. Each ``StreamChat`` is a ``StreamWorker``
+(``providers.streaming``) run on its client's own thread, kept for that client's next
+stream; the worker's only outputs are an item on the host's inbox and a wake-up byte, so
+the host keeps handling messages while a stream blocks; an ``AbortStream`` shuts the
+stream's socket down at once, also while the provider stalls.
 
 Guarantees, per stream: every message about it carries its ``stream_id`` and the next
 ``seq`` (0, 1, 2, ...); text drained in one wake-up is sent as one ``LLMDeltas``; the last
@@ -58,13 +59,14 @@ class LLMActor(LocalActor):
         elif isinstance(message, AbortStream):
             stream = self._streams.pop(message.stream_id, None)
             if stream is not None:
-                stream.worker.abort()  # its client is spent; it is not reused
+                stream.worker.abort()  # its client is spent, unless the stream had just ended
+                self._keep(stream.worker.client)
                 end_chat(stream.span, None)
 
     def _start(self, request: StreamChat, requester: LocalActor) -> None:
         if request.stream_id in self._streams:
             return
-        client = self._idle.pop() if self._idle else ProviderClient()
+        client = self._idle.pop() if self._idle else ProviderClient()  # never a spent one (_keep)
         stream_id = request.stream_id
         worker = StreamWorker(request, lambda out: self._put(("llm", stream_id, out)), client)
         self._streams[stream_id] = _Stream(worker, requester, span=chat_span(request))
@@ -93,12 +95,19 @@ class LLMActor(LocalActor):
             else:
                 self._send(stream, LLMFailed, error_type=out[1], message=out[2])
             del self._streams[stream_id]
-            if not stream.worker.client.spent:  # one aborted by its total timeout is not reused
-                self._idle.append(stream.worker.client)
+            self._keep(stream.worker.client)  # unless its total timeout aborted it
         for stream_id in touched:
             stream = self._streams.get(stream_id)
             if stream is not None:
                 self._flush(stream)
+
+    def _keep(self, client: ProviderClient) -> None:
+        """Keep a client whose stream has ended for the next stream; close a spent one's
+        (its thread ends with the job it may still be running)."""
+        if client.spent:
+            client.close()
+        else:
+            self._idle.append(client)
 
     def _flush(self, stream: _Stream) -> None:
         if stream.text:
@@ -115,6 +124,7 @@ class LLMActor(LocalActor):
         """Abort every stream and close the idle clients."""
         for stream in self._streams.values():
             stream.worker.abort()
+            stream.worker.client.close()  # after the job it runs, spent or not
             end_chat(stream.span, None)
         self._streams.clear()
         for client in self._idle:

@@ -13,9 +13,9 @@ event loop thread (``tool_runner``), and so is the session it goes through.
   (``mcp_client.call``), and the next call starts a new session;
 - ``close_all(on_done)`` (thread-safe) closes every session of this process gracefully (a
   stdio server's stdin is closed, an HTTP session deleted); ``on_done`` runs, on the loop
-  thread, once none is left. The host calls it on ``Shutdown``; a server process still
-  alive when the host ends is ended with it by the lifeline, like any descendant, and one
-  whose host was SIGKILLed alone by the kernel (``processes.dies_with_parent``).
+  thread, once none is left. The host calls it on ``Shutdown``. A server process still
+  alive when the host ends is ended with it: by the lifeline, like any descendant, or, when
+  the host alone was SIGKILLed, by the kernel (``processes.dies_with_parent``).
 
 Nothing here imports ``mcp``: ``mcp_client`` does, inside the session's task.
 """

@@ -179,32 +179,37 @@ def become_subreaper() -> bool:
         return False
 
 
-# Run as ``python -I -S -c _GUARD PPID PROGRAM ARGS...``: ask for SIGKILL when the parent
+# Run as ``python -I -S -c _GUARD PPID PATH ARGV0 ARGS...``: ask for SIGKILL when the parent
 # thread ends (PR_SET_PDEATHSIG = 1; it survives exec), give up if the parent is already
-# gone, then become the program.
+# gone, then become the program; a program that cannot be run is named in one line.
 _GUARD = (
     "import ctypes, os, sys\n"
     "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
     "if os.getppid() != int(sys.argv[1]): os._exit(1)\n"
-    "os.execv(sys.argv[2], sys.argv[3:])\n"
+    "try: os.execv(sys.argv[2], sys.argv[3:])\n"
+    "except OSError as e: print(f'greenroom: cannot run {sys.argv[2]}: {e.strerror}', file=sys.stderr); os._exit(127)\n"
 )
 
 
 def dies_with_parent(argv: list[str], cwd: str | None = None, path: str | None = None) -> list[str]:
     """``argv`` wrapped so that its program is SIGKILLed when the calling thread ends (its
-    process killed with it), even if it ignores SIGTERM and the end of its input. The program
-    is resolved here, against ``path`` (default ``$PATH``) or ``cwd``: a missing one raises
+    process killed with it), even if it ignores SIGTERM and the end of its input. Start it
+    from a thread that lives as long as the program should (a host's event-loop thread).
+    The program is resolved here, as ``execvp`` in the child would (against ``path``,
+    default ``$PATH``, or, when it holds a slash, against ``cwd``): a missing one raises
     ``FileNotFoundError`` now, as starting it would."""
     program, *args = argv
+    base = cwd or os.getcwd()
     found: str | None
     if os.sep in program:
-        candidate = os.path.join(cwd or os.getcwd(), program)
+        candidate = os.path.join(base, program)
         found = candidate if os.access(candidate, os.X_OK) and not os.path.isdir(candidate) else None
     else:
         found = shutil.which(program, path=path if path is not None else os.environ.get("PATH", os.defpath))
     if found is None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-    return [sys.executable, "-I", "-S", "-c", _GUARD, str(os.getpid()), os.path.abspath(found), program, *args]
+    resolved = os.path.normpath(os.path.join(base, found))
+    return [sys.executable, "-I", "-S", "-c", _GUARD, str(os.getpid()), resolved, program, *args]
 
 
 def free_port(host: str = "127.0.0.1") -> int:

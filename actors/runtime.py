@@ -230,7 +230,7 @@ class Runtime:
             shutdown = Shutdown(keep_turns=self.store_path is not None)
             self._endpoint.send(self._directory, shutdown)
             self._hosts.shut_down(shutdown, min(2.0, deadline - time.monotonic() - 1.0))
-        if self.store_path is not None:
+        if self.store_path is not None and self._tree.lock_fd is not None:  # ours: we hold the lock
             remove_runtime_file(self.store_path)
         self._inbound.close()  # readers and callers still waiting raise RuntimeClosedError
         if self._endpoint is not None:
@@ -260,7 +260,10 @@ class Runtime:
         return self._hosts
 
     def _command(self, command: Any) -> concurrent.futures.Future[ControlReply]:
-        """Send a command to its turn's host; the future gets the turn's ``ControlReply``."""
+        """Send a command to its turn's host; the future gets the turn's ``ControlReply``.
+        One without a ``turn_id`` is refused before anything starts."""
+        if not getattr(command, "turn_id", None):
+            raise ConfigurationError(f"{command.kind} needs a turn_id to be sent through the Runtime")
         return self._running().command(command)
 
     def control(self, command: Any, timeout: float = 10.0) -> ControlReply:

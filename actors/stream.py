@@ -111,8 +111,8 @@ class TurnStream:
 
     def fill_gaps(self, now: float) -> bool:
         """Replace events that never came, once a later ``Finish`` is waiting behind them."""
-        if self._gap_since is None:  # no gap (read without the lock: the next look sees a new one)
-            return False
+        if self._gap_since is None:  # no gap; read without the lock, which is safe because only
+            return False  # the pump thread (deliver, fill_gaps, end) writes it
         with self._cond:
             if self._gap_since is None or now - self._gap_since < GAP_WAIT:
                 return False

@@ -24,7 +24,7 @@ from . import transport
 from .lifeline import Lifeline
 from .logs import log_defs, logger
 from .processes import descendants, end_processes, session_processes, wait_gone
-from .providers.streaming import ssl_context
+from .providers.client import ssl_context
 from .store import SQLiteStore
 from .store_files import lock_store
 from .thespian_compat import tune_convention

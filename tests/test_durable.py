@@ -18,7 +18,7 @@ from actors import Runtime, SnapshotError
 from actors.processes import session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.store import SQLiteStore
-from actors.store_files import store_in_use
+from actors.store_files import running_runtime, store_in_use
 from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy
 
 from . import tools_for_tests as T
@@ -286,9 +286,11 @@ def test_a_second_runtime_cannot_take_a_store_in_use(provider: ScriptedProvider,
     from actors import ConfigurationError
 
     store = tmp_path / "turns.db"
-    with Runtime(config(provider), store=store):
+    with Runtime(config(provider), store=store) as first:
         with pytest.raises(ConfigurationError, match="is used by another running runtime"):
             Runtime(config(provider), store=store).start()
+        found = running_runtime(str(store))  # the refused one left the first one's file alone
+        assert found is not None and found["pid"] == os.getpid() and found["admin_port"] == first.admin_port
     assert not store_in_use(str(store))  # free again once the first runtime closed
     with Runtime(config(provider), store=store):
         pass

@@ -259,3 +259,17 @@ def test_a_guarded_program_is_killed_when_the_thread_that_started_it_ends() -> N
         if child.poll() is None:
             child.kill()
             child.wait(10)
+
+
+def test_a_guarded_program_is_found_relative_to_its_cwd_and_one_that_cannot_run_is_named(tmp_path: Path) -> None:
+    hello = tmp_path / "hello"
+    hello.write_text("#!/bin/sh\necho hello\n")
+    hello.chmod(0o755)
+    out = subprocess.run(dies_with_parent(["./hello"], cwd=str(tmp_path)), cwd=tmp_path, capture_output=True)
+    assert out.stdout == b"hello\n"
+    broken = tmp_path / "broken"
+    broken.write_text("#!/nonexistent/interpreter\n")
+    broken.chmod(0o755)
+    out = subprocess.run(dies_with_parent(["./broken"], cwd=str(tmp_path)), cwd=tmp_path, capture_output=True)
+    assert out.returncode == 127
+    assert out.stderr == f"greenroom: cannot run {broken}: No such file or directory\n".encode()

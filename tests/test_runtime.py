@@ -83,6 +83,10 @@ def test_a_command_without_a_turn_id_is_refused_at_once_by_either_api(
 ) -> None:
     with pytest.raises(ConfigurationError, match="stop_turn needs a turn_id to be sent through the Runtime"):
         runtime.control(StopTurn(turn_id="", reason="which turn?"))
+    unstarted = Runtime(provider.provider())
+    with pytest.raises(ConfigurationError, match="stop_turn needs a turn_id"):
+        unstarted.control(StopTurn(turn_id="", reason="which turn?"))
+    assert unstarted.admin_sid is None and not unstarted.closed  # refused before anything started
 
     async def main() -> None:
         async with AsyncRuntime(provider.provider(), hosts=1, tool_processes=1) as rt:

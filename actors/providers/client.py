@@ -22,7 +22,11 @@ from typing import Any
 
 import httpx
 
+from ..logs import logger
+
 __all__ = ["DEADLINES", "ProviderClient", "ssl_context"]
+
+log = logger("greenroom.llm")
 
 
 _SSL_CONTEXT: ssl.SSLContext | None = None
@@ -47,10 +51,14 @@ class _Deadlines:
     of it is cancelled."""
 
     def __init__(self) -> None:
+        self._ids = itertools.count()
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)  # a child has no thread and a fresh lock
+
+    def _reset(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[list[Any]] = []  # [when, token, fn or None once cancelled]
         self._entries: dict[int, list[Any]] = {}
-        self._ids = itertools.count()
         self._pid: int | None = None  # the process whose thread serves the heap
 
     def add(self, delay: float, fn: Callable[[], None]) -> int:
@@ -83,7 +91,10 @@ class _Deadlines:
                 if fn is None:
                     continue
                 del self._entries[token]
-            fn()
+            try:
+                fn()
+            except Exception:  # one failing function must not end the deadlines of the process
+                log().exception("a stream deadline failed")
 
 
 DEADLINES = _Deadlines()
@@ -107,14 +118,18 @@ class ProviderClient:
         self._shut = False
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     @property
     def spent(self) -> bool:
-        """Its sockets were shut down (an abort): it must not serve another stream."""
+        """It was aborted (``spend``): it must not serve another stream."""
         return self._shut
 
     def run(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on this client's thread, after the jobs before it."""
+        """Run ``job`` on this client's thread, after the jobs before it. Called by one
+        thread only (its host's); a spent or closed client runs nothing more."""
+        if self._shut or self._closed:
+            raise RuntimeError("this ProviderClient is spent or closed; it runs no more streams")
         if self._thread is None:
             self._thread = threading.Thread(target=self._serve, name="greenroom stream", daemon=True)
             self._thread.start()
@@ -141,6 +156,11 @@ class ProviderClient:
         if late:
             _shutdown(sock)
 
+    def spend(self) -> None:
+        """Mark it spent, touching no socket: from now on it serves no other stream."""
+        with self._lock:
+            self._shut = True
+
     def shutdown(self) -> None:
         """Shut down every socket now (also one still connecting); the client is spent."""
         with self._lock:
@@ -150,6 +170,7 @@ class ProviderClient:
             _shutdown(sock)
 
     def close(self) -> None:
+        self._closed = True
         if self._thread is None:
             self.client.close()
         else:

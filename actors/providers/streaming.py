@@ -145,6 +145,9 @@ class StreamWorker:
 
     def _emit_traced(self, out: StreamOutput) -> None:
         trace("worker emit", self.request.stream_id, out[0])
+        if out[0] in ("done", "failed"):  # the last output: from here on abort() does nothing,
+            with self._lock:  # so the client is spent already or stays fit for the next stream
+                self._ended = True
         self._emit_raw(out)
 
     def abort(self, report: tuple[str, str] | None = None) -> None:
@@ -154,8 +157,9 @@ class StreamWorker:
             if self._aborted.is_set() or self._ended:
                 return
             self._abort_report = report
-            self.client.shutdown()  # spent before anyone can see the abort and reuse it
-            self._aborted.set()
+            self.client.spend()  # spent before anyone can see the abort and reuse the client
+            self._aborted.set()  # before the sockets break, so the thread reports the abort
+        self.client.shutdown()
 
     # -- the thread ------------------------------------------------------------------------
 
@@ -175,7 +179,7 @@ class StreamWorker:
                 self._emit(("failed", "internal_error", f"{type(exc).__name__}: {exc}"))
         finally:
             with self._lock:
-                self._ended = True
+                self._ended = True  # an abort that reported nothing: the same holds
             if deadline is not None:
                 DEADLINES.cancel(deadline)
 

@@ -1,0 +1,120 @@
+"""The parts under a provider stream and a caller's streams, without an actor system: the
+process's stream deadlines, a provider client's own thread, one wake per event batch."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from typing import Any
+
+import pytest
+
+from actors.inbound import Inbound
+from actors.internal import EventBatch
+from actors.kernel import Kernel, LocalActor
+from actors.llm_actor import LLMActor
+from actors.providers.client import ProviderClient, _Deadlines
+from actors.testing import ScriptedProvider, say
+from messages import AbortStream, ChatMessage, StreamChat, TextDelta, TurnStarted, encode
+
+
+def test_a_deadline_fires_once_in_order_and_a_cancelled_one_never() -> None:
+    deadlines = _Deadlines()
+    fired: list[str] = []
+    last = threading.Event()
+    deadlines.add(0.02, lambda: fired.append("first"))
+    cancelled = deadlines.add(0.04, lambda: fired.append("cancelled"))
+    deadlines.add(0.06, lambda: (fired.append("last"), last.set()))
+    deadlines.cancel(cancelled)
+    assert last.wait(10)
+    assert fired == ["first", "last"]
+
+
+def test_a_deadline_that_raises_does_not_end_the_ones_after_it() -> None:
+    deadlines = _Deadlines()
+    later = threading.Event()
+
+    def fails() -> None:
+        raise RuntimeError("a deadline that fails")
+
+    deadlines.add(0.01, fails)
+    deadlines.add(0.02, later.set)
+    assert later.wait(10)
+
+
+def test_cancelled_deadlines_keep_no_function_and_are_compacted_away() -> None:
+    deadlines = _Deadlines()
+    tokens = [deadlines.add(3600, lambda: None) for _ in range(100)]
+    for token in tokens[:60]:
+        deadlines.cancel(token)
+    live = [entry for entry in deadlines._heap if entry[2] is not None]
+    assert len(live) == 40  # a cancelled entry holds no reference to its function
+    assert len(deadlines._heap) < 60  # compacted once most of the heap was cancelled
+
+
+def test_deadlines_work_in_a_forked_child() -> None:
+    deadlines = _Deadlines()
+    deadlines.add(3600, lambda: None)  # the parent's thread is running
+    pid = os.fork()
+    if pid == 0:  # the child: a thread and a lock of its own
+        fired = threading.Event()
+        deadlines.add(0.01, fired.set)
+        os._exit(0 if fired.wait(10) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_provider_client_runs_its_jobs_in_order_on_one_thread_and_none_once_spent() -> None:
+    client = ProviderClient()
+    seen: list[tuple[int, str]] = []
+    done = threading.Event()
+    for i in range(3):
+        client.run(lambda i=i: seen.append((i, threading.current_thread().name)))
+    client.run(done.set)
+    assert done.wait(10)
+    assert [i for i, _ in seen] == [0, 1, 2] and len({name for _, name in seen}) == 1
+    client.spend()
+    try:
+        client.run(lambda: None)
+    except RuntimeError as exc:
+        assert "spent or closed" in str(exc)
+    else:
+        raise AssertionError("a spent client took a job")
+    client.close()
+
+
+def test_the_readers_of_a_stream_are_woken_once_per_batch() -> None:
+    inbound = Inbound(lambda: False, lambda msg: None)
+    stream = inbound.open_stream("turn_1", 0, fresh=True)
+    wakes: list[int] = []
+    wake = stream.wake
+    stream.wake = lambda: (wakes.append(len(stream.events)), wake())  # type: ignore[method-assign]
+    events = [TurnStarted(turn_id="turn_1", seq=0)] + [
+        TextDelta(turn_id="turn_1", seq=i, text=f"part {i} ") for i in range(1, 4)
+    ]
+    inbound.on_message(EventBatch([encode(e) for e in events]), None)
+    assert wakes == [4] and [e.seq for e in stream.events] == [0, 1, 2, 3]
+
+
+@pytest.mark.integration  # a real provider server
+def test_a_stop_that_lands_just_after_its_stream_ended_leaves_the_client_fit_for_the_next_stream() -> None:
+    outputs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    kernel = Kernel()
+    llm = LLMActor(kernel, outputs.put)
+    with ScriptedProvider() as provider:
+        provider.add(say("first"), say("second"))
+        request = StreamChat(stream_id="s1", provider=provider.provider(), messages=[ChatMessage.user("go")])
+        llm.tell(request, LocalActor(kernel))
+        kernel.run()
+        while outputs.get(timeout=10)[2][0] != "done":  # the stream ended; the LLMActor has not seen it
+            pass
+        llm.tell(AbortStream(stream_id="s1", reason="stop"), None)  # a stop in that moment: nothing to abort
+        kernel.run()
+        assert len(llm._idle) == 1 and not llm._idle[0].spent
+        llm.tell(request.model_copy(update={"stream_id": "s2"}), LocalActor(kernel))
+        kernel.run()
+        while (item := outputs.get(timeout=10))[2][0] != "done":
+            pass
+        assert item[1] == "s2" and item[2][1].content == "second"
+        llm.close()
