@@ -17,13 +17,19 @@ from typing import Any
 from messages import ControlReply, StartTurn, Subscribe
 
 from .endpoint import Endpoint
-from .errors import TurnTimeout
+from .errors import ConfigurationError, TurnTimeout
 from .inbound import Inbound
 from .internal import HostReplaced, Shutdown
 from .names import slot_of
 from .stream import TurnStream
 
-__all__ = ["Hosts"]
+__all__ = ["Hosts", "addressed"]
+
+
+def addressed(command: Any) -> None:
+    """Raise ``ConfigurationError`` unless ``command`` names its turn."""
+    if not getattr(command, "turn_id", None):
+        raise ConfigurationError(f"{command.kind} needs a turn_id to be sent through the Runtime")
 
 
 class Hosts:

@@ -52,7 +52,7 @@ from .directory_actor import DirectoryActor
 from .endpoint import Endpoint
 from .errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from .handle import TurnHandle
-from .hosts import Hosts
+from .hosts import Hosts, addressed
 from .inbound import Inbound
 from .internal import Configure, Configured, Hello, HostReplaced, Shutdown, Welcome
 from .logs import logger
@@ -260,10 +260,8 @@ class Runtime:
         return self._hosts
 
     def _command(self, command: Any) -> concurrent.futures.Future[ControlReply]:
-        """Send a command to its turn's host; the future gets the turn's ``ControlReply``.
-        One without a ``turn_id`` is refused before anything starts."""
-        if not getattr(command, "turn_id", None):
-            raise ConfigurationError(f"{command.kind} needs a turn_id to be sent through the Runtime")
+        """Send a command to its turn's host (``Hosts.command``), checked before anything starts."""
+        addressed(command)
         return self._running().command(command)
 
     def control(self, command: Any, timeout: float = 10.0) -> ControlReply:

@@ -13,7 +13,7 @@ import pytest
 
 from actors import AsyncRuntime, ControlRejected, RuntimeClosedError
 from actors.testing import ScriptedProvider, call, say, use_tools
-from messages import Finish, TextDelta, ToolProgress
+from messages import TextDelta, ToolProgress
 
 from . import tools_for_tests as T
 from .helpers import summary

@@ -16,9 +16,9 @@ import pytest
 
 from actors import Runtime, SnapshotError
 from actors.processes import session_processes
-from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.store import SQLiteStore
 from actors.store_files import running_runtime, store_in_use
+from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy
 
 from . import tools_for_tests as T

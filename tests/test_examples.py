@@ -44,8 +44,8 @@ def test_the_demo_shows_tools_an_approval_and_a_stop() -> None:
 
 
 def test_the_demo_never_approves_a_real_models_call_without_a_person() -> None:
-    from actors.testing.demo import demo_responder
     from actors.testing import ScriptedProvider
+    from actors.testing.demo import demo_responder
 
     with ScriptedProvider(responder=demo_responder) as model:  # stands in for a real model
         out = run_example("00_demo.py", env_extra={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": model.base_url})

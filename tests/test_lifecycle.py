@@ -16,9 +16,9 @@ import pytest
 
 from actors import Runtime
 from actors.processes import descendants, dies_with_parent, session_processes
-from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.store import SQLiteStore
 from actors.store_files import runtime_file, store_in_use
+from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import Error, Finish, TextDelta, ToolProgress, TurnOptions
 
 from . import tools_for_tests as T

@@ -22,9 +22,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from actors import Runtime
 from actors.processes import session_processes
+from actors.telemetry_export import SpanSink
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.testing.script import fail
-from actors.telemetry_export import SpanSink
 from messages import Error, RetryPolicy, TextDelta, ToolProgress, TurnOptions
 
 from . import otel_tools as O
