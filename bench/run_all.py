@@ -18,6 +18,7 @@ BENCHES = [
     "transport.py",
     "async_stall.py",
     "close_cycles.py",
+    "mcp_guard.py",
 ]
 
 if __name__ == "__main__":
