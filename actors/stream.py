@@ -76,6 +76,7 @@ class TurnStream:
         self._base = since  # the seq of events[0]
         self.events: list[TurnEvent] = []
         self._early: dict[int, TurnEvent] = {}
+        self._ended = False  # a terminal Finish is among ``events``
         self._arrived: dict[int, float] = {}
         self._gap_since: float | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
@@ -107,6 +108,7 @@ class TurnStream:
             event = self._early.pop(self._base + len(self.events))
             self.events.append(event)
             ended = ended or (isinstance(event, Finish) and event.terminal)
+        self._ended = self._ended or ended
         return ended
 
     def fill_gaps(self, now: float) -> bool:
@@ -180,8 +182,7 @@ class TurnStream:
 
     @property
     def finished(self) -> bool:
-        with self._cond:
-            return any(isinstance(e, Finish) and e.terminal for e in self.events)
+        return self._ended  # events are only appended: once True, for good
 
     def received_at(self, seq: int) -> float | None:
         return self._arrived.get(seq)
