@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from actors import ControlRejected, Runtime, TurnTimeout
 from actors.history import history_problems
-from actors.processes import alive, descendants, session_processes, wait_gone
-from actors.store_files import store_in_use
+from actors.processes import alive, descendants, session_processes
 from actors.testing import call, say, use_tools
+from actors.store_files import store_in_use
 from bench.common import pct, save, table
 from messages import Finish, ProviderConfig, RetryPolicy, ToolProgress, TurnOptions
 from tests import fault_tools as F
@@ -110,8 +110,8 @@ def run_block(seeds: list[int], kills: bool, failures: list[dict[str, Any]]) -> 
         if sid is not None and not wait_until(lambda: session_processes(sid) == [], timeout=5):
             left.append(f"session {sid}: {session_processes(sid)}")
         pids = reported_pids(outcomes)
-        if still := wait_gone(pids, 5):
-            left.append(f"reported by tools: {still}")
+        if not wait_until(lambda: not [p for p in pids if alive(p)], timeout=5):
+            left.append(f"reported by tools: {[p for p in pids if alive(p)]}")
             reap(pids)
     return outcomes, left
 

@@ -11,11 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from actors import Runtime
-from actors.processes import group_processes
+from actors.processes import group_processes, session_processes
 from actors.testing import ScriptedProvider
 from messages import RetryPolicy
-
-from .helpers import started
 
 
 @pytest.fixture
@@ -31,8 +29,13 @@ def fast_retry() -> RetryPolicy:
 
 @pytest.fixture
 def runtime(provider: ScriptedProvider, fast_retry: RetryPolicy) -> Iterator[Runtime]:
-    with started(provider.provider(retry=fast_retry)) as rt:
+    rt = Runtime(provider.provider(retry=fast_retry), hosts=1, tool_processes=1).start()
+    try:
         yield rt
+    finally:
+        rt.close()
+        assert rt.admin_sid is not None
+        assert session_processes(rt.admin_sid) == [], "the Runtime left processes behind"
 
 
 group_members = group_processes

@@ -44,7 +44,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -623,6 +623,10 @@ class FaultProvider(ScriptedProvider):
         super().__init__(responder=self._route)
         self._scripts: dict[str, list[Reply]] = {}
         self._scripts_lock = threading.Lock()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
 
     def register(self, prompt: str, script: list[Reply]) -> None:
         with self._scripts_lock:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
-from actors import Runtime
-from actors.processes import alive, session_processes
-from messages import Finish, ProviderConfig, TextDelta, ToolFinished, TurnEvent
+from actors.processes import alive
+from messages import Finish, TextDelta, ToolFinished, TurnEvent
 
 
 def summary(events: list[TurnEvent]) -> list[tuple[Any, ...]]:
@@ -64,16 +61,3 @@ def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
 def pid_alive(pid: int) -> bool:
     """True until ``pid`` has exited completely."""
     return alive(pid)
-
-
-@contextlib.contextmanager
-def started(config: ProviderConfig, **options: Any) -> Iterator[Runtime]:
-    """A Runtime with the fewest actors a test needs (one host, one idle tool process),
-    closed after the block, which must leave no process of it behind."""
-    rt = Runtime(config, hosts=1, tool_processes=1, **options).start()
-    try:
-        yield rt
-    finally:
-        rt.close()
-        assert rt.admin_sid is not None
-        assert session_processes(rt.admin_sid) == [], "the Runtime left processes behind"

@@ -21,11 +21,12 @@ import pytest
 from actors import Runtime, ToolDefinitionError, history_problems, mcp_tools, requires_approval
 from actors.decisions import interrupted_content
 from actors.errors import ConfigurationError
+from actors.processes import session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ToolApprovalRequest, ToolFinished, ToolProgress
 
 from . import tools_for_tests as T
-from .helpers import err, ok, pid_alive, started, wait_until
+from .helpers import err, ok, pid_alive, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +42,12 @@ def stdio_command(marks: Path) -> list[str]:
 @contextlib.contextmanager
 def running(provider: ScriptedProvider, store: Path | None = None) -> Iterator[Runtime]:
     """A Runtime as the ``runtime`` fixture starts it, for tests that set things up first."""
-    with started(provider.provider(), store=store) as rt:
+    rt = Runtime(provider.provider(), store=store, hosts=1, tool_processes=1).start()
+    try:
         yield rt
+    finally:
+        rt.close()
+        assert rt.admin_sid is not None and session_processes(rt.admin_sid) == []
 
 
 def tool_messages(messages: list[Any]) -> list[str | None]:

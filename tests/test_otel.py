@@ -29,7 +29,7 @@ from messages import Error, RetryPolicy, TextDelta, ToolProgress, TurnOptions
 
 from . import otel_tools as O
 from . import tools_for_tests as T
-from .helpers import ok, started, wait_until
+from .helpers import ok, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,8 +47,13 @@ def _fresh_exporter() -> None:
 @pytest.fixture
 def traced(provider: ScriptedProvider, fast_retry: RetryPolicy) -> Iterator[Runtime]:
     """The ``runtime`` fixture's Runtime, traced into ``PROVIDER``."""
-    with started(provider.provider(retry=fast_retry), tracer_provider=PROVIDER) as rt:
+    rt = Runtime(provider.provider(retry=fast_retry), hosts=1, tool_processes=1, tracer_provider=PROVIDER).start()
+    try:
         yield rt
+    finally:
+        rt.close()
+        assert rt.admin_sid is not None
+        assert session_processes(rt.admin_sid) == [], "the Runtime left processes behind"
 
 
 def trace_of(turn_id: str, names: list[str], timeout: float = 10.0) -> list[ReadableSpan]:

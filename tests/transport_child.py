@@ -22,7 +22,7 @@ from . import tools_for_tests as T
 def main() -> None:
     config = TransportConfig(**json.loads(sys.argv[1]))
     with ScriptedProvider() as provider, Runtime(provider.provider(), transport=config) as rt:
-        print(json.dumps({"sid": rt.admin_sid, "admin_port": rt.admin_port}), flush=True)
+        print(json.dumps({"pid": rt.admin_sid, "sid": rt.admin_sid, "admin_port": rt.admin_port}), flush=True)
         for line in sys.stdin:
             verb, _, word = line.strip().partition(" ")
             if verb == "quit":
