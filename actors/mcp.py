@@ -129,13 +129,8 @@ class MCPTool(Tool):
     ) -> None:
         self.server = server
         self.mcp_name = mcp_name
-        self._listed_schema = parameters
         super().__init__(self._call, name=name, description=description, requires_approval=approval, inline=True)
-        self.config = {"server": server.model_dump(mode="json"), "tool": mcp_name}
-
-    def _schema(self, arg_docs: dict[str, str]) -> dict[str, Any]:
-        """The schema the server listed; the server checks the arguments (``validate``)."""
-        return self._listed_schema
+        self.parameters = parameters
 
     async def _call(self, arguments: dict[str, Any]) -> Any:
         from .mcp_client import call  # the mcp package, imported on the host's loop at its first call
@@ -152,8 +147,20 @@ class MCPTool(Tool):
     def ref(self) -> str:
         return _FACTORY
 
-    def _checked_ref(self) -> str:
-        return _FACTORY  # the factory rebuilds it from ``config``: there is nothing to import back
+    @property
+    def spec(self) -> ToolSpec:
+        approval, approval_ref = self._approval_spec()
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            ref=_FACTORY,
+            approval=approval,  # type: ignore[arg-type]
+            approval_ref=approval_ref,
+            is_async=True,
+            inline=True,
+            config={"server": self.server.model_dump(mode="json"), "tool": self.mcp_name},
+        )
 
     def __repr__(self) -> str:
         return f"<MCPTool {self.name} of {self.server.where}>"

@@ -27,6 +27,7 @@ import math
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import metadata
 from types import TracebackType
 from typing import Any, Self
 
@@ -40,7 +41,6 @@ from mcp.types import Tool as ListedTool
 
 from .errors import ToolError
 from .mcp_session import Connection, ServerParams, connection
-from .names import version
 from .processes import dies_with_parent
 
 __all__ = ["call", "describe", "failure", "list_server_tools", "open_client"]
@@ -49,7 +49,11 @@ _PAGES = 100  # a tools/list that never ends cannot hang mcp_tools()
 
 
 def _client_info() -> Implementation:
-    return Implementation(name="greenroom", version=version())
+    try:
+        version = metadata.version("greenroom")
+    except metadata.PackageNotFoundError:
+        version = "0"
+    return Implementation(name="greenroom", version=version)
 
 
 def _leaf(exc: BaseException) -> BaseException:

@@ -1,5 +1,4 @@
-"""Where things are: the directory's global name, and which host runs which turn; and
-greenroom's own version, as it names itself to others (``version``).
+"""Where things are: the directory's global name, and which host runs which turn.
 
 A turn's host is a pure function of its id and the number of hosts (``slot_of``), so the
 Runtime, the directory and the command line all reach it without a lookup, and a host that
@@ -8,12 +7,10 @@ is replaced keeps its slot.
 
 from __future__ import annotations
 
-import functools
 import zlib
-from importlib import metadata
 from typing import Any
 
-__all__ = ["DIRECTORY_NAME", "LEADER_CAPABILITY", "json_capabilities", "node_name", "slot_of", "version"]
+__all__ = ["DIRECTORY_NAME", "LEADER_CAPABILITY", "json_capabilities", "node_name", "slot_of"]
 
 DIRECTORY_NAME = "greenroom.directory"
 LEADER_CAPABILITY = "greenroom.leader"
@@ -46,12 +43,3 @@ def json_capabilities(capabilities: dict[str, Any]) -> dict[str, Any]:
         if isinstance(v, (str, int, float, bool, type(None), list)):
             out[k] = v
     return out
-
-
-@functools.cache
-def version() -> str:
-    """greenroom's installed version ("0" when it runs from a checkout that is not installed)."""
-    try:
-        return metadata.version("greenroom")
-    except metadata.PackageNotFoundError:
-        return "0"

@@ -76,7 +76,6 @@ class TurnStream:
         self._base = since  # the seq of events[0]
         self.events: list[TurnEvent] = []
         self._early: dict[int, TurnEvent] = {}
-        self._ended = False  # a terminal Finish is among ``events``
         self._arrived: dict[int, float] = {}
         self._gap_since: float | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
@@ -108,7 +107,6 @@ class TurnStream:
             event = self._early.pop(self._base + len(self.events))
             self.events.append(event)
             ended = ended or (isinstance(event, Finish) and event.terminal)
-        self._ended = self._ended or ended
         return ended
 
     def fill_gaps(self, now: float) -> bool:
@@ -182,7 +180,8 @@ class TurnStream:
 
     @property
     def finished(self) -> bool:
-        return self._ended  # events are only appended: once True, for good
+        with self._cond:
+            return any(isinstance(e, Finish) and e.terminal for e in self.events)
 
     def received_at(self, seq: int) -> float | None:
         return self._arrived.get(seq)

@@ -20,13 +20,13 @@ given), inside its functions: greenroom works without the ``otel`` extra.
 
 from __future__ import annotations
 
+import functools
 import queue
 import sys
 import threading
 from typing import Any
 
 from .logs import logger
-from .names import version
 from .telemetry import SpanRecord, TraceContext
 
 __all__ = ["SpanSink"]
@@ -114,7 +114,7 @@ def export(provider: Any, records: list[SpanRecord]) -> None:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-    scope = InstrumentationScope("greenroom", version())
+    scope = InstrumentationScope("greenroom", _version())
     processor = provider._active_span_processor
     sampled = TraceFlags(TraceFlags.SAMPLED)
     for r in records:
@@ -138,3 +138,13 @@ def export(provider: Any, records: list[SpanRecord]) -> None:
             instrumentation_scope=scope,
         )
         processor.on_end(span)
+
+
+@functools.cache
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("greenroom")
+    except PackageNotFoundError:
+        return "0"

@@ -103,9 +103,6 @@ def _strip_titles(schema: Any) -> Any:
 class Tool:
     """A function offered to a model. Calling a ``Tool`` calls the function."""
 
-    args_model: type[BaseModel]
-    config: dict[str, Any] | None = None  # what a factory needs to rebuild it (``ToolSpec.config``)
-
     def __init__(
         self,
         fn: Callable[..., Any],
@@ -141,19 +138,14 @@ class Tool:
         self.inline = inline
         self.isolate = isolate
         self.approval: bool | Callable[[dict[str, Any]], bool] = requires_approval
-        self.parameters = self._schema(arg_docs)
-        self.__doc__ = fn.__doc__
-        self.__wrapped__ = fn
-
-    def _schema(self, arg_docs: dict[str, str]) -> dict[str, Any]:
-        """The JSON schema of the arguments, from the signature (``args_model`` checks them)."""
         self.args_model = self._build_model(arg_docs)
         try:
-            parameters: dict[str, Any] = _strip_titles(self.args_model.model_json_schema())
+            self.parameters = _strip_titles(self.args_model.model_json_schema())
         except Exception as exc:  # pydantic raises several kinds for a type with no schema
             raise ToolDefinitionError(f"tool {self.name!r}: its parameters have no JSON schema: {exc}") from None
-        parameters.setdefault("properties", {})
-        return parameters
+        self.parameters.setdefault("properties", {})
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
 
     def _build_model(self, arg_docs: dict[str, str]) -> type[BaseModel]:
         try:
@@ -188,12 +180,18 @@ class Tool:
     @property
     def spec(self) -> ToolSpec:
         """This tool as plain data. Raises ``ToolDefinitionError`` if it cannot be imported."""
+        ref = self.ref
+        loaded = import_ref(ref)
+        if loaded is not self and getattr(loaded, "fn", loaded) is not self.fn:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: {ref!r} does not lead back to it; define tools at module level"
+            )
         approval, approval_ref = self._approval_spec()
         return ToolSpec(
             name=self.name,
             description=self.description,
             parameters=self.parameters,
-            ref=self._checked_ref(),
+            ref=ref,
             approval=approval,  # type: ignore[arg-type]
             approval_ref=approval_ref,
             requires=self.requires,
@@ -201,18 +199,7 @@ class Tool:
             is_async=self.is_async,
             inline=self.inline,
             isolate=self.isolate,
-            config=self.config,
         )
-
-    def _checked_ref(self) -> str:
-        """``ref``, once it is known to import back to this tool."""
-        ref = self.ref
-        loaded = import_ref(ref)
-        if loaded is not self and getattr(loaded, "fn", loaded) is not self.fn:
-            raise ToolDefinitionError(
-                f"tool {self.name!r}: {ref!r} does not lead back to it; define tools at module level"
-            )
-        return ref
 
     def _approval_spec(self) -> tuple[str, str | None]:
         """``(ToolSpec.approval, ToolSpec.approval_ref)`` of this tool."""

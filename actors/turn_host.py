@@ -359,11 +359,13 @@ class TurnHost(ActorTypeDispatcher):
         self.tools.stop_all("the runtime is closing")
         close_mcp_sessions(lambda: self.put(("mcp_closed",)))  # wakes _maybe_shut once they are
         self.llm.close()
-        for turn in list(self.turns.values()):
-            if msg.keep_turns and turn.trace is not None:
+        if not msg.keep_turns:
+            for turn in list(self.turns.values()):
+                if not turn.ended:
+                    turn.tell(StopTurn(turn_id=turn.turn_id, reason="the runtime is closing", cause="shutdown"), None)
+        for turn in self.turns.values() if msg.keep_turns else ():
+            if turn.trace is not None:
                 turn.trace.suspend()  # left to the store: a recovered turn gets a new span
-            elif not msg.keep_turns and not turn.ended:
-                turn.tell(StopTurn(turn_id=turn.turn_id, reason="the runtime is closing", cause="shutdown"), None)
         self.wakeupAfter(timedelta(seconds=1.0), payload=("shutdown",))
 
     def _maybe_shut(self) -> None:

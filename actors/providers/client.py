@@ -59,12 +59,12 @@ class _Deadlines:
         self._cond = threading.Condition()
         self._heap: list[list[Any]] = []  # [when, token, fn or None once cancelled]
         self._entries: dict[int, list[Any]] = {}
-        self._serving = False  # this process's thread was started
+        self._pid: int | None = None  # the process whose thread serves the heap
 
     def add(self, delay: float, fn: Callable[[], None]) -> int:
         with self._cond:
-            if not self._serving:  # first use in this process (a fork starts afresh: _reset)
-                self._serving = True
+            if self._pid != os.getpid():  # first use in this process (a fork has no thread)
+                self._pid, self._heap, self._entries = os.getpid(), [], {}
                 threading.Thread(target=self._run, name="greenroom stream deadlines", daemon=True).start()
             token = next(self._ids)
             entry = [time.monotonic() + delay, token, fn]
