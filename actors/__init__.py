@@ -24,6 +24,10 @@ if not sys.platform.startswith("linux"):
         "process groups and prctl, which other platforms do not have"
     )
 
+from . import legacy
+
+legacy.install()  # the module paths of 0.1.0, for stored snapshots and older nodes
+
 from messages import (
     CancelTurn,
     ChatMessage,
@@ -54,9 +58,12 @@ from messages import (
     Usage,
 )
 
-from .async_runtime import AsyncRuntime
-from .commands import CommandResult, run_command
-from .directory_actor import DirectoryActor
+from .client.async_runtime import AsyncRuntime
+from .client.handle import AsyncTurnHandle, TurnHandle
+from .client.runtime import Runtime
+from .client.stream import TurnResult
+from .cluster.directory import DirectoryActor
+from .cluster.names import DIRECTORY_NAME
 from .errors import (
     ChildTurnFailed,
     CodecError,
@@ -72,19 +79,16 @@ from .errors import (
     TransportAuthError,
     TurnTimeout,
 )
-from .handle import AsyncTurnHandle, TurnHandle
-from .history import history_problems
-from .internal import EventBatch
-from .mcp import mcp_tools
-from .names import DIRECTORY_NAME
-from .runtime import Runtime
-from .stream import TurnResult
-from .subagents import run_subagent
+from .mcp.tools import mcp_tools
+from .providers.formats import messages_from
 from .supervisor import Supervisor
-from .tool_context import Cancellation, Registration, ToolContext
-from .tools import Tool, requires_approval, tool
-from .transport import TransportConfig
-from .wire_format import messages_from
+from .tools.commands import CommandResult, run_command
+from .tools.context import Cancellation, Registration, ToolContext
+from .tools.definition import Tool, requires_approval, tool
+from .tools.subagents import run_subagent
+from .turn.history import history_problems
+from .wire.protocol import EventBatch
+from .wire.transport import TransportConfig
 
 __all__ = [
     "DIRECTORY_NAME",

@@ -46,8 +46,8 @@ from messages import (
 from messages.codec import CodecError
 
 from .errors import StoreError
-from .store import SQLiteStore
-from .store_files import running_runtime
+from .store.files import running_runtime
+from .store.sqlite import SQLiteStore
 
 __all__ = ["main"]
 
@@ -158,9 +158,9 @@ def _ask_runtime(info: dict[str, Any], command: Message, timeout: float) -> Any:
     """
     from thespian.actors import ActorSystem
 
-    from . import transport
-    from .directory_actor import DirectoryActor
-    from .names import DIRECTORY_NAME
+    from .cluster.directory import DirectoryActor
+    from .cluster.names import DIRECTORY_NAME
+    from .wire import transport
 
     key = bytes.fromhex(info["key"]) if info.get("key") else transport.load_key()
     if key is None:
@@ -196,8 +196,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 def _check_offline(store: SQLiteStore, turn_id: str, command: Message) -> None:
     """Validate ``command`` against the stored turn with the turn's own rules."""
-    from .decisions import Reply
-    from .turn_rules import TurnRules
+    from .turn.decisions import Reply
+    from .turn.rules import TurnRules
 
     state = _load(store, turn_id)
     rules = TurnRules(state)
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; bad input and an unreadable store end in one line on stderr and exit status 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("demo", "node"):  # they parse their own options
-        from .node import main as node_main
+        from .cluster.node import main as node_main
         from .testing.demo import main as demo_main
 
         return (demo_main if argv[0] == "demo" else node_main)(argv[1:])

@@ -17,7 +17,7 @@ from typing import Any
 
 from thespian.actors import ActorTypeDispatcher
 
-from .internal import EventBatch
+from .wire.protocol import EventBatch
 
 __all__ = ["Supervisor"]
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors import Runtime  # noqa: E402
 from actors.testing import ScriptedProvider, call, use_tools  # noqa: E402
-from actors.tools import tool_specs  # noqa: E402
+from actors.tools.definition import tool_specs  # noqa: E402
 from bench.common import save, table  # noqa: E402
 from messages import CancelTurn, ChatMessage, StartTurn, ToolApprovalResponse, ToolCallStarted, TurnOptions  # noqa: E402
 from tests import tools_for_tests as T  # noqa: E402

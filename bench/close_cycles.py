@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors import Runtime  # noqa: E402
-from actors.processes import session_processes  # noqa: E402
+from actors.lifecycle.processes import session_processes  # noqa: E402
 from actors.testing import ScriptedProvider  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402
 from bench.turn_overhead import lookup, responder  # noqa: E402

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.processes import dies_with_parent  # noqa: E402
+from actors.lifecycle.processes import dies_with_parent  # noqa: E402
 from bench.common import against_floor, save, summary_ms, table  # noqa: E402
 
 

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from actors import Runtime, requires_approval, tool  # noqa: E402
+from actors.lifecycle.processes import session_processes  # noqa: E402
 from actors.providers import OpenAIStream, iter_sse  # noqa: E402
-from actors.processes import session_processes  # noqa: E402
 from actors.testing import Reply, Request, Text, call, use_tools  # noqa: E402
 from bench.common import pct, save, table  # noqa: E402
 from messages import Finish, ProviderConfig, TextDelta  # noqa: E402

@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from actors import ControlRejected, Runtime, TurnTimeout
-from actors.history import history_problems
-from actors.processes import alive, descendants, session_processes
+from actors.lifecycle.processes import alive, descendants, session_processes
+from actors.store.files import store_in_use
 from actors.testing import call, say, use_tools
-from actors.store_files import store_in_use
+from actors.turn.history import history_problems
 from bench.common import pct, save, table
 from messages import Finish, ProviderConfig, RetryPolicy, ToolProgress, TurnOptions
 from tests import fault_tools as F

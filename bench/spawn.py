@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher  # noqa: E402
 
 from actors import Runtime, tool  # noqa: E402
-from actors.internal import LeaseWorkers, PoolConfig, WorkerResult, WorkersLeased  # noqa: E402
-from actors.tool_pool import ToolPool  # noqa: E402
-from actors.tools import tool_specs  # noqa: E402
+from actors.tools.definition import tool_specs  # noqa: E402
+from actors.tools.pool import ToolPool  # noqa: E402
+from actors.wire.protocol import LeaseWorkers, PoolConfig, WorkerResult, WorkersLeased  # noqa: E402
 from bench.common import against_floor, save, table  # noqa: E402
 from bench.stop_latency import ping_pong  # noqa: E402
 from messages import RunTool, ToolCall  # noqa: E402

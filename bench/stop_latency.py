@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from thespian.actors import ActorTypeDispatcher  # noqa: E402
 
 from actors import Runtime, ToolContext, run_command, tool  # noqa: E402
-from actors.history import history_problems  # noqa: E402
-from actors.processes import group_processes as group_members  # noqa: E402
+from actors.lifecycle.processes import group_processes as group_members  # noqa: E402
 from actors.testing import ScriptedProvider, call, say, use_tools  # noqa: E402
+from actors.turn.history import history_problems  # noqa: E402
 from bench.common import against_floor, save, table  # noqa: E402
 from messages import Finish, TextDelta, ToolProgress  # noqa: E402
 

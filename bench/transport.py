@@ -32,9 +32,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors import Runtime  # noqa: E402
-from actors.frames import FrameCodec, add_endpoint  # noqa: E402
 from actors.testing import ScriptedProvider  # noqa: E402
-from actors.transport import TransportConfig  # noqa: E402
+from actors.wire.frames import FrameCodec, add_endpoint  # noqa: E402
+from actors.wire.transport import TransportConfig  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402
 from bench.turn_overhead import lookup, responder  # noqa: E402
 from messages import ChatMessage, ProviderConfig, StartTurn, TurnOptions  # noqa: E402

@@ -22,8 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from actors import Runtime, tool  # noqa: E402
-from actors import trace  # noqa: E402
+from actors import (  # noqa: E402
+    Runtime,
+    tool,
+    trace,  # noqa: E402
+)
 from actors.providers import OpenAIStream, iter_sse  # noqa: E402
 from actors.testing import Request, ScriptedProvider, call, say, use_tools  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402

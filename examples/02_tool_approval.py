@@ -16,8 +16,8 @@ import sys
 from typing import Any
 
 from actors import Runtime, tool
-from actors.testing.demo import print_event
 from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.testing.demo import print_event
 from messages import ToolApprovalRequest, ToolApprovalResponse
 
 

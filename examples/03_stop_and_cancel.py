@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 
 from actors import Runtime, ToolContext, run_command, tool
-from actors.testing.demo import print_event
 from actors.testing import ScriptedProvider, call, use_tools
+from actors.testing.demo import print_event
 from messages import ToolProgress
 
 

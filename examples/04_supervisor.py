@@ -16,7 +16,7 @@ from typing import Any
 
 from actors import DIRECTORY_NAME, DirectoryActor, Runtime, Supervisor, tool
 from actors.testing import Request, ScriptedProvider, call, say, use_tools
-from actors.tools import tool_specs
+from actors.tools.definition import tool_specs
 from messages import (
     ChatMessage,
     Finish,

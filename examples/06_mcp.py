@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from actors import Runtime, mcp_tools
-from actors.testing.demo import print_event
 from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.testing.demo import print_event
 from messages import ToolProgress
 
 SERVER = Path(__file__).with_name("mcp_server.py")

@@ -113,7 +113,9 @@ def decode_snapshot(data: bytes) -> TurnState:
         raise CodecError("malformed snapshot: expected a map with 'v' and 'state'")
     if payload["v"] not in READABLE_VERSIONS:
         readable = " and ".join(map(str, READABLE_VERSIONS))
-        raise SnapshotVersionError(f"snapshot schema version {payload['v']!r} is not supported (this code reads {readable})")
+        raise SnapshotVersionError(
+            f"snapshot schema version {payload['v']!r} is not supported (this code reads {readable})"
+        )
     try:
         return TurnState.model_validate(payload["state"])
     except ValidationError as exc:

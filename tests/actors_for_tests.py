@@ -13,8 +13,8 @@ from thespian.actors import ActorExitRequest, ActorTypeDispatcher
 
 from actors import DIRECTORY_NAME, DirectoryActor
 from actors import Supervisor as SupervisorBase
-from actors.internal import LeaseWorkers, PoolConfig, WorkerExited, WorkerResult, WorkersLeased
-from actors.tool_pool import ToolPool
+from actors.tools.pool import ToolPool
+from actors.wire.protocol import LeaseWorkers, PoolConfig, WorkerExited, WorkerResult, WorkersLeased
 from messages import ControlReply, Finish, StartTurn, ToolApprovalRequest, TurnEvent
 
 
@@ -92,7 +92,7 @@ class OvertakingHost(ActorTypeDispatcher):
     """Plays a TurnHost whose call overtakes the pool's WorkerInit."""
 
     def receiveMsg_CallFirst(self, msg: CallFirst, sender: Any) -> None:
-        from actors.tool_worker import ToolWorker
+        from actors.tools.worker import ToolWorker
 
         self.asker, self.seen = sender, []
         worker = self.createActor(ToolWorker)

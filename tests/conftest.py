@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from actors import Runtime
-from actors.processes import group_processes, session_processes
+from actors.lifecycle.processes import group_processes, session_processes
 from actors.testing import ScriptedProvider
 from messages import RetryPolicy
 

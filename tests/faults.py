@@ -49,14 +49,14 @@ from typing import Any, Self
 import httpx
 
 from actors import ControlRejected, Runtime, TurnTimeout
-from actors.decisions import interrupted_content
-from actors.handle import TurnHandle
-from actors.history import history_problems
-from actors.processes import alive, descendants, end_processes, group_processes, session_processes
+from actors.client.handle import TurnHandle
+from actors.lifecycle.processes import alive, descendants, end_processes, group_processes, session_processes
 from actors.providers.openai import to_openai_message
 from actors.testing import Reply, Request, ScriptedProvider, call, fail, raw_response, say, use_tools
-from actors.text import safe_text
-from actors.tools import Tool
+from actors.tools.definition import Tool
+from actors.turn.decisions import interrupted_content
+from actors.turn.history import history_problems
+from actors.turn.sanitize import safe_text
 from messages import (
     CancelTurn,
     ChatMessage,

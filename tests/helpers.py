@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from actors.processes import alive
+from actors.lifecycle.processes import alive
 from messages import Finish, TextDelta, ToolFinished, TurnEvent
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from actors import ControlRejected, Runtime
 from actors.testing import ScriptedProvider, call, say, use_tools
-from actors.tools import tool_specs
+from actors.tools.definition import tool_specs
 from messages import CancelTurn, ChatMessage, StartTurn, ToolApprovalResponse, ToolCall, TurnOptions
 
 from . import tools_for_tests as T

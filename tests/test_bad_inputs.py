@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from actors import ControlRejected, Runtime
-from actors.history import history_problems
 from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.turn.history import history_problems
 from messages import CancelTurn, ChatMessage, Finish, StopTurn, ToolProgress, new_turn_id
 
 from . import tools_for_tests as T
@@ -42,7 +42,11 @@ def test_a_command_that_overtakes_its_turn_is_held_and_applied_first(
         reply = runtime._command(command(turn_id=turn_id, reason="early"))  # leaves before the StartTurn
         turn = runtime.run("talk", turn_id=turn_id)
         assert reply.result(10).ok
-        expected = STOPPED if command is StopTurn else [STOPPED[0], ("error", "cancelled", "Agent run cancelled"), ("finish", "cancelled")]
+        expected = (
+            STOPPED
+            if command is StopTurn
+            else [STOPPED[0], ("error", "cancelled", "Agent run cancelled"), ("finish", "cancelled")]
+        )
         assert summary(list(turn.events(timeout=30))) == expected
 
 
@@ -132,7 +136,9 @@ def test_two_tool_calls_sharing_an_id_get_distinct_ids_and_both_answers(
     ]
 
 
-def test_tool_processes_do_not_see_the_provider_key(provider: ScriptedProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tool_processes_do_not_see_the_provider_key(
+    provider: ScriptedProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GREENROOM_TEST_KEY", "sk-secret")
     provider.add(use_tools(call("show_env", {"name": "GREENROOM_TEST_KEY"})), say("ok"))
     with Runtime(provider.provider(api_key_env="GREENROOM_TEST_KEY")) as rt:
@@ -192,8 +198,8 @@ def test_the_store_and_every_file_beside_it_are_readable_by_their_owner_only(
 
 
 def test_a_call_that_arrives_before_its_tool_process_is_set_up_runs_once_it_is(runtime: Runtime) -> None:
-    from actors.internal import WorkerInit
-    from actors.tools import tool_specs
+    from actors.tools.definition import tool_specs
+    from actors.wire.protocol import WorkerInit
     from messages import RunTool, ToolAlive, ToolCall, ToolResult
 
     from .actors_for_tests import CallFirst, OvertakingHost

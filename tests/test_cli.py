@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from actors.cli import build_parser
-from actors.store import SQLiteStore
-from actors.store_files import write_runtime_file
+from actors.store.files import write_runtime_file
+from actors.store.sqlite import SQLiteStore
 from messages import (
     CallState,
     ChatMessage,

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from actors.history import history_problems
+from actors.turn.history import history_problems
 from messages import ChatMessage
 
 from .conftest import group_members

@@ -15,9 +15,9 @@ import msgpack
 import pytest
 
 from actors import Runtime, SnapshotError
-from actors.processes import session_processes
-from actors.store import SQLiteStore
-from actors.store_files import running_runtime, store_in_use
+from actors.lifecycle.processes import session_processes
+from actors.store.files import running_runtime, store_in_use
+from actors.store.sqlite import SQLiteStore
 from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy
 
@@ -155,7 +155,7 @@ def test_a_cancel_in_the_store_reaches_a_running_turn_at_its_next_step(
         turn = rt.run("go", tools=[T.wait_for_file])
         turn.wait_for(lambda e: e.kind == "tool_progress", timeout=30)
         # another process writes the cancel to the store; no message is sent to the turn
-        code = f"from actors.store import SQLiteStore; from messages import CancelTurn; SQLiteStore({str(store)!r}).add_command({turn.turn_id!r}, CancelTurn(turn_id={turn.turn_id!r}, reason='from the store'))"
+        code = f"from actors.store.sqlite import SQLiteStore; from messages import CancelTurn; SQLiteStore({str(store)!r}).add_command({turn.turn_id!r}, CancelTurn(turn_id={turn.turn_id!r}, reason='from the store'))"
         subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=ENV, timeout=60)
         ready.touch()  # the tool returns only now, whenever the command was written
         result = turn.result(30)

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from actors import CommandResult, Runtime, TurnTimeout, run_command
-from actors.history import history_problems
-from actors.processes import alive, group_processes, session_processes
+from actors.lifecycle.processes import alive, group_processes, session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.turn.history import history_problems
 from messages import Error, Finish, ToolApprovalRequest, ToolFinished, ToolProgress, TurnOptions
 
 from . import fault_tools as F
@@ -285,8 +285,8 @@ def test_a_tool_process_killed_mid_call_takes_the_processes_its_call_started_wit
 def test_a_tool_process_forked_while_another_dies_with_children_is_not_taken_for_their_orphan(
     runtime: Runtime,
 ) -> None:
-    from actors.internal import PoolConfig
-    from actors.tools import tool_specs
+    from actors.tools.definition import tool_specs
+    from actors.wire.protocol import PoolConfig
     from messages import RunTool, ToolCall
 
     from .actors_for_tests import RaceFork, RaceHost

@@ -21,7 +21,7 @@ from actors import (
     TurnOptions,
     tool,
 )
-from actors.processes import free_port
+from actors.lifecycle.processes import free_port
 from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ChatMessage, ProviderConfig, RetryPolicy, StartTurn
 

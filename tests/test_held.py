@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.held import HOLD, HeldCommands
+from actors.host.held import HOLD, HeldCommands
 
 
 class Clock:

@@ -94,5 +94,7 @@ def test_the_cycle_finder_sees_a_cycle() -> None:
 
 
 def test_no_module_has_outgrown_one_reading() -> None:
-    long = {str(p.relative_to(ROOT)): n for p in _modules().values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n for p in _modules().values() if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.inbox import Inbox
+from actors.handoff import Inbox
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from actors import Runtime
-from actors.processes import descendants, dies_with_parent, session_processes
-from actors.store import SQLiteStore
-from actors.store_files import runtime_file, store_in_use
+from actors.lifecycle.processes import descendants, dies_with_parent, session_processes
+from actors.store.files import runtime_file, store_in_use
+from actors.store.sqlite import SQLiteStore
 from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import Error, Finish, TextDelta, ToolProgress, TurnOptions
 
@@ -29,7 +29,11 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 INTERRUPTED = json.dumps(
-    {"ok": False, "error": "Interrupted: the runtime stopped while the call ran (recovered after a restart)", "data": None}
+    {
+        "ok": False,
+        "error": "Interrupted: the runtime stopped while the call ran (recovered after a restart)",
+        "data": None,
+    }
 )
 
 

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from actors import Runtime, ToolDefinitionError, history_problems, mcp_tools, requires_approval
-from actors.decisions import interrupted_content
 from actors.errors import ConfigurationError
-from actors.processes import session_processes
+from actors.lifecycle.processes import session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.turn.decisions import interrupted_content
 from messages import ToolApprovalRequest, ToolFinished, ToolProgress
 
 from . import tools_for_tests as T

@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from actors import Runtime
-from actors.processes import session_processes
-from actors.telemetry_export import SpanSink
+from actors.lifecycle.processes import session_processes
+from actors.telemetry.export import SpanSink
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.testing.script import fail
 from messages import Error, RetryPolicy, TextDelta, ToolProgress, TurnOptions

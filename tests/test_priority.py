@@ -10,7 +10,7 @@ import re
 import pytest
 
 from actors import priority
-from actors.priority import Situation, next_action
+from actors.turn.priority import Situation, next_action
 
 FLAGS = [f.name for f in dataclasses.fields(Situation)]
 ROW = re.compile(r"^\s+(\d+)\s{2,}(.+?)\s{2,}(\w+)\s{2,}(\w+)\s{2,}(.+)$")
@@ -31,7 +31,11 @@ def test_the_table_has_its_fourteen_rows_and_names_only_real_facts() -> None:
     assert names <= set(FLAGS) | {"True"}
 
 
-@pytest.mark.parametrize("values", list(itertools.product([False, True], repeat=len(FLAGS))), ids=lambda v: "".join("1" if x else "0" for x in v))
+@pytest.mark.parametrize(
+    "values",
+    list(itertools.product([False, True], repeat=len(FLAGS))),
+    ids=lambda v: "".join("1" if x else "0" for x in v),
+)
 def test_next_action_is_the_first_row_of_the_table_that_holds(values: tuple[bool, ...]) -> None:
     facts = dict(zip(FLAGS, values))
     expected = next(

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from actors import AsyncRuntime, ConfigurationError, Runtime
-from actors.processes import session_processes
+from actors.lifecycle.processes import session_processes
 from actors.testing import ScriptedProvider, say
 from messages import CancelTurn, Finish, StopTurn, TextDelta
 

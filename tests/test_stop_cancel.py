@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from actors import Runtime
-from actors.decisions import interrupted_content
 from actors.providers.openai import to_openai_message
 from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.turn.decisions import interrupted_content
 from messages import ChatMessage, Error, Finish, StopTurn, TextDelta, ToolCallStarted, ToolProgress, TurnOptions
 
 from . import tools_for_tests as T

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from actors.inbound import Inbound
-from actors.internal import EventBatch
-from actors.kernel import Kernel, LocalActor
-from actors.llm_actor import LLMActor
+from actors.client.receiving import Inbound
+from actors.host.llm_actor import LLMActor
+from actors.host.mailbox import Kernel, LocalActor
 from actors.providers.client import ProviderClient, _Deadlines
 from actors.testing import ScriptedProvider, say
+from actors.wire.protocol import EventBatch
 from messages import AbortStream, ChatMessage, StreamChat, TextDelta, TurnStarted, encode
 
 

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from actors import Runtime
-from actors.frames import MAGIC, BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint
-from actors.processes import descendants, session_processes
+from actors.lifecycle.processes import descendants, session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.wire.frames import MAGIC, BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint
 
 from . import tools_for_tests as T
 from .helpers import pid_alive, wait_until

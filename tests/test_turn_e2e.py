@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from actors import Runtime
-from actors.processes import session_processes
+from actors.lifecycle.processes import session_processes
 from actors.testing import ScriptedProvider, call, fail, say, use_tools
 from messages import ChatMessage, ToolCall, TurnOptions
 

@@ -7,8 +7,18 @@ from typing import Any
 
 import pytest
 
-from actors.decisions import Abort, Emit, Reply, SetTimer, Spawn, TakeStep, TimerFired, ToolLost, interrupted_content
-from actors.turn_rules import TurnRules
+from actors.turn.decisions import (
+    Abort,
+    Emit,
+    Reply,
+    SetTimer,
+    Spawn,
+    TakeStep,
+    TimerFired,
+    ToolLost,
+    interrupted_content,
+)
+from actors.turn.rules import TurnRules
 from messages import (
     CancelTurn,
     ChatMessage,
@@ -408,7 +418,7 @@ def test_an_invalid_history_at_start_ends_the_turn_with_an_error() -> None:
 
 
 def test_every_finish_leaves_a_valid_history() -> None:
-    from actors.history import history_problems
+    from actors.turn.history import history_problems
 
     rules, _ = new()
     step(rules)

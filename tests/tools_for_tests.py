@@ -147,7 +147,7 @@ def where_am_i() -> dict[str, Any]:
 @tool
 def delegate(task: str) -> str:
     """Hand ``task`` to a child agent that may run shell commands; return its answer."""
-    from actors.subagents import run_subagent
+    from actors.tools.subagents import run_subagent
 
     return run_subagent(task, tools=[shell], system="You are a helper agent.")
 
@@ -164,7 +164,7 @@ def sandbox_shell(command: str) -> dict[str, Any]:
 @tool
 def delegate_work(marker: str) -> str:
     """Hand long, cooperative work to a child agent; return its answer."""
-    from actors.subagents import run_subagent
+    from actors.tools.subagents import run_subagent
 
     return run_subagent(f"do the work, then write {marker}", tools=[cooperative])
 
@@ -270,6 +270,6 @@ def append_key_now(path: str) -> str:
 @tool
 def delegate_gated(path: str) -> str:
     """Hand a task to a child agent whose tool needs a person's approval; return its answer."""
-    from actors.subagents import run_subagent
+    from actors.tools.subagents import run_subagent
 
     return run_subagent(f"record the key in {path}", tools=[append_key])

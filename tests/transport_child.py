@@ -14,7 +14,7 @@ import sys
 
 from actors import Runtime
 from actors.testing import ScriptedProvider, call, say, use_tools
-from actors.transport import TransportConfig
+from actors.wire.transport import TransportConfig
 
 from . import tools_for_tests as T
 

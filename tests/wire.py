@@ -66,6 +66,7 @@ def listening_sockets(pids: set[int]) -> list[tuple[str, int]]:
                     found.append((host, int(port_hex, 16)))
     return found
 
+
 class Capture:
     """TCP payloads seen on the loopback interface while it runs: ``(destination port, payload)``."""
 

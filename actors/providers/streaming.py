@@ -34,7 +34,7 @@ import httpx
 
 from messages import StreamChat
 
-from ..trace import trace
+from ..debug_trace import trace
 from .anthropic import AnthropicAdapter
 from .base import Accumulator, Adapter, ProviderStreamError, error_message
 from .client import DEADLINES, ProviderClient, ssl_context

@@ -29,10 +29,10 @@ from messages import (
     TurnRetrying,
 )
 
-from ..commands import run_command
-from ..runtime import Runtime, TurnHandle
-from ..tool_context import ToolContext
-from ..tools import tool
+from ..client.runtime import Runtime, TurnHandle
+from ..tools.commands import run_command
+from ..tools.context import ToolContext
+from ..tools.definition import tool
 from . import Reply, Request, ScriptedProvider, call, say, use_tools
 
 __all__ = ["demo_responder", "get_weather", "main", "print_event", "remove_file", "run_shell"]

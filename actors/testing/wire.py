@@ -8,7 +8,7 @@ from typing import Any
 
 from messages import ChatMessage, ToolCall
 
-from ..history import history_problems
+from ..turn.history import history_problems
 from .script import Chunk, Part, Raw, Reply, Text, ToolArgs, ToolStart
 
 # -- rendering ------------------------------------------------------------------------------

@@ -1,0 +1,271 @@
+"""A started turn seen from the caller: its events, its result, its controls.
+
+``TurnHandle`` blocks the calling thread; ``AsyncTurnHandle`` has the same methods as
+coroutines and never blocks its event loop. Both read one ``TurnStream`` and send commands
+through the Runtime's pump, so they behave the same:
+
+- ``events()`` keeps a cursor and yields up to and including the next ``Finish`` it has not
+  yielded; it ends at once when the turn has finished and everything was read;
+- ``result()`` returns the turn as of its latest ``Finish``, waiting for one if there is none
+  yet, or if this handle resumed the turn since (the last approval of a round, a stop or a
+  cancel of a waiting turn, a ``stop_tool`` that completed a paused batch); with
+  ``final=True`` it waits for the terminal one, whoever resumes the turn;
+- cancelling the task (or interrupting the thread) that waits in ``result()`` does not stop
+  the turn: ``stop()`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from messages import (
+    CancelTurn,
+    ControlReply,
+    Finish,
+    RespondToApprovals,
+    StopTool,
+    StopTurn,
+    ToolApprovalResponse,
+    TurnEvent,
+)
+
+from ..errors import ControlRejected, TurnTimeout
+from .stream import TurnResult, TurnStream
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+__all__ = ["AsyncTurnHandle", "TurnHandle", "TurnResult"]
+
+
+class _Handle:
+    """What both faces share: the stream, the cursor, and how commands are built and read."""
+
+    def __init__(self, runtime: Runtime, stream: TurnStream, since: int | None = None) -> None:
+        self.turn_id = stream.turn_id
+        self._rt = runtime
+        self._stream = stream
+        self._cursor = 0 if since is None else since - stream._base
+        self._floor = stream._base  # result() waits for a Finish with this seq or later
+
+    @property
+    def all_events(self) -> list[TurnEvent]:
+        """Every event received so far, in order (a copy)."""
+        with self._stream._cond:
+            return list(self._stream.events)
+
+    @property
+    def rejections(self) -> list[ControlReply]:
+        """Refusals nobody awaited (a ``StartTurn`` refused, say)."""
+        return list(self._stream.rejections)
+
+    @property
+    def finished(self) -> bool:
+        """True once the terminal ``Finish`` has arrived."""
+        return self._stream.finished
+
+    def received_at(self, seq: int) -> float | None:
+        """When (``time.monotonic()``) this process received event ``seq``, for latency figures."""
+        return self._stream.received_at(seq)
+
+    def _exhausted(self) -> bool:
+        return self._stream.finished and self._cursor >= len(self._stream.events)
+
+    def _result_from(self, index: int, final: bool) -> tuple[TurnResult | None, int]:
+        end = self._stream.finish_after(index, final)
+        if end is not None:
+            return self._stream.result_at(end), index
+        return None, len(self._stream.events)
+
+    def _send(self, command: Any) -> concurrent.futures.Future[ControlReply]:
+        return self._rt._command(command)
+
+    def _after(self, reply: ControlReply) -> ControlReply:
+        if not reply.ok:
+            raise ControlRejected(reply.code or "invalid", reply.message)
+        if reply.resumes_at is not None:
+            self._floor = max(self._floor, reply.resumes_at)
+        return reply
+
+    @staticmethod
+    def _approvals(call_id: str, approved: bool, reason: str | None, turn_id: str | None, own: str) -> Any:
+        response = ToolApprovalResponse(call_id=call_id, approved=approved, reason=reason)
+        return RespondToApprovals(turn_id=turn_id or own, responses=[response])
+
+    def _respond(self, responses: Sequence[ToolApprovalResponse], deny_rest: bool, reason: str | None) -> Any:
+        return RespondToApprovals(
+            turn_id=self.turn_id, responses=list(responses), deny_rest=deny_rest, deny_reason=reason
+        )
+
+
+class TurnHandle(_Handle):
+    """A started turn, read and steered from any thread (see the module docstring)."""
+
+    def events(self, timeout: float | None = None) -> Iterator[TurnEvent]:
+        """Yield events up to and including the next ``Finish``; ``timeout`` bounds each wait."""
+        while not self._exhausted():
+            event = self._stream.wait_index(self._cursor, timeout)
+            self._cursor += 1
+            yield event
+            if isinstance(event, Finish):
+                return
+
+    __iter__ = events
+
+    def wait_for(self, predicate: Callable[[TurnEvent], bool], timeout: float = 30.0) -> TurnEvent:
+        """The first event (from the start) that satisfies ``predicate``; waits for it."""
+        index = 0
+        deadline = time.monotonic() + timeout
+        while True:
+            event = self._stream.wait_index(index, max(0.0, deadline - time.monotonic()))
+            if predicate(event):
+                return event
+            index += 1
+
+    def result(self, timeout: float | None = None, *, final: bool = False) -> TurnResult:
+        """The turn as of its latest ``Finish`` (see the module docstring for when it waits)."""
+        index = max(0, self._floor - self._stream._base)
+        while True:
+            self._stream.wait_index(index, timeout)
+            found, index = self._result_from(index, final)
+            if found is not None:
+                return found
+
+    def _command(self, command: Any, timeout: float) -> ControlReply:
+        try:
+            return self._after(self._send(command).result(timeout))
+        except concurrent.futures.TimeoutError:
+            raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
+
+    def stop(self, reason: str = "stop requested", timeout: float = 10.0) -> None:
+        """Stop now (idempotent; no effect once the turn has ended)."""
+        if not self.finished:
+            self._command(StopTurn(turn_id=self.turn_id, reason=reason), timeout)
+
+    def cancel(self, reason: str = "cancel requested", grace: float | None = None, timeout: float = 10.0) -> None:
+        """Cancel at the next safe boundary; a stop after ``grace`` seconds if given."""
+        if not self.finished:
+            self._command(CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace), timeout)
+
+    def approve(
+        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, timeout: float = 10.0
+    ) -> None:
+        """Approve one pending call (of a child turn, with its ``turn_id``); ``ControlRejected``
+        says why if the turn refused."""
+        self._command(self._approvals(call_id, True, reason, turn_id, self.turn_id), timeout)
+
+    def deny(
+        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, timeout: float = 10.0
+    ) -> None:
+        """Deny one pending call; its tool message will be ``Rejected: {reason}``."""
+        self._command(self._approvals(call_id, False, reason, turn_id, self.turn_id), timeout)
+
+    def respond(
+        self,
+        responses: Sequence[ToolApprovalResponse],
+        *,
+        deny_rest: bool = False,
+        deny_reason: str | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        """Several decisions in one message; ``deny_rest`` denies every call still undecided."""
+        self._command(self._respond(responses, deny_rest, deny_reason), timeout)
+
+    def stop_tool(self, call_id: str, reason: str = "tool stop requested", timeout: float = 10.0) -> None:
+        """Stop one call; it ends interrupted and the turn goes on."""
+        self._command(StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason), timeout)
+
+
+class AsyncTurnHandle(_Handle):
+    """A started turn for asyncio code: ``TurnHandle``'s methods as coroutines."""
+
+    async def _wait_index(self, index: int, timeout: float | None) -> TurnEvent:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ready = self._stream.ready(index)
+            if ready is None:
+                return self._stream.events[index]
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                await asyncio.wait_for(ready, remaining)
+            except TimeoutError:
+                raise TurnTimeout(f"turn {self.turn_id}: no event after {timeout} s") from None
+
+    async def events(self, timeout: float | None = None) -> AsyncIterator[TurnEvent]:
+        """Yield events up to and including the next ``Finish``; ``timeout`` bounds each wait."""
+        while not self._exhausted():
+            event = await self._wait_index(self._cursor, timeout)
+            self._cursor += 1
+            yield event
+            if isinstance(event, Finish):
+                return
+
+    def __aiter__(self) -> AsyncIterator[TurnEvent]:
+        return self.events()
+
+    async def wait_for(self, predicate: Callable[[TurnEvent], bool], timeout: float = 30.0) -> TurnEvent:
+        """The first event (from the start) that satisfies ``predicate``; waits for it."""
+        index = 0
+        deadline = time.monotonic() + timeout
+        while True:
+            event = await self._wait_index(index, max(0.0, deadline - time.monotonic()))
+            if predicate(event):
+                return event
+            index += 1
+
+    async def result(self, timeout: float | None = None, *, final: bool = False) -> TurnResult:
+        """The turn as of its latest ``Finish``; cancelling the awaiting task does not stop the turn."""
+        index = max(0, self._floor - self._stream._base)
+        while True:
+            await self._wait_index(index, timeout)
+            found, index = self._result_from(index, final)
+            if found is not None:
+                return found
+
+    async def _command(self, command: Any, timeout: float) -> ControlReply:
+        try:
+            reply = await asyncio.wait_for(asyncio.wrap_future(self._send(command)), timeout)
+        except TimeoutError:
+            raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
+        return self._after(reply)
+
+    async def stop(self, reason: str = "stop requested", timeout: float = 10.0) -> None:
+        """Stop now (idempotent; no effect once the turn has ended)."""
+        if not self.finished:
+            await self._command(StopTurn(turn_id=self.turn_id, reason=reason), timeout)
+
+    async def cancel(self, reason: str = "cancel requested", grace: float | None = None, timeout: float = 10.0) -> None:
+        """Cancel at the next safe boundary; a stop after ``grace`` seconds if given."""
+        if not self.finished:
+            await self._command(CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace), timeout)
+
+    async def approve(
+        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, timeout: float = 10.0
+    ) -> None:
+        """Approve one pending call (of a child turn, with its ``turn_id``)."""
+        await self._command(self._approvals(call_id, True, reason, turn_id, self.turn_id), timeout)
+
+    async def deny(
+        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, timeout: float = 10.0
+    ) -> None:
+        """Deny one pending call; its tool message will be ``Rejected: {reason}``."""
+        await self._command(self._approvals(call_id, False, reason, turn_id, self.turn_id), timeout)
+
+    async def respond(
+        self,
+        responses: Sequence[ToolApprovalResponse],
+        *,
+        deny_rest: bool = False,
+        deny_reason: str | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        """Several decisions in one message; ``deny_rest`` denies every call still undecided."""
+        await self._command(self._respond(responses, deny_rest, deny_reason), timeout)
+
+    async def stop_tool(self, call_id: str, reason: str = "tool stop requested", timeout: float = 10.0) -> None:
+        """Stop one call; it ends interrupted and the turn goes on."""
+        await self._command(StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason), timeout)

@@ -1,0 +1,71 @@
+"""What a turn starts with, checked before anything is sent: its history, tools, provider.
+
+Whatever would fail later, in another process, where the person who made the mistake can
+no longer see it, fails here with a message that says why and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from messages import ChatMessage, ProviderConfig, ToolSpec
+
+from ..errors import ConfigurationError, ToolDefinitionError
+from ..providers.formats import messages_from
+from ..tools.definition import tool_specs
+
+__all__ = ["History", "checked_provider", "checked_tools", "history"]
+
+History = str | Sequence[ChatMessage] | Sequence[Mapping[str, Any]] | Mapping[str, Any]
+
+
+def history(messages: History, system: str | None = None) -> list[ChatMessage]:
+    """A turn's opening history: a string is one user message, a provider's wire format is
+    read back (``wire_format``); ``system`` goes first."""
+    if isinstance(messages, str):
+        out = [ChatMessage.user(messages)]
+    elif isinstance(messages, Mapping) or any(isinstance(m, Mapping) for m in messages):
+        out = messages_from(messages)
+    else:
+        out = list(messages)  # type: ignore[arg-type]
+    if system is not None:
+        out.insert(0, ChatMessage.system(system))
+    return out
+
+
+def checked_provider(provider: ProviderConfig | None) -> ProviderConfig:
+    """The turn's provider, refused now if it cannot work: none given, or a key variable
+    that is not set (a server that needs no key says ``api_key_env=None``)."""
+    if provider is None:
+        raise ConfigurationError("no provider: pass provider= to Runtime() or to run()")
+    if provider.api_key_env and not os.environ.get(provider.api_key_env):
+        raise ConfigurationError(
+            f"the provider's key variable ${provider.api_key_env} is not set in this process; set it, or "
+            "pass api_key_env=None for a server that needs no key"
+        )
+    return provider
+
+
+def checked_tools(tools: Iterable[Any], main_names: set[str]) -> list[ToolSpec]:
+    """Tool specs (functions are wrapped as tools), refusing at once a tool the runtime's
+    processes could not import: a lambda or a closure (``tools.ref_of``), a tool defined in
+    ``__main__`` after the runtime started (``main_names`` is what ``__main__`` held then),
+    or one in ``__main__`` that must run on another node."""
+    specs = tool_specs(tools)
+    for spec in specs:
+        module, _, name = spec.ref.partition(":")
+        if module != "__main__":
+            continue
+        if spec.requires:
+            raise ToolDefinitionError(
+                f"tool {spec.name!r} is defined in __main__, which a node cannot import: "
+                "define tools that run on other nodes in a module (a .py file)"
+            )
+        if name.split(".")[0] not in main_names:
+            raise ToolDefinitionError(
+                f"tool {spec.name!r} was defined in __main__ after the Runtime started, so its processes "
+                "cannot import it: define it before starting the Runtime, or in a module (a .py file)"
+            )
+    return specs

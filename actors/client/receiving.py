@@ -1,0 +1,174 @@
+"""What a Runtime's pump receives, and who waits for it: turn streams, replies, members.
+
+The pump thread hands every message to ``Inbound.on_message``: events go to their turn's
+``TurnStream`` (in any order; the stream orders them), a ``ControlReply`` to the future of
+the command that asked for it (a refusal nobody awaits goes to the turn's stream), node
+changes to ``membership``, a host's finished spans to ``on_spans``. Callers in any thread
+open streams and futures here and wait on them; ``close()`` makes every waiter raise
+``RuntimeClosedError``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from messages import ControlReply, MembershipChanged, NodeList, TurnEvent
+
+from ..errors import ControlRejected, RuntimeClosedError
+from ..wire.protocol import EventBatch, HostReplaced, ShutdownDone, SpanBatch
+from .stream import TurnStream
+
+__all__ = ["Inbound"]
+
+GAP_CHECK = 0.05  # seconds between two looks for events lost in transit
+
+
+class Inbound:
+    """Streams and futures keyed by turn id and request id; thread-safe."""
+
+    def __init__(
+        self,
+        closed: Callable[[], bool],
+        on_host_replaced: Callable[[HostReplaced], None],
+        on_spans: Callable[[list[Any]], None] = lambda spans: None,
+    ) -> None:
+        self._closed = closed
+        self._on_host_replaced = on_host_replaced
+        self._on_spans = on_spans
+        self._lock = threading.RLock()
+        self.streams: dict[str, TurnStream] = {}
+        self._futures: dict[str, concurrent.futures.Future[Any]] = {}
+        self.membership: list[MembershipChanged] = []
+        self._members: dict[str, dict[str, Any]] = {}
+        self._members_cond = threading.Condition()
+        self._next_gap_check = 0.0
+
+    # -- what callers wait on -------------------------------------------------------------
+
+    def expect(self, key: str) -> concurrent.futures.Future[Any]:
+        """A future for the reply filed under ``key`` (a request id, or a reply class name)."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            self._futures[key] = future
+        return future
+
+    def forget(self, key: str) -> concurrent.futures.Future[Any] | None:
+        with self._lock:
+            return self._futures.pop(key, None)
+
+    def open_stream(self, turn_id: str, since: int, fresh: bool) -> TurnStream:
+        """A new stream for ``turn_id``; with ``fresh``, refused if one is still open."""
+        with self._lock:
+            if fresh and turn_id in self.streams:
+                raise ControlRejected("invalid", f"turn id {turn_id} is already in use by a running turn")
+            stream = TurnStream(turn_id, since, closed=self._closed)
+            self.streams[turn_id] = stream
+            return stream
+
+    def open_streams(self) -> list[tuple[str, TurnStream]]:
+        """The streams open now, by turn id (a copy)."""
+        with self._lock:
+            return list(self.streams.items())
+
+    def stream(self, turn_id: str) -> TurnStream | None:
+        with self._lock:
+            return self.streams.get(turn_id)
+
+    def drop(self, turn_id: str, stream: TurnStream | None = None) -> None:
+        """Stop following ``turn_id`` (only if its stream is still ``stream``, when given)."""
+        with self._lock:
+            if stream is None or self.streams.get(turn_id) is stream:
+                self.streams.pop(turn_id, None)
+
+    def close(self) -> None:
+        """Every reader and every caller still waiting raises ``RuntimeClosedError``."""
+        with self._lock:
+            streams, futures = list(self.streams.values()), list(self._futures.values())
+        for stream in streams:
+            stream.wake()
+        for future in futures:
+            if not future.done():
+                future.set_exception(RuntimeClosedError("the Runtime has shut down"))
+
+    # -- what the pump delivers -----------------------------------------------------------
+
+    def on_message(self, msg: Any, sender: Any) -> None:
+        if isinstance(msg, EventBatch):
+            self._events(msg.events)
+        elif isinstance(msg, TurnEvent):
+            self._events([msg])
+        elif isinstance(msg, ControlReply):
+            future = self.forget(msg.request_id) if msg.request_id else None
+            if future is not None:
+                future.set_result(msg)
+            elif not msg.ok and (stream := self.stream(msg.turn_id)) is not None:
+                stream.refuse(msg)
+        elif isinstance(msg, NodeList):
+            self._resolve(msg.request_id or "", msg)
+        elif isinstance(msg, MembershipChanged):
+            self._member(msg)
+        elif isinstance(msg, HostReplaced):
+            self._on_host_replaced(msg)
+        elif isinstance(msg, ShutdownDone):
+            self._resolve(f"ShutdownDone:{msg.slot}", msg)
+        elif isinstance(msg, SpanBatch):
+            self._on_spans(msg.spans)
+        else:
+            self._resolve(type(msg).__name__, msg)
+
+    def _resolve(self, key: str, msg: Any) -> None:
+        future = self.forget(key)
+        if future is not None and not future.done():
+            future.set_result(msg)
+
+    def _events(self, events: Iterable[TurnEvent]) -> None:
+        """Deliver in order; each stream's readers are woken once, after its last event here."""
+        touched: dict[str, TurnStream] = {}
+        for event in events:
+            stream = self.stream(event.turn_id)
+            if stream is None:
+                continue
+            touched[event.turn_id] = stream
+            if stream.deliver(event, wake=False):
+                self.drop(event.turn_id, stream)
+        for stream in touched.values():
+            stream.wake()
+
+    def on_idle(self) -> None:
+        """Replace events lost in transit once their turn's next ``Finish`` is here (looked
+        at every ``GAP_CHECK`` seconds at most: a gap waits ``stream.GAP_WAIT`` anyway)."""
+        now = time.monotonic()
+        if now < self._next_gap_check:
+            return
+        self._next_gap_check = now + GAP_CHECK
+        for turn_id, stream in self.open_streams():
+            if stream.fill_gaps(now):
+                self.drop(turn_id, stream)
+
+    # -- members --------------------------------------------------------------------------
+
+    def _member(self, msg: MembershipChanged) -> None:
+        with self._members_cond:
+            self.membership.append(msg)
+            if msg.joined:
+                self._members[msg.node] = msg.capabilities
+            else:
+                self._members.pop(msg.node, None)
+            self._members_cond.notify_all()
+
+    def wait_for_node(self, capabilities: dict[str, Any], timeout: float) -> str | None:
+        """The name of a joined node advertising ``capabilities``, waiting up to ``timeout``."""
+
+        def found() -> str | None:
+            for node, caps in self._members.items():
+                if all(caps.get(k) == v for k, v in capabilities.items()):
+                    return node
+            return None
+
+        with self._members_cond:
+            self._members_cond.wait_for(lambda: found() is not None, timeout)
+            return found()

@@ -1,0 +1,249 @@
+"""The events of one turn as this process receives them: ordered, complete, awaitable.
+
+The pump thread delivers events into a ``TurnStream`` in any order; the stream puts them
+back in ``seq`` order, drops duplicates, and wakes its readers, whether they wait with a
+timeout (threads) or on a future of their event loop (asyncio).
+
+Guarantees:
+
+- events are read in ``seq`` order, each once; a run of events ends with one ``Finish``;
+- a reader never waits for ever on a turn that cannot go on: an event lost in transit is
+  replaced (after ``GAP_WAIT``) by an ``Error(event_lost)`` once a later ``Finish`` shows
+  the run ended; a lost host ends the turn with ``Error(host_lost)`` + ``Finish(error)``,
+  with a tool message for every call it left open; a closed runtime raises
+  ``RuntimeClosedError`` in every reader still waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from messages import ChatMessage, ControlReply, Error, Finish, ToolApprovalRequest, ToolFinished, TurnEvent, Usage
+from messages.events import FinishReason
+
+from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
+from ..logs import logger
+from ..providers.formats import WireApi, messages_as
+from ..tools.definition import error_result
+from ..turn.history import close_open_calls
+
+__all__ = ["GAP_WAIT", "TurnResult", "TurnStream"]
+
+GAP_WAIT = 1.0  # seconds a missing event may take to arrive once a later Finish is here
+
+
+log = logger("greenroom.runtime")
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """A turn as of one ``Finish``: its history, why it finished, and what waits."""
+
+    turn_id: str
+    finish_reason: FinishReason
+    messages: list[ChatMessage]
+    usage: Usage
+    round: int
+    pending_approvals: list[ToolApprovalRequest] = field(default_factory=list)
+    error: Error | None = None
+
+    @property
+    def text(self) -> str:
+        """The last assistant message's text."""
+        for m in reversed(self.messages):
+            if m.role == "assistant":
+                return m.content or ""
+        return ""
+
+    def messages_as(self, api: WireApi) -> Any:
+        """The history in a provider's wire format (``"openai"`` or ``"anthropic"``); ``run()``
+        takes it back as the history of a new turn."""
+        return messages_as(self.messages, api)
+
+
+class TurnStream:
+    """The events of one turn in this process, in order. Thread-safe."""
+
+    def __init__(self, turn_id: str, since: int = 0, closed: Callable[[], bool] = lambda: False) -> None:
+        self.turn_id = turn_id
+        self._closed = closed
+        self._cond = threading.Condition(threading.RLock())
+        self._base = since  # the seq of events[0]
+        self.events: list[TurnEvent] = []
+        self._early: dict[int, TurnEvent] = {}
+        self._arrived: dict[int, float] = {}
+        self._gap_since: float | None = None
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.rejection: ControlReply | None = None  # the turn's StartTurn was refused
+        self.rejections: list[ControlReply] = []
+
+    # -- delivery (pump thread) -----------------------------------------------------------
+
+    def deliver(self, event: TurnEvent, wake: bool = True) -> bool:
+        """Take one event; True if it ended the turn (a terminal ``Finish`` now in order).
+        With ``wake=False`` the readers are not woken: the caller calls ``wake()`` once it
+        has delivered the rest of a batch."""
+        arrived = time.monotonic()
+        with self._cond:
+            nxt = self._base + len(self.events)
+            if event.seq < nxt or event.seq in self._early:
+                return False
+            self._early[event.seq] = event
+            self._arrived[event.seq] = arrived
+            ended = self._take_in_order()
+            self._gap_since = (self._gap_since or arrived) if self._early else None
+            if wake:
+                self._wake()
+            return ended
+
+    def _take_in_order(self) -> bool:
+        ended = False
+        while self._base + len(self.events) in self._early:
+            event = self._early.pop(self._base + len(self.events))
+            self.events.append(event)
+            ended = ended or (isinstance(event, Finish) and event.terminal)
+        return ended
+
+    def fill_gaps(self, now: float) -> bool:
+        """Replace events that never came, once a later ``Finish`` is waiting behind them."""
+        if self._gap_since is None:  # no gap; read without the lock, which is safe because only
+            return False  # the pump thread (deliver, fill_gaps, end) writes it
+        with self._cond:
+            if self._gap_since is None or now - self._gap_since < GAP_WAIT:
+                return False
+            if not any(isinstance(e, Finish) for e in self._early.values()):
+                return False
+            last = max(self._early)
+            for seq in range(self._base + len(self.events), last):
+                if seq not in self._early:
+                    log().error("turn %s: event %d never arrived; it is replaced by an error", self.turn_id, seq)
+                    self._early[seq] = Error(
+                        turn_id=self.turn_id,
+                        seq=seq,
+                        error_type="event_lost",
+                        message=f"event {seq} was lost in transit",
+                    )
+            ended = self._take_in_order()
+            self._gap_since = None
+            self._wake()
+            return ended
+
+    def end(self, error_type: str, message: str, detail: str | None = None) -> None:
+        """End the turn here, after what arrived: ``Error`` + ``Finish(error)``."""
+        with self._cond:
+            seq = max([self._base + len(self.events) - 1, *self._early]) + 1
+            last = next((e for e in reversed(self.events) if isinstance(e, Finish)), None)
+            history = list(last.messages) if last is not None else []
+            results: dict[str, list[str]] = {}
+            if self._base == 0:  # every ToolFinished of the turn is here
+                for e in self.events:
+                    if isinstance(e, ToolFinished):
+                        results.setdefault(e.call_id, []).append(e.content)
+            interrupted = error_result(f"Interrupted: {message} ({detail or error_type})")
+            messages = close_open_calls(history, interrupted, results)
+            self.deliver(Error(turn_id=self.turn_id, seq=seq, error_type=error_type, message=message, detail=detail))
+            self.deliver(Finish(turn_id=self.turn_id, seq=seq + 1, finish_reason="error", messages=messages))
+            self._gap_since = time.monotonic() - GAP_WAIT
+            self.fill_gaps(time.monotonic())
+
+    def refuse(self, reply: ControlReply) -> None:
+        with self._cond:
+            if reply.command == "start_turn":
+                self.rejection = reply
+            self.rejections.append(reply)
+            self._wake()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._wake()
+
+    def _wake(self) -> None:
+        self._cond.notify_all()
+        waiters, self._waiters = self._waiters, []
+        for loop, fut in waiters:
+            try:
+                loop.call_soon_threadsafe(_set_done, fut)
+            except RuntimeError:
+                pass  # that loop has closed
+
+    # -- reading --------------------------------------------------------------------------
+
+    @property
+    def next_seq(self) -> int:
+        with self._cond:
+            return self._base + len(self.events)
+
+    @property
+    def finished(self) -> bool:
+        with self._cond:
+            return any(isinstance(e, Finish) and e.terminal for e in self.events)
+
+    def received_at(self, seq: int) -> float | None:
+        return self._arrived.get(seq)
+
+    def _check(self) -> None:
+        if self.rejection is not None:
+            raise ControlRejected(self.rejection.code or "invalid", self.rejection.message)
+        if self._closed():
+            raise RuntimeClosedError("the Runtime has shut down")
+
+    def wait_index(self, index: int, timeout: float | None) -> TurnEvent:
+        """The event at ``index`` (0 is ``seq`` ``since``), waiting for it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while len(self.events) <= index:
+                self._check()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TurnTimeout(f"turn {self.turn_id}: no event after {timeout} s")
+                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+            return self.events[index]
+
+    def ready(self, index: int) -> asyncio.Future[None] | None:
+        """None if the event at ``index`` is here; else a future of the running loop that
+        completes when something arrives (or the runtime closes)."""
+        with self._cond:
+            if len(self.events) > index:
+                return None
+            self._check()
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((loop, fut))
+            return fut
+
+    def result_at(self, end: int) -> TurnResult:
+        with self._cond:
+            events = self.events[:end]
+        finish = events[-1]
+        assert isinstance(finish, Finish)
+        requests = {e.call_id: e for e in events if isinstance(e, ToolApprovalRequest) and e.child_turn_id is None}
+        errors = [e for e in events if isinstance(e, Error)]
+        return TurnResult(
+            turn_id=self.turn_id,
+            finish_reason=finish.finish_reason,
+            messages=list(finish.messages),
+            usage=finish.usage,
+            round=finish.round,
+            pending_approvals=[requests[c] for c in finish.pending_approvals if c in requests],
+            error=errors[-1] if errors and finish.terminal else None,
+        )
+
+    def finish_after(self, index: int, final: bool) -> int | None:
+        """The position just after the last (terminal, if ``final``) ``Finish`` from ``index`` on."""
+        with self._cond:
+            found = None
+            for i in range(index, len(self.events)):
+                e = self.events[i]
+                if isinstance(e, Finish) and (e.terminal or not final):
+                    found = i + 1
+            return found
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,132 @@
+"""LLMActor: streams providers' deltas to the turns of its host, and aborts on request.
+
+One LLMActor lives in each TurnHost process, beside the TurnActors it serves; messages
+between them never leave the process. Each ``StreamChat`` is a ``StreamWorker``
+(``providers.streaming``) run on its client's own thread, kept for that client's next
+stream; the worker's only outputs are an item on the host's inbox and a wake-up byte, so
+the host keeps handling messages while a stream blocks; an ``AbortStream`` shuts the
+stream's socket down at once, also while the provider stalls.
+
+Guarantees, per stream: every message about it carries its ``stream_id`` and the next
+``seq`` (0, 1, 2, ...); text drained in one wake-up is sent as one ``LLMDeltas``; the last
+message is exactly one ``LLMCompleted`` or ``LLMFailed``, unless the stream was aborted,
+after which nothing more is sent about it.
+
+The API key is read from this process's environment (``ProviderConfig.api_key_env``) when
+the request is made; it never travels in a message. One SSL context serves the process
+tree; each stream in flight uses its own keep-alive client (reused afterwards), because an
+abort must know exactly which socket is its stream's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, StreamChat
+
+from ..providers.streaming import ProviderClient, StreamOutput, StreamWorker
+from ..telemetry.spans import Span, chat_span, end_chat
+from .mailbox import Kernel, LocalActor
+
+__all__ = ["LLMActor"]
+
+
+@dataclass
+class _Stream:
+    worker: StreamWorker
+    requester: LocalActor
+    seq: int = 0
+    text: list[str] = field(default_factory=list)
+    span: Span | None = None  # its chat span, when the request is traced
+
+
+class LLMActor(LocalActor):
+    """Streams completions for the TurnActors of one host."""
+
+    name = "LLMActor"
+
+    def __init__(self, kernel: Kernel, put: Callable[[Any], None]) -> None:
+        super().__init__(kernel)
+        self._put = put  # thread-safe: queue an item on the host's inbox and wake it
+        self._streams: dict[str, _Stream] = {}
+        self._idle: list[ProviderClient] = []
+
+    def receive(self, message: Any, sender: Any) -> None:
+        if isinstance(message, StreamChat):
+            self._start(message, sender)
+        elif isinstance(message, AbortStream):
+            stream = self._streams.pop(message.stream_id, None)
+            if stream is not None:
+                stream.worker.abort()  # its client is spent, unless the stream had just ended
+                self._keep(stream.worker.client)
+                end_chat(stream.span, None)
+
+    def _start(self, request: StreamChat, requester: LocalActor) -> None:
+        if request.stream_id in self._streams:
+            return
+        client = self._idle.pop() if self._idle else ProviderClient()  # never a spent one (_keep)
+        stream_id = request.stream_id
+        worker = StreamWorker(request, lambda out: self._put(("llm", stream_id, out)), client)
+        self._streams[stream_id] = _Stream(worker, requester, span=chat_span(request))
+        worker.start()
+
+    def on_outputs(self, items: list[tuple[str, StreamOutput]]) -> None:
+        """What the stream workers produced since the last wake-up, in order."""
+        touched: list[str] = []
+        for stream_id, out in items:
+            stream = self._streams.get(stream_id)
+            if stream is None:
+                continue  # aborted: drop what was still in flight
+            kind = out[0]
+            if kind == "text":
+                stream.text.append(out[1])
+                if stream_id not in touched:
+                    touched.append(stream_id)
+                continue
+            self._flush(stream)
+            end_chat(stream.span, out)
+            if kind == "retry":
+                self._send(stream, LLMRetrying, attempt=out[1], delay=out[2], reason=out[3])
+                continue
+            if kind == "done":
+                self._send(stream, LLMCompleted, message=out[1], finish_reason=out[2], usage=out[3])
+            else:
+                self._send(stream, LLMFailed, error_type=out[1], message=out[2])
+            del self._streams[stream_id]
+            self._keep(stream.worker.client)  # unless its total timeout aborted it
+        for stream_id in touched:
+            stream = self._streams.get(stream_id)
+            if stream is not None:
+                self._flush(stream)
+
+    def _keep(self, client: ProviderClient) -> None:
+        """Keep a client whose stream has ended for the next stream; close a spent one's
+        (its thread ends with the job it may still be running)."""
+        if client.spent:
+            client.close()
+        else:
+            self._idle.append(client)
+
+    def _flush(self, stream: _Stream) -> None:
+        if stream.text:
+            text = "".join(stream.text)
+            stream.text.clear()
+            self._send(stream, LLMDeltas, text=text)
+
+    def _send(self, stream: _Stream, cls: type, **fields: Any) -> None:
+        message = cls(stream_id=stream.worker.request.stream_id, seq=stream.seq, **fields)
+        stream.seq += 1
+        stream.requester.tell(message, None)
+
+    def close(self) -> None:
+        """Abort every stream and close the idle clients."""
+        for stream in self._streams.values():
+            stream.worker.abort()
+            stream.worker.client.close()  # after the job it runs, spent or not
+            end_chat(stream.span, None)
+        self._streams.clear()
+        for client in self._idle:
+            client.close()
+        self._idle.clear()

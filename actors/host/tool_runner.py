@@ -1,0 +1,299 @@
+"""How a TurnHost runs its turns' tool calls: in tool processes lent by a pool, or inline.
+
+- A call of a tool without ``requires`` runs in a process of the host's own node, lent by
+  the local ``ToolPool``; the host keeps the processes it was lent and reuses each as soon
+  as its previous call has reported (one call at a time per process). When none is free
+  the call waits for the one the host asked for; a spare is asked for ahead of need.
+- ``@tool(isolate=True)``: a process of its own, retired after the call.
+- ``@tool(requires={...})``: a process lent by the pool of a node whose capabilities match,
+  found through the directory; the call sends a heartbeat and one silent for
+  ``lost_after`` seconds ends as failed (its host was lost). No matching node: the call
+  fails at once, saying which capabilities are missing.
+- ``@tool(inline=True)`` on an ``async def`` tool (or ``Runtime(inline_async_tools=True)``):
+  a task in the host's own event loop thread, no process at all.
+
+A process that exits while it runs a call (crash, kill, the pool's grace) fails that call
+with a tool message saying so; the turn goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from thespian.actors import ActorExitRequest
+
+from messages import InterruptTool, RunTool
+
+from ..tools.tool_actor import ToolActor
+from ..turn.decisions import ToolLost
+from ..wire.protocol import FindPool, LeaseWorkers, PoolFound, PoolInfo, ReturnWorkers, WorkerResult, WorkersLeased
+
+if TYPE_CHECKING:
+    from .turn_actor import TurnActor
+    from .turn_host import TurnHost
+
+__all__ = ["ToolRunner"]
+
+Key = tuple[str, str]  # (turn_id, call_id)
+
+
+@dataclass
+class _Busy:
+    turn: TurnActor
+    run: RunTool
+    worker: Any  # None while waiting for a process; a ToolActor when inline
+    where: str = ""  # "local", "isolated", "placed", "inline"
+    node: str = ""
+    last_heard: float = 0.0
+
+
+def _requires_key(requires: dict[str, Any]) -> str:
+    return json.dumps(requires, sort_keys=True)
+
+
+class ToolRunner:
+    """The tool side of one TurnHost; see the module docstring."""
+
+    def __init__(self, host: TurnHost) -> None:
+        self.host = host
+        self.idle: list[Any] = []  # local processes lent to this host, free
+        self.asked = 0  # local processes asked for, not yet lent
+        self.waiting: deque[Key] = deque()  # local calls waiting for a process
+        self.calls: dict[Key, _Busy] = {}
+        self.by_worker: dict[str, Key] = {}
+        self.placed_idle: dict[str, list[Any]] = {}  # requires -> free processes on matching nodes
+        self.placed_waiting: dict[str, deque[Key]] = {}
+        self.pools: dict[str, PoolInfo | None] = {}  # requires -> pool (None: none matches)
+        self.watching = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- starting calls -------------------------------------------------------------------
+
+    def run(self, turn: TurnActor, run: RunTool) -> None:
+        key = (run.turn_id, run.call.id)
+        busy = _Busy(turn, run, None)
+        self.calls[key] = busy
+        spec = run.spec
+        if spec.is_async and (spec.inline or self.host.inline_async_tools):
+            busy.where = "inline"
+            self._run_inline(key, busy)
+        elif spec.requires:
+            busy.where, busy.last_heard = "placed", time.monotonic()
+            self._place(key, busy)
+            self._watch()
+        elif spec.isolate:
+            busy.where = "isolated"
+            self.host.send(self.host.pool, LeaseWorkers(1, isolate=True))
+        else:
+            busy.where = "local"
+            if self.idle:
+                self._send_run(key, busy, self.idle.pop())
+            else:
+                self.waiting.append(key)
+            self._top_up()
+
+    def _top_up(self) -> None:
+        """Ask the pool for a process per waiting call, and for one spare ahead of need."""
+        needed = len(self.waiting) + (0 if self.idle else 1) - self.asked
+        if needed > 0:
+            self.asked += needed
+            self.host.send(self.host.pool, LeaseWorkers(needed))
+
+    def _send_run(self, key: Key, busy: _Busy, worker: Any) -> None:
+        busy.worker = worker
+        self.by_worker[str(worker)] = key
+        self.host.send(worker, busy.run)
+
+    def on_leased(self, msg: WorkersLeased) -> None:
+        if msg.isolate:
+            for worker in msg.workers:
+                key = next((k for k, b in self.calls.items() if b.where == "isolated" and b.worker is None), None)
+                if key is None:
+                    self.host.send(worker, ActorExitRequest())
+                else:
+                    self._send_run(key, self.calls[key], worker)
+            return
+        if msg.requires:
+            rk = _requires_key(msg.requires)
+            self.placed_idle.setdefault(rk, []).extend(msg.workers)
+            self._start_placed(rk)
+            return
+        self.asked = max(0, self.asked - len(msg.workers))
+        self.idle.extend(msg.workers)
+        while self.waiting and self.idle:
+            key = self.waiting.popleft()
+            if key in self.calls:
+                self._send_run(key, self.calls[key], self.idle.pop())
+        self._top_up()
+
+    # -- placed calls ---------------------------------------------------------------------
+
+    def _place(self, key: Key, busy: _Busy) -> None:
+        rk = _requires_key(busy.run.spec.requires)
+        self.placed_waiting.setdefault(rk, deque()).append(key)
+        if rk not in self.pools:
+            self.pools[rk] = None
+            self.host.send(self.host.directory, FindPool(busy.run.spec.requires))
+            return
+        self._start_placed(rk)
+
+    def on_pool_found(self, msg: PoolFound) -> None:
+        rk = _requires_key(msg.requires)
+        self.pools[rk] = msg.pool
+        if msg.pool is None:
+            requires = ", ".join(f"{k}={json.dumps(v)}" for k, v in msg.requires.items())
+            for key in self.placed_waiting.pop(rk, deque()):
+                busy = self.calls.pop(key, None)
+                if busy is not None:
+                    message = (
+                        f"Tool '{busy.run.spec.name}' cannot run: no node advertises the capabilities it needs"
+                        f" ({requires})"
+                    )
+                    busy.turn.tell(ToolLost(key[1], message))
+            self.pools.pop(rk, None)  # ask again next time: a node may join
+            return
+        self._start_placed(rk)
+
+    def _start_placed(self, rk: str) -> None:
+        waiting = self.placed_waiting.get(rk)
+        pool = self.pools.get(rk)
+        if not waiting or pool is None:
+            return
+        free = self.placed_idle.setdefault(rk, [])
+        while waiting and free:
+            key = waiting.popleft()
+            busy = self.calls.get(key)
+            if busy is not None:
+                busy.node, busy.last_heard = pool.node, time.monotonic()
+                self._send_run(key, busy, free.pop())
+        if waiting:
+            self.host.send(pool.address, LeaseWorkers(len(waiting), json.loads(rk)))
+
+    def on_alive(self, turn_id: str, call_id: str, node: str) -> None:
+        busy = self.calls.get((turn_id, call_id))
+        if busy is not None:
+            busy.node, busy.last_heard = node or busy.node, time.monotonic()
+
+    def _watch(self) -> None:
+        if not self.watching:
+            self.watching = True
+            self.host.wakeupAfter(timedelta(seconds=0.5), payload=("liveness",))
+
+    def check_liveness(self) -> None:
+        """End placed calls whose node fell silent; keep watching while any runs."""
+        self.watching = False
+        now = time.monotonic()
+        placed = [(k, b) for k, b in self.calls.items() if b.where == "placed" and b.worker is not None]
+        for key, busy in placed:
+            options = busy.turn.state.options
+            if now - busy.last_heard > options.lost_after:
+                self._forget(key)
+                where = f"its node {busy.node}" if busy.node else "the node it was placed on"
+                message = (
+                    f"Tool '{busy.run.spec.name}' failed: {where} stopped answering for"
+                    f" {options.lost_after:g} s (host lost)"
+                )
+                busy.turn.tell(ToolLost(key[1], message))
+        if any(b.where == "placed" for b in self.calls.values()):
+            self._watch()
+
+    # -- inline async calls ---------------------------------------------------------------
+
+    def _run_inline(self, key: Key, busy: _Busy) -> None:
+        call = ToolActor(
+            busy.run, lambda kind, payload: self.host.put(("tool", key, kind, payload)), loop=self._host_loop()
+        )
+        busy.worker = call
+        call.start()
+
+    def _host_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="greenroom-inline-tools", daemon=True).start()
+            self._loop = loop
+        return self._loop
+
+    def on_inline(self, key: Key, kind: str, payload: Any) -> None:
+        busy = self.calls.get(key)
+        if busy is None:
+            return
+        if kind == "progress":
+            if not busy.worker.stopping:
+                self.host.progress(busy.turn, key[1], payload)
+        elif kind == "result":
+            del self.calls[key]
+            busy.turn.tell(_as_result(busy.run, payload))
+
+    # -- results, interrupts, losses ------------------------------------------------------
+
+    def on_result(self, msg: WorkerResult, worker: Any) -> None:
+        key = self.by_worker.pop(str(worker), None)
+        busy = self.calls.pop(key, None) if key is not None else None
+        if busy is not None:
+            busy.turn.tell(msg.result)
+        where = busy.where if busy is not None else "local"
+        if msg.retiring or where == "isolated":
+            if where == "isolated" and not msg.retiring:
+                self.host.send(worker, ActorExitRequest())
+            return
+        if where == "placed":
+            self.placed_idle.setdefault(_requires_key(busy.run.spec.requires), []).append(worker)  # type: ignore[union-attr]
+            return
+        if self.waiting:
+            key = self.waiting.popleft()
+            self._send_run(key, self.calls[key], worker)
+        else:
+            self.idle.append(worker)
+            if len(self.idle) > 4:
+                self.host.send(self.host.pool, ReturnWorkers([self.idle.pop(0)]))
+
+    def interrupt(self, msg: InterruptTool) -> None:
+        busy = self.calls.get((msg.turn_id, msg.call_id))
+        if busy is None or busy.worker is None:
+            if busy is not None and msg.mode == "stop":  # not started yet: it never will
+                self._forget((msg.turn_id, msg.call_id))
+            return
+        if busy.where == "inline":
+            busy.worker.interrupt(msg.mode, msg.reason)
+        else:
+            self.host.send(busy.worker, msg)
+
+    def on_worker_exited(self, worker: Any) -> None:
+        name = str(worker)
+        self.idle = [w for w in self.idle if str(w) != name]
+        for free in self.placed_idle.values():
+            free[:] = [w for w in free if str(w) != name]
+        key = self.by_worker.pop(name, None)
+        busy = self.calls.pop(key, None) if key is not None else None
+        if busy is not None:
+            message = f"Tool '{busy.run.spec.name}' failed: its process exited before the call finished"
+            busy.turn.tell(ToolLost(key[1], message))  # type: ignore[index]
+        self._top_up()
+
+    def _forget(self, key: Key) -> None:
+        busy = self.calls.pop(key, None)
+        if busy is None:
+            return
+        if busy.worker is not None and busy.where != "inline":
+            self.by_worker.pop(str(busy.worker), None)
+        for queue in [self.waiting, *self.placed_waiting.values()]:
+            if key in queue:
+                queue.remove(key)
+
+    def stop_all(self, reason: str) -> None:
+        """Stop every call of this host (the runtime is closing)."""
+        for (turn_id, call_id), busy in list(self.calls.items()):
+            self.interrupt(InterruptTool(turn_id=turn_id, call_id=call_id, mode="stop", reason=reason))
+
+
+def _as_result(run: RunTool, outcome: tuple[str, str]) -> Any:
+    from messages import ToolResult
+
+    return ToolResult(turn_id=run.turn_id, call_id=run.call.id, outcome=outcome[0], content=outcome[1])  # type: ignore[arg-type]

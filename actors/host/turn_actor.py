@@ -1,0 +1,266 @@
+"""TurnActor: owns one turn's loop state and messages, inside a TurnHost.
+
+A TurnActor is an in-process actor (``kernel.LocalActor``): its own FIFO mailbox, its
+``TurnRules`` and their state. Every input (a command, a stream message, a tool result, a
+timer, a lost host) goes to ``TurnRules.handle``; the actor carries the returned decisions
+out, in order. It never blocks.
+
+- **Write-ahead**: with a store, the snapshot and the new events are written in one
+  transaction before any decision is carried out. A write that fails rolls back and ends
+  this turn alone with ``Error(store_error)``; the events already numbered are still
+  delivered, so no subscriber sees a gap.
+- **Priority from the mailbox**: the loop moves only in a ``TakeStep`` the actor sends
+  itself, queued at the tail of its mailbox, so a stop or cancel already queued is handled
+  first; approvals commit in a timer after ``approval_window``.
+- **Who is told what**: events go to every subscriber (the sender of ``StartTurn``, each
+  ``Subscribe`` sender, which first gets what it missed); a command with a ``request_id``
+  gets one ``ControlReply``, and a refused command always gets one.
+- Once the turn has ended it stays ``linger`` seconds to answer late commands and
+  late subscribers, then its host forgets it (and answers for it from then on).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from messages import (
+    AbortStream,
+    CancelTurn,
+    Finish,
+    RespondToApprovals,
+    StartTurn,
+    StopTurn,
+    Subscribe,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
+    TurnEvent,
+    TurnStarted,
+    TurnState,
+    reply_for,
+)
+
+from ..errors import StoreError
+from ..logs import logger
+from ..telemetry.turn_spans import TurnTrace
+from ..tools.definition import needs_approval
+from ..turn.decisions import (
+    Abort,
+    Decision,
+    Done,
+    Emit,
+    Interrupt,
+    Persist,
+    Reply,
+    ScheduleStep,
+    SetTimer,
+    Spawn,
+    StoreFailed,
+    Stream,
+    TakeStep,
+)
+from ..turn.rules import TurnRules
+from .mailbox import LocalActor
+from .outbox import encode_event
+
+if TYPE_CHECKING:
+    from .turn_host import TurnHost
+
+__all__ = ["TurnActor"]
+
+
+log = logger("greenroom.turn")
+
+
+class TurnActor(LocalActor):
+    """One turn, hosted by a ``TurnHost``. Send it messages with ``tell``."""
+
+    name = "TurnActor"
+
+    def __init__(self, host: TurnHost, rules: TurnRules, trace_parent: dict[str, str] | None = None) -> None:
+        super().__init__(host.kernel)
+        self.host = host
+        self.rules = rules
+        self.turn_id = rules.state.turn_id
+        self.subscribers: list[Any] = []
+        self.log: list[tuple[str, bytes]] = []  # (kind, encoded event), kept when there is no store
+        self.ended = False
+        self.trace = TurnTrace.of(rules.state, trace_parent)  # its spans; None unless it is traced
+
+    @classmethod
+    def starting(cls, host: TurnHost, start: StartTurn) -> TurnActor:
+        return cls(host, TurnRules.from_start(start, needs_approval=needs_approval), start.trace_context)
+
+    @classmethod
+    def recovering(cls, host: TurnHost, state: TurnState) -> TurnActor:
+        return cls(host, TurnRules(state, needs_approval=needs_approval), state.trace_context)
+
+    @property
+    def state(self) -> TurnState:
+        return self.rules.state
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def receive(self, message: Any, sender: Any) -> None:
+        logger = log()
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("turn %s handles %s", self.turn_id, getattr(message, "kind", type(message).__name__))
+        if isinstance(message, (StopTurn, CancelTurn)):
+            logger.info("turn %s: %s requested (%s)", self.turn_id, message.kind.split("_")[0], message.reason)
+        elif isinstance(message, (ToolApprovalResponse, RespondToApprovals)):
+            for r in [message] if isinstance(message, ToolApprovalResponse) else message.responses:
+                verdict = "approved" if r.approved else "denied"
+                logger.info(
+                    "turn %s: call %s %s%s", self.turn_id, r.call_id, verdict, f" ({r.reason})" if r.reason else ""
+                )
+        if isinstance(message, StartTurn):
+            if sender is not None:
+                self._subscribe(sender)
+            self._apply(self.rules.start(), sender)
+        elif isinstance(message, Subscribe):
+            self._replay(message, sender)
+        elif isinstance(message, _Recover):
+            self._apply(self.rules.recover(), None)
+        elif isinstance(message, _StoredCommands):
+            self._take_stored_commands()
+        elif isinstance(message, TakeStep):
+            self._take_stored_commands()
+            self._apply(self.rules.handle(message), sender)
+        else:
+            self._apply(self.rules.handle(message), sender)
+
+    def _take_stored_commands(self) -> None:
+        """Commands written to the store by another process (the command line, say)."""
+        store = self.host.store
+        if store is None or self.ended:
+            return
+        try:
+            commands = store.take_commands(self.turn_id) if store.has_commands(self.turn_id) else []
+        except StoreError:
+            log().exception("turn %s: cannot read its stored commands", self.turn_id)
+            return
+        for command in commands:
+            self._apply(self.rules.handle(command), None)
+
+    def _subscribe(self, who: Any) -> None:
+        if who not in self.subscribers:
+            self.subscribers.append(who)
+
+    def _replay(self, request: Subscribe, who: Any) -> None:
+        """Send ``who`` the events from ``since`` on, then everything new; confirm if asked."""
+        store = self.host.store
+        if store is not None:
+            try:
+                past = store.event_payloads(self.turn_id, request.since)
+            except StoreError as exc:
+                self.host.reply(
+                    who, reply_for(request, False, "invalid", f"cannot read the events of {self.turn_id}: {exc}")
+                )
+                return
+        else:
+            past = self.log[request.since :]
+        for kind, payload in past:
+            self.host.deliver(who, payload, kind)
+        self._subscribe(who)
+        if request.request_id is not None:
+            self.host.reply(who, reply_for(request, True))
+
+    # -- carrying decisions out ---------------------------------------------------------
+
+    def _apply(self, decisions: list[Decision], sender: Any) -> None:
+        encoded = [(d.event, encode_event(d.event)) for d in decisions if isinstance(d, Emit)]
+        if self.host.store is not None and (encoded or any(isinstance(d, Persist) for d in decisions)):
+            try:
+                self.host.store.save(self.state, [(e.seq, e.kind, b) for e, b in encoded])
+            except StoreError as exc:
+                return self._store_failed(decisions, encoded, sender, str(exc))
+        elif self.host.store is None:
+            self.log.extend((e.kind, b) for e, b in encoded)
+        self._carry_out(decisions, encoded, sender)
+
+    def _carry_out(self, decisions: list[Decision], encoded: list[tuple[TurnEvent, bytes]], sender: Any) -> None:
+        if self.trace is not None:
+            decisions = self.trace.observe(decisions, self.state)
+        events = iter(encoded)
+        host = self.host
+        for d in decisions:
+            if isinstance(d, Emit):
+                event, payload = next(events)
+                _log_event(event, self.state)
+                for sub in self.subscribers:
+                    host.deliver(sub, payload, event.kind)
+            elif isinstance(d, Stream):
+                host.llm.tell(d.request, self)
+            elif isinstance(d, Abort):
+                host.llm.tell(AbortStream(stream_id=d.stream_id, reason=d.reason), self)
+            elif isinstance(d, Spawn):
+                host.tools.run(self, d.run)
+            elif isinstance(d, Interrupt):
+                host.tools.interrupt(d.message)
+            elif isinstance(d, ScheduleStep):
+                self.tell(TakeStep(self.turn_id))
+            elif isinstance(d, SetTimer):
+                host.set_timer(self, d)
+            elif isinstance(d, Reply):
+                if sender is not None:
+                    host.reply(sender, d.reply)
+            elif isinstance(d, Done):
+                self._wind_down()
+
+    def _store_failed(
+        self, decisions: list[Decision], encoded: list[tuple[TurnEvent, bytes]], sender: Any, detail: str
+    ) -> None:
+        """The write-ahead failed: deliver what was numbered, answer, then end this turn."""
+        log().error("turn %s: the store failed; the turn ends with an error: %s", self.turn_id, detail)
+        kept: list[Decision] = [d for d in decisions if isinstance(d, (Emit, Reply))]
+        self._carry_out(kept, encoded, sender)
+        ending = self.rules.handle(StoreFailed(detail))
+        ending_encoded = [(d.event, encode_event(d.event)) for d in ending if isinstance(d, Emit)]
+        try:
+            self.host.store.save(self.state, [(e.seq, e.kind, b) for e, b in ending_encoded])  # type: ignore[union-attr]
+        except StoreError:
+            log().error(
+                "turn %s: its end could not be written either; the store keeps its last good state", self.turn_id
+            )
+        self._carry_out(ending, ending_encoded, None)
+
+    def _wind_down(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self.host.turn_ended(self)
+
+
+def _log_event(event: TurnEvent, state: TurnState) -> None:
+    """One INFO line per turn start, end and approval request."""
+    if isinstance(event, TurnStarted):
+        log().info("turn %s started (%d message(s), %d tool(s))", event.turn_id, len(state.messages), len(state.tools))
+    elif isinstance(event, ToolApprovalRequest):
+        log().info("turn %s: call %s (%s) waits for approval", event.turn_id, event.call_id, event.name)
+    elif isinstance(event, Finish):
+        log().info(
+            "turn %s %s after %d round(s), %d tokens, %.2f s",
+            event.turn_id,
+            f"finished: {event.finish_reason}" if event.terminal else "paused for approval",
+            event.round,
+            event.usage.total_tokens,
+            state.updated_at - state.created_at,
+        )
+
+
+class _Recover:
+    """Carry on a turn loaded from the store (sent once, by its host)."""
+
+    kind = "recover"
+
+
+RECOVER = _Recover()
+
+
+class _StoredCommands:
+    """Commands for this turn wait in the store (found by its host's poll)."""
+
+    kind = "stored_commands"
+
+
+STORED_COMMANDS = _StoredCommands()

@@ -1,0 +1,392 @@
+"""TurnHost: one OS process that hosts many TurnActors and the LLMActor that serves them.
+
+The directory starts one TurnHost per core (``Runtime(hosts=...)``); a turn lives on the
+host of its slot (``names.slot_of(turn_id)``), so the Runtime, a supervisor or the command
+line reach it without asking anyone. Inside, each TurnActor is an actor of its own (a FIFO
+mailbox, its ``TurnRules`` and state; see ``kernel``); the host routes each Thespian
+message to the right mailbox, runs the mailboxes, then sends what they produced.
+
+Guarantees:
+
+- a command that arrives before its turn (Thespian does not order messages, not even from
+  one sender) is held (``held``) and applied right after the turn starts, before its first
+  step; one still unclaimed after ``HOLD`` seconds is answered ``unknown_turn``. Every command gets
+  an answer: a refusal always, a success when it carried a ``request_id``;
+- a ``Subscribe`` or a command for a turn that has ended is answered for it (a stop or a
+  cancel "no effect", anything else ``turn_finished``); an unknown ``Subscribe`` is refused
+  at once;
+- events leave in ACK-clocked batches per subscriber (``outbox``), so a turn costs a few
+  messages whatever its number of deltas;
+- the host never forks: tool processes come from its node's ``ToolPool``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from datetime import timedelta
+from typing import Any
+
+from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
+from thespian.system.transport import TransmitIntent
+
+from messages import (
+    ControlReply,
+    ReportProgress,
+    StartTurn,
+    StopTurn,
+    Subscribe,
+    ToolAlive,
+    reply_for,
+)
+
+from ..errors import SnapshotError, StoreError
+from ..handoff import Inbox
+from ..logs import logger, quiet_third_party
+from ..mcp.session import close_all as close_mcp_sessions
+from ..mcp.session import open_count as open_mcp_sessions
+from ..store.sqlite import SQLiteStore
+from ..telemetry.spans import RECORDER
+from ..turn.decisions import SetTimer, TimerFired
+from ..wire.protocol import (
+    HostConfig,
+    HostReady,
+    PoolFound,
+    PoolsChanged,
+    Recover,
+    Recovered,
+    Relay,
+    Shutdown,
+    ShutdownDone,
+    SpanBatch,
+    WorkerExited,
+    WorkerResult,
+    WorkersLeased,
+)
+from .held import HOLD, HeldCommands
+from .llm_actor import LLMActor
+from .mailbox import Kernel
+from .outbox import Outbox
+from .tool_runner import ToolRunner
+from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
+
+__all__ = ["TurnHost"]
+
+_REMEMBER_ENDED = 10_000
+_COMMANDS = frozenset({"StopTurn", "CancelTurn", "ToolApprovalResponse", "RespondToApprovals", "StopTool"})
+
+
+log = logger("greenroom.host")
+
+
+class TurnHost(ActorTypeDispatcher):
+    """Hosts the TurnActors of one slot; see the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        quiet_third_party()
+        self.kernel = Kernel()
+        self.inbox = Inbox()
+        self.llm = LLMActor(self.kernel, self.inbox.put)
+        self.tools = ToolRunner(self)
+        self.turns: dict[str, TurnActor] = {}
+        self.ended: OrderedDict[str, str] = OrderedDict()
+        self.held = HeldCommands()
+        self.outboxes: dict[str, Outbox] = {}
+        self.dirty: list[Outbox] = []
+        self.store: SQLiteStore | None = None
+        self.slot = -1
+        self.pool: Any = None
+        self.directory: Any = None
+        self.inline_async_tools = False
+        self.timers_on: set[str] = set()
+        self.shutting_down: Any = None
+        self.owner: Any = None  # the Runtime's endpoint: where finished spans go
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def receiveMessage(self, message: Any, sender: Any) -> Any:
+        name = type(message).__name__
+        if isinstance(message, Relay):
+            message, sender, name = message.message, message.reply_to, type(message.message).__name__
+        handler = getattr(self, "on_" + name, None)
+        if handler is not None:
+            handler(message, sender)
+        elif name in _COMMANDS:
+            self._command(message, sender)
+        else:
+            log().debug("TurnHost ignored %s", name)
+        self.kernel.run()
+        spans = RECORDER.take() if RECORDER.finished else None
+        if spans and self.owner is not None:  # to the Runtime's process, which exports them
+            self.send(self.owner, SpanBatch(spans))
+        for outbox in self.dirty:
+            outbox.flush_if_ready()
+        self.dirty.clear()
+        if self.shutting_down is not None:
+            self._maybe_shut()
+        return ThespianWatch([self.inbox.fd])
+
+    def on_HostConfig(self, msg: HostConfig, sender: Any) -> None:
+        self.slot, self.pool, self.directory = msg.slot, msg.pool, msg.directory
+        self.owner = msg.owner
+        self.inline_async_tools = msg.inline_async_tools
+        if msg.store_path is not None:
+            self.store = SQLiteStore(msg.store_path)
+            self._every("store", 0.5)
+        self.tools._top_up()
+        self.send(sender, HostReady(msg.slot))
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def on_StartTurn(self, msg: StartTurn, sender: Any) -> None:
+        tid = msg.turn_id
+        if tid in self.turns or tid in self.ended or (self.store is not None and self._stored(tid)):
+            self.reply(sender, reply_for(msg, False, "invalid", f"turn id {tid} is already in use"))
+            return
+        turn = TurnActor.starting(self, msg)
+        self.turns[tid] = turn
+        turn.tell(msg, sender)
+        for command, who in self.held.claim(tid):
+            turn.tell(command, who)
+        if self.shutting_down is not None:  # a straggler: it ends as the others did
+            turn.tell(StopTurn(turn_id=tid, reason="the runtime is closing", cause="shutdown"), None)
+
+    def on_Subscribe(self, msg: Subscribe, sender: Any) -> None:
+        turn = self.turns.get(msg.turn_id)
+        if turn is not None:
+            turn.tell(msg, sender)
+        elif self.store is not None and self._stored(msg.turn_id):
+            try:
+                for kind, payload in self.store.event_payloads(msg.turn_id, msg.since):
+                    self.deliver(sender, payload, kind)
+            except StoreError as exc:
+                self.reply(sender, reply_for(msg, False, "invalid", f"cannot read turn {msg.turn_id}: {exc}"))
+                return
+            if msg.request_id is not None:
+                self.reply(sender, reply_for(msg, True, None, "the turn has ended; its events follow from the store"))
+        elif msg.turn_id in self.ended:
+            self.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended"))
+        else:
+            self.reply(sender, reply_for(msg, False, "unknown_turn", f"no turn {msg.turn_id}"))
+
+    def _command(self, msg: Any, sender: Any) -> None:
+        tid = getattr(msg, "turn_id", None)
+        if not tid:
+            self.reply(sender, reply_for(msg, False, "invalid", f"{msg.kind} must name a turn_id"))
+            return
+        turn = self.turns.get(tid)
+        if turn is not None:
+            turn.tell(msg, sender)
+        elif tid in self.ended or (self.store is not None and self._stored(tid)):
+            self._answer_for_ended(msg, sender, self.ended.get(tid, "see the store"))
+        else:
+            self.held.hold(tid, msg, sender)
+            self._every("hold", HOLD / 2)
+
+    def _answer_for_ended(self, msg: Any, sender: Any, reason: str) -> None:
+        if msg.kind in ("stop_turn", "cancel_turn"):
+            if msg.request_id is not None:
+                self.reply(sender, reply_for(msg, True, None, "the turn has already ended"))
+        else:
+            self.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended ({reason})"))
+
+    def _stored(self, turn_id: str) -> bool:
+        try:
+            return self.store is not None and self.store.exists(turn_id)
+        except StoreError:
+            return False
+
+    def on_Recover(self, msg: Recover, sender: Any) -> None:
+        recovered: list[str] = []
+        errors: dict[str, str] = {}
+        for tid in msg.turn_ids:
+            if tid in self.turns or self.store is None:
+                continue
+            try:
+                state = self.store.load(tid)
+                commands = self.store.take_commands(tid)
+            except (SnapshotError, StoreError, KeyError) as exc:
+                errors[tid] = str(exc)
+                log().error("cannot recover turn %s: %s", tid, exc)
+                continue
+            turn = TurnActor.recovering(self, state)
+            self.turns[tid] = turn
+            for command in commands:
+                turn.tell(command, None)
+            turn.tell(RECOVER, None)
+            recovered.append(tid)
+        self.send(sender, Recovered(self.slot, recovered, errors))
+
+    def turn_ended(self, turn: TurnActor) -> None:
+        options = turn.state.options
+        self.wakeupAfter(timedelta(seconds=options.linger), payload=("linger", turn.turn_id))
+
+    def _evict(self, turn_id: str) -> None:
+        turn = self.turns.pop(turn_id, None)
+        if turn is not None:
+            self.ended[turn_id] = turn.state.finish_reason or "error"
+            while len(self.ended) > _REMEMBER_ENDED:
+                self.ended.popitem(last=False)
+
+    # -- timers ---------------------------------------------------------------------------
+
+    def set_timer(self, turn: TurnActor, timer: SetTimer) -> None:
+        payload = ("turn", turn.turn_id, TimerFired(timer.name, timer.token))
+        self.wakeupAfter(timedelta(seconds=timer.delay), payload=payload)
+
+    def _every(self, name: str, seconds: float) -> None:
+        if name not in self.timers_on:
+            self.timers_on.add(name)
+            self.wakeupAfter(timedelta(seconds=seconds), payload=(name,))
+
+    def on_WakeupMessage(self, msg: Any, sender: Any) -> None:
+        what = msg.payload[0]
+        if what == "turn":
+            turn = self.turns.get(msg.payload[1])
+            if turn is not None:
+                turn.tell(msg.payload[2], None)
+        elif what == "linger":
+            self._evict(msg.payload[1])
+        elif what == "liveness":
+            self.tools.check_liveness()
+        elif what == "hold":
+            self.timers_on.discard("hold")
+            self._expire_held()
+        elif what == "store":
+            self.timers_on.discard("store")
+            self._poll_store()
+        elif what == "shutdown":
+            self._shut()
+
+    def _expire_held(self) -> None:
+        for tid, command, who in self.held.expired():
+            self.reply(who, reply_for(command, False, "unknown_turn", f"no turn {tid}"))
+        if self.held:
+            self._every("hold", HOLD / 2)
+
+    def _poll_store(self) -> None:
+        """Commands the command line wrote to the store reach a turn whatever it waits on."""
+        assert self.store is not None
+        try:
+            waiting = self.store.turns_with_commands()
+        except StoreError:
+            waiting = []
+        for tid in waiting:
+            turn = self.turns.get(tid)
+            if turn is not None:
+                turn.tell(STORED_COMMANDS, None)
+        self._every("store", 0.5)
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def on_WorkerResult(self, msg: WorkerResult, sender: Any) -> None:
+        self.tools.on_result(msg, sender)
+
+    def on_WorkersLeased(self, msg: WorkersLeased, sender: Any) -> None:
+        self.tools.on_leased(msg)
+
+    def on_WorkerExited(self, msg: WorkerExited, sender: Any) -> None:
+        self.tools.on_worker_exited(msg.worker)
+
+    def on_PoolFound(self, msg: PoolFound, sender: Any) -> None:
+        self.tools.on_pool_found(msg)
+
+    def on_PoolsChanged(self, msg: PoolsChanged, sender: Any) -> None:
+        self.tools.pools.clear()
+
+    def on_ReportProgress(self, msg: ReportProgress, sender: Any) -> None:
+        turn = self.turns.get(msg.turn_id)
+        if turn is not None:
+            turn.tell(msg, None)
+
+    def on_ToolAlive(self, msg: ToolAlive, sender: Any) -> None:
+        self.tools.on_alive(msg.turn_id, msg.call_id, msg.node)
+
+    def progress(self, turn: TurnActor, call_id: str, data: Any) -> None:
+        """Progress of an inline tool: the same path as a tool process's ``ReportProgress``."""
+        turn.tell(ReportProgress(turn_id=turn.turn_id, call_id=call_id, seq=0, data=data), None)
+
+    def on_WatchMessage(self, msg: Any, sender: Any) -> None:
+        llm: list[Any] = []
+        for item in self.inbox.drain():
+            if item[0] == "llm":
+                llm.append((item[1], item[2]))
+            elif item[0] == "tool":
+                self.tools.on_inline(item[1], item[2], item[3])
+        if llm:
+            self.llm.on_outputs(llm)
+
+    def put(self, item: Any) -> None:
+        """Thread-safe: queue ``item`` for this host's actor thread and wake it."""
+        self.inbox.put(item)
+
+    # -- events and replies ---------------------------------------------------------------
+
+    def deliver(self, to: Any, payload: bytes, kind: str) -> None:
+        key = str(to)
+        outbox = self.outboxes.get(key)
+        if outbox is None:
+            outbox = self.outboxes[key] = Outbox(to, self._send_tracked, self._outbox_ready)
+        outbox.add(payload, kind)
+        self.dirty.append(outbox)
+
+    def _outbox_ready(self, outbox: Outbox) -> None:
+        """From an ACK callback: flush ``outbox`` in the next handler (woken through the inbox)."""
+        self.dirty.append(outbox)
+        self.inbox.put(("flush",))
+
+    def _send_tracked(self, to: Any, message: Any, done: Any) -> None:
+        def finished(ok: bool) -> None:
+            done(ok)
+            if self.shutting_down is not None:
+                self._maybe_shut()
+
+        intent = TransmitIntent(
+            to, message, onSuccess=lambda r, i: finished(True), onError=lambda r, i: finished(False)
+        )
+        self._myRef._send_intent(intent)
+
+    def reply(self, to: Any, reply: ControlReply) -> None:
+        if to is not None:
+            self.send(to, reply)
+
+    # -- the end --------------------------------------------------------------------------
+
+    def on_Shutdown(self, msg: Shutdown, sender: Any) -> None:
+        """Stop every live turn (without a store) or leave it to recovery (with one)."""
+        self.shutting_down = sender
+        self.tools.stop_all("the runtime is closing")
+        close_mcp_sessions(lambda: self.put(("mcp_closed",)))  # wakes _maybe_shut once they are
+        self.llm.close()
+        if not msg.keep_turns:
+            for turn in list(self.turns.values()):
+                if not turn.ended:
+                    turn.tell(StopTurn(turn_id=turn.turn_id, reason="the runtime is closing", cause="shutdown"), None)
+        for turn in self.turns.values() if msg.keep_turns else ():
+            if turn.trace is not None:
+                turn.trace.suspend()  # left to the store: a recovered turn gets a new span
+        self.wakeupAfter(timedelta(seconds=1.0), payload=("shutdown",))
+
+    def _maybe_shut(self) -> None:
+        if open_mcp_sessions() == 0 and all(o.idle or o.dead for o in self.outboxes.values()):
+            self._shut()
+
+    def _shut(self) -> None:
+        if self.shutting_down is not None:
+            self.send(self.shutting_down, ShutdownDone(self.slot))
+            self.shutting_down = None
+
+    def on_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        self.llm.close()
+        self.tools.stop_all("the host is exiting")
+        close_mcp_sessions()
+
+    def on_PoisonMessage(self, msg: Any, sender: Any) -> None:
+        log().warning("TurnHost %d: a message could not be delivered: %s", self.slot, type(msg.poisonMessage).__name__)
+
+    def on_ChildActorExited(self, msg: Any, sender: Any) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<TurnHost {self.slot} pid={os.getpid()}>"

@@ -1,0 +1,349 @@
+"""Tools: plain functions offered to a model, loadable by import path in any process.
+
+``@tool`` turns a sync or ``async def`` function into a ``Tool``: its JSON schema comes from
+the signature and type hints (through pydantic), its description from the docstring, and
+its ``spec`` (a plain ``ToolSpec``) names it by import path, so that a ToolActor in another
+process, or on another host, loads the same function. Define tools at module level.
+
+Approval: ``requires_approval=True`` on the decorator, ``requires_approval(existing_tool)``
+to gate a tool you did not write, or a predicate on the call's parsed arguments
+(``requires_approval=outside_sandbox``). A predicate runs in the TurnActor's process and
+must be importable too (a module-level function, not a lambda); one that raises is taken
+as "needs approval".
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from messages import ToolSpec
+from messages.control import accept_tools_with
+
+from ..errors import ToolDefinitionError
+from ..logs import logger
+
+__all__ = [
+    "Tool",
+    "error_result",
+    "import_ref",
+    "load_tool",
+    "needs_approval",
+    "ok_result",
+    "ref_of",
+    "requires_approval",
+    "tool",
+    "tool_specs",
+]
+
+
+log = logger("greenroom.tools")
+
+
+def ref_of(obj: Any) -> str:
+    """The import path ``module:qualname`` of a module-level function or object."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        raise ToolDefinitionError(
+            f"{obj!r} has no import path: define it at module level (not a lambda or a nested function)"
+        )
+    return f"{module}:{qualname}"
+
+
+def import_ref(ref: str) -> Any:
+    """The object at ``module:qualname``."""
+    module_name, _, qualname = ref.partition(":")
+    if not module_name or not qualname:
+        raise ToolDefinitionError(f"bad import path {ref!r}: expected 'module:qualname'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ToolDefinitionError(f"cannot import {ref!r}: {exc}") from None
+    return obj
+
+
+def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """The docstring's summary paragraph(s) and the per-argument lines of an ``Args:`` section."""
+    doc = inspect.getdoc(fn) or ""
+    summary_lines: list[str] = []
+    params: dict[str, str] = {}
+    section: str | None = None
+    for line in doc.splitlines():
+        header = re.fullmatch(r"(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?):\s*", line.strip())
+        if header and not line.startswith(" "):
+            section = header.group(1)
+            continue
+        if section is None:
+            summary_lines.append(line)
+        elif section in ("Args", "Arguments", "Parameters"):
+            m = re.match(r"\s+(\w+)(?:\s*\([^)]*\))?:\s*(.*)", line)
+            if m:
+                params[m.group(1)] = m.group(2).strip()
+    return "\n".join(summary_lines).strip(), params
+
+
+def _strip_titles(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+class Tool:
+    """A function offered to a model. Calling a ``Tool`` calls the function."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
+        requires: dict[str, Any] | None = None,
+        retry_safe: bool = False,
+        inline: bool = False,
+        isolate: bool = False,
+    ) -> None:
+        if not callable(fn):
+            raise ToolDefinitionError(f"a tool needs a function, got {fn!r}")
+        if getattr(fn, "__name__", "") == "<lambda>":
+            raise ToolDefinitionError(
+                "a lambda has no import path: define it at module level (with def), so that the runtime's "
+                "processes can import it"
+            )
+        self.fn = fn
+        self.name = name or fn.__name__
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
+            raise ToolDefinitionError(f"tool name {self.name!r} must match [A-Za-z0-9_-]{{1,64}}")
+        summary, arg_docs = _doc_parts(fn)
+        self.description = description if description is not None else summary
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.requires = dict(requires or {})
+        self.retry_safe = retry_safe
+        if inline and not self.is_async:
+            raise ToolDefinitionError(f"tool {self.name!r}: inline=True is for async def tools only")
+        if inline and isolate:
+            raise ToolDefinitionError(f"tool {self.name!r}: a tool is either inline or isolated, not both")
+        self.inline = inline
+        self.isolate = isolate
+        self.approval: bool | Callable[[dict[str, Any]], bool] = requires_approval
+        self.args_model = self._build_model(arg_docs)
+        try:
+            self.parameters = _strip_titles(self.args_model.model_json_schema())
+        except Exception as exc:  # pydantic raises several kinds for a type with no schema
+            raise ToolDefinitionError(f"tool {self.name!r}: its parameters have no JSON schema: {exc}") from None
+        self.parameters.setdefault("properties", {})
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def _build_model(self, arg_docs: dict[str, str]) -> type[BaseModel]:
+        try:
+            sig = inspect.signature(self.fn)
+            hints = _type_hints(self.fn)
+        except (TypeError, ValueError, NameError) as exc:
+            raise ToolDefinitionError(f"tool {self.name!r}: cannot read its signature: {exc}") from None
+        fields: dict[str, Any] = {}
+        for pname, p in sig.parameters.items():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise ToolDefinitionError(f"tool {self.name!r}: *args and **kwargs cannot be described to a model")
+            annotation = hints.get(pname, Any)
+            default = ... if p.default is p.empty else p.default
+            fields[pname] = (annotation, Field(default, description=arg_docs.get(pname)))
+        try:
+            return create_model(f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+        except Exception as exc:
+            raise ToolDefinitionError(f"tool {self.name!r}: its parameters have no JSON schema: {exc}") from None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Tool {self.name}>"
+
+    # -- the plain-data face ---------------------------------------------------------------
+
+    @property
+    def ref(self) -> str:
+        return ref_of(self.fn)
+
+    @property
+    def spec(self) -> ToolSpec:
+        """This tool as plain data. Raises ``ToolDefinitionError`` if it cannot be imported."""
+        ref = self.ref
+        loaded = import_ref(ref)
+        if loaded is not self and getattr(loaded, "fn", loaded) is not self.fn:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: {ref!r} does not lead back to it; define tools at module level"
+            )
+        approval, approval_ref = self._approval_spec()
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            ref=ref,
+            approval=approval,  # type: ignore[arg-type]
+            approval_ref=approval_ref,
+            requires=self.requires,
+            retry_safe=self.retry_safe,
+            is_async=self.is_async,
+            inline=self.inline,
+            isolate=self.isolate,
+        )
+
+    def _approval_spec(self) -> tuple[str, str | None]:
+        """``(ToolSpec.approval, ToolSpec.approval_ref)`` of this tool."""
+        if callable(self.approval):
+            approval_ref = ref_of(self.approval)
+            if import_ref(approval_ref) is not self.approval:
+                raise ToolDefinitionError(f"tool {self.name!r}: approval predicate {approval_ref!r} is not importable")
+            return "predicate", approval_ref
+        return ("always" if self.approval else "never"), None
+
+    # -- running -------------------------------------------------------------------------
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments to call the function with; ``ValueError`` says what is wrong."""
+        try:
+            model = self.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            raise ValueError(f"Invalid arguments for tool '{self.name}': {_describe(exc)}") from None
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+
+def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    import typing
+
+    return typing.get_type_hints(fn, include_extras=True)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+Approval = bool | Callable[[dict[str, Any]], bool]
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: Approval = False,
+    requires: dict[str, Any] | None = None,
+    retry_safe: bool = False,
+    inline: bool = False,
+    isolate: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: Approval = False,
+    requires: dict[str, Any] | None = None,
+    retry_safe: bool = False,
+    inline: bool = False,
+    isolate: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make ``fn`` a ``Tool``; usable bare (``@tool``) or with options (``@tool(...)``)."""
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            requires_approval=requires_approval,
+            requires=requires,
+            retry_safe=retry_safe,
+            inline=inline,
+            isolate=isolate,
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def requires_approval(t: Tool | Callable[..., Any], when: Callable[[dict[str, Any]], bool] | None = None) -> Tool:
+    """A copy of ``t`` that needs approval, always or when ``when(arguments)`` is true."""
+    base = t if isinstance(t, Tool) else Tool(t)
+    gated = object.__new__(type(base))  # an MCP server's tool stays one
+    gated.__dict__.update(base.__dict__)
+    gated.approval = when if when is not None else True
+    return gated
+
+
+def tool_specs(tools: Iterable[Tool | Callable[..., Any] | ToolSpec]) -> list[ToolSpec]:
+    """``ToolSpec`` of each tool (plain functions are wrapped as tools)."""
+    out = []
+    for t in tools:
+        if isinstance(t, ToolSpec):
+            out.append(t)
+        else:
+            out.append((t if isinstance(t, Tool) else Tool(t)).spec)
+    return out
+
+
+def load_tool(spec: ToolSpec) -> Tool:
+    """The ``Tool`` behind ``spec``, imported in this process (or built by the factory at
+    ``spec.ref`` from ``spec.config``)."""
+    obj = import_ref(spec.ref)
+    if spec.config is not None:
+        built = obj(spec)
+        if not isinstance(built, Tool):
+            raise ToolDefinitionError(f"{spec.ref!r} did not build a Tool from the spec of {spec.name!r}")
+        return built
+    if isinstance(obj, Tool):
+        return obj
+    if callable(obj):
+        return Tool(obj, name=spec.name, description=spec.description)
+    raise ToolDefinitionError(f"{spec.ref!r} is not a function or a Tool")
+
+
+def needs_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
+    """Whether a call of ``spec`` with ``arguments`` waits for a human decision."""
+    if spec.approval == "never":
+        return False
+    if spec.approval == "always" or not spec.approval_ref:
+        return True
+    try:
+        return bool(import_ref(spec.approval_ref)(arguments))
+    except Exception:
+        log().exception("approval predicate %s raised; the call needs approval", spec.approval_ref)
+        return True
+
+
+def ok_result(data: Any) -> str:
+    """A successful call's tool message: ``{"ok": true, "data": ...}``."""
+    try:
+        jsonable = to_jsonable_python(data)
+    except PydanticSerializationError as exc:
+        return error_result(f"the tool returned a value that is not JSON-serializable: {exc}")
+    return json.dumps({"ok": True, "data": jsonable}, ensure_ascii=False)
+
+
+def error_result(message: str) -> str:
+    """A failed call's tool message: ``{"ok": false, "error": ..., "data": null}``."""
+    return json.dumps({"ok": False, "error": message, "data": None}, ensure_ascii=False)
+
+
+accept_tools_with(tool_specs)  # StartTurn, sent by a supervisor, takes tools as run() does

@@ -1,0 +1,153 @@
+"""ToolPool: one per node; forks tool processes ahead of need and lends them to TurnHosts.
+
+A TurnHost has threads (its streams), so it must not fork; the pool has none and does all
+the forking of its node, off every turn's path.
+
+- ``LeaseWorkers(n)`` is answered at once with ``n`` processes: idle ones first, freshly
+  forked ones if there are not enough; the pool then forks again, a moment later, to keep
+  ``spares`` idle processes ready;
+- a lent process stays the host's until the host returns it or the process exits; when a
+  process exits (retired after its calls, stopped past its grace, crashed, killed) the
+  host that had it gets ``WorkerExited`` and the pool forks a replacement;
+- when a host dies (``HostGone``), the processes it had are retired: a call of a dead turn
+  has nobody to report to;
+- the pool is a subreaper: what a tool process started and left behind when it died (it
+  was killed, it crashed) is re-parented to the pool, which ends it at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from datetime import timedelta
+from typing import Any
+
+from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ChildActorExited
+
+from ..lifecycle.processes import alive, become_subreaper, children, descendants, signal_all
+from ..logs import logger
+from ..wire.protocol import (
+    HostGone,
+    LeaseWorkers,
+    PoolConfig,
+    ReturnWorkers,
+    Shutdown,
+    WorkerExited,
+    WorkerInit,
+    WorkerReady,
+    WorkersLeased,
+)
+from ..wire.thespian_compat import child_pid
+from .worker import ToolWorker
+
+__all__ = ["ToolPool"]
+
+
+log = logger("greenroom.pool")
+
+
+class ToolPool(ActorTypeDispatcher):
+    """The tool processes of one node; see the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config: PoolConfig | None = None
+        self.idle: list[Any] = []
+        self.leased: list[tuple[Any, Any]] = []  # (worker, host); addresses are not hashable
+        self.replenish_scheduled = False
+        self.quiet = False
+        self.worker_pids: set[int] = set()
+        become_subreaper()
+
+    def receiveMsg_WorkerReady(self, msg: WorkerReady, sender: Any) -> None:
+        self.worker_pids.add(msg.pid)
+
+    def receiveMsg_PoolConfig(self, msg: PoolConfig, sender: Any) -> None:
+        self.config = msg
+        self._replenish()
+
+    def _fork(self) -> Any:
+        assert self.config is not None
+        worker = self.createActor(ToolWorker)
+        pid = child_pid(self, worker)  # known at once, so that it is never taken for an orphan
+        if pid is not None:
+            self.worker_pids.add(pid)
+        self.send(worker, WorkerInit(self.config.directory, self.config.recycle_after, self.config.node))
+        return worker
+
+    def receiveMsg_LeaseWorkers(self, msg: LeaseWorkers, sender: Any) -> None:
+        given: list[Any] = []
+        while len(given) < msg.count and self.idle:
+            given.append(self.idle.pop(0))
+        while len(given) < msg.count and not self.quiet and self.config is not None:
+            given.append(self._fork())
+        self.leased.extend((w, sender) for w in given)
+        node = self.config.node if self.config is not None else ""
+        self.send(sender, WorkersLeased(given, node, msg.requires, msg.isolate))
+        self._schedule_replenish()
+
+    def receiveMsg_ReturnWorkers(self, msg: ReturnWorkers, sender: Any) -> None:
+        for worker in msg.workers:
+            pair = self._lessee(worker)
+            if pair is not None:
+                self.leased.remove(pair)
+                self.idle.append(worker)
+
+    def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
+        worker = msg.childAddress
+        self._end_orphans()
+        if worker in self.idle:
+            self.idle.remove(worker)
+        pair = self._lessee(worker)
+        if pair is not None:
+            self.leased.remove(pair)
+            self.send(pair[1], WorkerExited(worker))
+        self._schedule_replenish()
+
+    def receiveMsg_HostGone(self, msg: HostGone, sender: Any) -> None:
+        for pair in [p for p in self.leased if p[1] == msg.host]:
+            self.leased.remove(pair)
+            self.send(pair[0], ActorExitRequest())
+
+    def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
+        self.quiet = True
+
+    def _end_orphans(self) -> None:
+        """Kill what dead tool processes left behind (now this process's children)."""
+        self.worker_pids = {pid for pid in self.worker_pids if alive(pid)}
+        orphans = [pid for pid in children(os.getpid()) if pid not in self.worker_pids and alive(pid)]
+        for pid in orphans:
+            signal_all([*descendants(pid), pid], signal.SIGKILL)
+        for pid in orphans:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+
+    def _lessee(self, worker: Any) -> tuple[Any, Any] | None:
+        for pair in self.leased:
+            if pair[0] == worker:
+                return pair
+        return None
+
+    def _schedule_replenish(self) -> None:
+        """Fork a moment later: a fork blocks this actor, and its answers should go first."""
+        if not self.replenish_scheduled and not self.quiet:
+            self.replenish_scheduled = True
+            self.wakeupAfter(timedelta(milliseconds=1), payload="replenish")
+
+    def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
+        if msg.payload == "replenish":
+            self.replenish_scheduled = False
+            self._replenish()
+
+    def _replenish(self) -> None:
+        if self.quiet or self.config is None:
+            return
+        while len(self.idle) < self.config.spares:
+            self.idle.append(self._fork())
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        self.quiet = True
+
+    def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
+        log().debug("ToolPool ignored %r", type(msg).__name__)

@@ -1,0 +1,183 @@
+"""ToolActor: one tool call, its ``ToolContext`` and its cancellation registrations.
+
+A ToolActor exists for exactly one call and ends with it. It lives where the call runs: in
+a pooled tool process (``ToolWorker``) for sync tools and, by default, ``async def`` ones;
+in the TurnHost's event loop for an ``async def`` tool run inline. It never calls Thespian:
+everything it has to say (progress, a child turn to start, the outcome) goes through
+``report(kind, payload)``, which its owner makes thread-safe.
+
+- ``interrupt("cancel", reason)`` sets the call's flag; the tool sees it at its next
+  ``throw_if_requested()``;
+- ``interrupt("stop", reason)`` sets the flag, runs the ``on_stop`` callbacks at once on
+  the caller's thread, and cancels an ``async def`` tool's task;
+- the outcome is reported exactly once: ``("result", (outcome, content))``, where a value
+  becomes ``{"ok": true, "data": ...}`` and an exception ``{"ok": false, "error": ...}``,
+  as the seeds do it; arguments that do not fit the tool's parameters come back as such an
+  error saying what was wrong. When the call ends its remaining registrations are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from messages import RunTool
+
+from ..errors import ToolCancelled, ToolDefinitionError, ToolError
+from ..telemetry.spans import attach
+from ..turn.decisions import interrupted_content
+from ..turn.sanitize import safe_text
+from .context import ToolContext
+from .definition import Tool, error_result, load_tool, ok_result
+
+__all__ = ["ToolActor", "run_tool_inline"]
+
+Report = Callable[[str, Any], None]
+
+
+def run_tool_inline(tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, on_loop: Any = None) -> tuple[str, str]:
+    """Run ``tool`` in this thread with ``ctx`` current; return ``(outcome, content)``.
+
+    ``on_loop(loop, task)`` is called with an async tool's loop and task, so another thread
+    can cancel the task.
+    """
+    token = ctx._activate()
+    try:
+        if tool.is_async:
+            loop = asyncio.new_event_loop()
+            try:
+                task = loop.create_task(tool.fn(**kwargs))
+                if on_loop is not None:
+                    on_loop(loop, task)
+                value = loop.run_until_complete(task)
+            finally:
+                loop.close()
+        else:
+            value = tool.fn(**kwargs)
+        return "success", ok_result(value)
+    except BaseException as exc:
+        return _outcome_of(exc, ctx)
+    finally:
+        ctx.cancellation._close()
+        ToolContext._deactivate(token)
+
+
+def _outcome_of(exc: BaseException, ctx: ToolContext) -> tuple[str, str]:
+    if isinstance(exc, ToolCancelled):
+        what = "the call was stopped" if exc.mode == "stop" else "the call was cancelled"
+        return "interrupted", interrupted_content(what, exc.reason)
+    if isinstance(exc, asyncio.CancelledError):
+        return "interrupted", interrupted_content("the call was stopped", ctx.cancellation.reason or "cancelled")
+    if isinstance(exc, ToolError):
+        return "failed", error_result(safe_text(str(exc)))
+    # SystemExit and friends from a tool must not end its process either
+    return "failed", error_result(safe_text(f"{type(exc).__name__}: {exc}"))
+
+
+class ToolActor:
+    """One call; ``start()`` runs it in a thread (or in ``loop`` for an inline async tool)."""
+
+    def __init__(
+        self,
+        run: RunTool,
+        report: Report,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.run = run
+        self._report = report
+        self._host_loop = loop
+        self._task: asyncio.Task[Any] | asyncio.Future[Any] | None = None
+        self._task_loop: asyncio.AbstractEventLoop | None = None
+        self.ctx: ToolContext | None = None
+        self.finished = False
+        self.stopping = False
+
+    @property
+    def call_id(self) -> str:
+        return self.run.call.id
+
+    def start(self) -> None:
+        run = self.run
+        try:
+            tool = load_tool(run.spec)
+            kwargs = tool.validate(run.arguments)
+        except ToolDefinitionError as exc:
+            return self._done(("failed", error_result(f"Tool '{run.spec.name}' could not be loaded: {exc}")))
+        except ValueError as exc:
+            return self._done(("failed", error_result(str(exc))))
+        self.ctx = ToolContext(
+            turn_id=run.turn_id,
+            root_turn_id=run.root_turn_id,
+            call_id=run.call.id,
+            tool_name=run.spec.name,
+            idempotency_key=run.idempotency_key,
+            attempt=run.attempt,
+            stop_grace=run.stop_grace,
+            progress=lambda data: self._report("progress", data),
+            provider=run.provider,
+            child_starter=lambda child: self._report("child", child),
+            trace_context=run.trace_context,
+        )
+        if self._host_loop is not None and tool.is_async:
+            self._host_loop.call_soon_threadsafe(self._start_task, tool, kwargs)
+        else:
+            threading.Thread(target=self._work, args=(tool, kwargs), name=f"tool {run.call.id}", daemon=True).start()
+
+    def _work(self, tool: Tool, kwargs: dict[str, Any]) -> None:
+        assert self.ctx is not None
+        with attach(self.run.trace_context):  # the call's span is the tool's current span
+            self._done(run_tool_inline(tool, kwargs, self.ctx, on_loop=self._remember_task))
+
+    def _start_task(self, tool: Tool, kwargs: dict[str, Any]) -> None:
+        """On the host's loop: run an inline ``async def`` tool as a task."""
+        ctx = self.ctx
+        assert ctx is not None and self._host_loop is not None
+
+        async def call() -> Any:
+            token = ctx._activate()  # a task has its own context: this stays with the call
+            try:
+                with attach(ctx.trace_context):
+                    return await tool.fn(**kwargs)
+            finally:
+                ToolContext._deactivate(token)
+
+        task = self._host_loop.create_task(call())
+        self._remember_task(self._host_loop, task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        assert self.ctx is not None
+        self.ctx.cancellation._close()
+        if task.cancelled():
+            self._done(_outcome_of(asyncio.CancelledError(), self.ctx))
+            return
+        exc = task.exception()
+        self._done(_outcome_of(exc, self.ctx) if exc is not None else ("success", ok_result(task.result())))
+
+    def _remember_task(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        self._task_loop, self._task = loop, task
+        if self.stopping:
+            loop.call_soon_threadsafe(task.cancel)
+
+    def _done(self, outcome: tuple[str, str]) -> None:
+        self._report("result", (outcome[0], safe_text(outcome[1])))
+
+    def interrupt(self, mode: str, reason: str) -> None:
+        """Cancel (cooperative) or stop (callbacks now, async task cancelled) this call."""
+        if self.ctx is None or self.finished:
+            return
+        if mode == "cancel":
+            self.ctx.cancellation._request("cancel", reason)
+            return
+        if self.stopping:
+            return
+        self.stopping = True
+        self.ctx.cancellation._request("stop", reason)
+        if self._task_loop is not None and self._task is not None:
+            try:
+                self._task_loop.call_soon_threadsafe(self._task.cancel)
+            except RuntimeError:
+                pass  # the loop has closed: the tool already returned

@@ -1,0 +1,232 @@
+"""ToolWorker: a pooled tool process that runs one call at a time, each in its own ToolActor.
+
+A ``ToolPool`` forks workers ahead of need and lends them to TurnHosts; a host sends a
+worker ``RunTool`` and gets exactly one ``WorkerResult`` back per call, after which the
+worker is free for the host's next call. Each call gets a fresh ``ToolActor`` (its context
+and registrations end with it).
+
+Every process a call starts is the call's to end, however it was started: the worker is a
+subreaper, so a tool's double-forked daemon is re-parented to it and stays in reach.
+
+- when a call ends, whatever it left running below the worker gets SIGTERM, then SIGKILL
+  after ``stop_grace``;
+- on stop: the ``on_stop`` callbacks run at once, every process below the worker gets
+  SIGTERM at once and SIGKILL after ``stop_grace``; a call still running then (a blocking
+  tool that ignores its flag) ends with its process: the worker exits and the pool
+  replaces it;
+- after ``recycle_after`` calls the worker retires (says so with its last result);
+- a call placed on another node sends ``ToolAlive`` every ``heartbeat`` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import timedelta
+from typing import Any
+
+from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
+
+from messages import (
+    CancelTurn,
+    Finish,
+    InterruptTool,
+    ReportProgress,
+    RunTool,
+    StopTurn,
+    ToolAlive,
+    ToolApprovalRequest,
+    ToolResult,
+)
+
+from ..handoff import Inbox
+from ..lifecycle.processes import become_subreaper, descendants, reap_children, signal_all
+from ..logs import logger, quiet_third_party
+from ..wire.protocol import EventBatch, WorkerInit, WorkerReady, WorkerResult
+from .definition import error_result
+from .tool_actor import ToolActor
+
+__all__ = ["ToolWorker"]
+
+
+log = logger("greenroom.tools")
+
+
+class ToolWorker(ActorTypeDispatcher):
+    """One pooled tool process; see the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        quiet_third_party()
+        become_subreaper()
+        self._inbox = Inbox()
+        self._directory: Any = None
+        self._recycle_after = 0
+        self._node = ""
+        self._calls = 0
+        self._call: ToolActor | None = None
+        self._host: Any = None
+        self._progress_seq = 0
+        self._children: dict[str, Any] = {}  # child turn id -> ChildTurn (sub-agents)
+        self._exiting = False
+        self._generation = 0  # which call a timer belongs to
+        self._initialized = False
+        self._early: list[tuple[Any, Any]] = []  # (message, sender) that overtook WorkerInit
+
+    def receiveMessage(self, message: Any, sender: Any) -> Any:
+        super().receiveMessage(message, sender)
+        return ThespianWatch([self._inbox.fd])
+
+    def receiveMsg_WorkerInit(self, msg: WorkerInit, sender: Any) -> None:
+        self._directory, self._recycle_after, self._node = msg.directory, msg.recycle_after, msg.node
+        self._initialized = True
+        self.send(sender, WorkerReady(os.getpid()))
+        early, self._early = self._early, []
+        for message, from_ in early:  # a host's call can overtake the pool's WorkerInit
+            self.receiveMessage(message, from_)
+
+    def _before_init(self, message: Any, sender: Any) -> bool:
+        """Hold ``message`` if WorkerInit has not arrived yet (Thespian orders messages per
+        sender at best, and the call comes from the host, the init from the pool)."""
+        if self._initialized:
+            return False
+        self._early.append((message, sender))
+        return True
+
+    def receiveMsg_RunTool(self, run: RunTool, sender: Any) -> None:
+        if self._before_init(run, sender):
+            return
+        if self._call is not None or self._exiting:
+            reason = "exiting" if self._exiting else f"busy with call {self._call.call_id}"  # type: ignore[union-attr]
+            content = error_result(f"Tool '{run.spec.name}' could not start: its tool process was {reason}")
+            self.send(sender, WorkerResult(_result(run, "failed", content), retiring=True))
+            return
+        if run.provider is not None and run.provider.api_key_env:
+            os.environ.pop(run.provider.api_key_env, None)  # the key is the LLM's, never a tool's
+        self._calls += 1
+        self._generation += 1
+        self._host, self._progress_seq, self._children = sender, 0, {}
+        generation = self._generation
+        self._call = ToolActor(run, lambda kind, payload: self._inbox.put((generation, kind, payload)))
+        if run.heartbeat is not None:
+            self._alive()
+        self._call.start()
+
+    def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
+        for generation, kind, payload in self._inbox.drain():
+            call = self._call
+            if call is None or generation != self._generation:
+                continue
+            if kind == "progress":
+                self._progress(call, payload)
+            elif kind == "child":
+                self._start_child(call, payload)
+            elif kind == "result":
+                self._finish(call, payload)
+
+    def _finish(self, call: ToolActor, outcome: tuple[str, str]) -> None:
+        call.finished = True
+        self._call = None
+        retiring = self._recycle_after > 0 and self._calls >= self._recycle_after
+        self.send(self._host, WorkerResult(_result(call.run, outcome[0], outcome[1]), retiring=retiring))
+        left = descendants(os.getpid())
+        if left:  # what the call left running is the call's: end it
+            signal_all(left, signal.SIGTERM)
+            self.wakeupAfter(timedelta(seconds=call.run.stop_grace), payload=("sweep", left))
+        if retiring:
+            self._retire()
+
+    def _progress(self, call: ToolActor, data: Any, approval: dict[str, Any] | None = None) -> None:
+        if not call.stopping:
+            run = call.run
+            report = ReportProgress(
+                turn_id=run.turn_id, call_id=run.call.id, seq=self._progress_seq, data=data, approval=approval
+            )
+            self.send(self._host, report)
+            self._progress_seq += 1
+
+    def receiveMsg_InterruptTool(self, msg: InterruptTool, sender: Any) -> None:
+        if self._before_init(msg, sender):
+            return
+        call = self._call
+        if call is None or msg.call_id != call.call_id:
+            return
+        call.interrupt(msg.mode, msg.reason)
+        self._steer_children(msg.mode, msg.reason)
+        if msg.mode == "stop":
+            signal_all(descendants(os.getpid()), signal.SIGTERM)
+            self.wakeupAfter(timedelta(seconds=call.run.stop_grace), payload=("grace", self._generation))
+
+    def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
+        what, arg = msg.payload
+        if what == "sweep":
+            signal_all(arg, signal.SIGKILL)
+            reap_children()
+        elif what == "grace" and arg == self._generation:
+            signal_all(descendants(os.getpid()), signal.SIGKILL)
+            reap_children()
+            if self._call is not None:  # the call ignored its stop: it ends with this process
+                log().warning("tool call %s did not stop within its grace; its process exits", self._call.call_id)
+                self._retire()
+        elif what == "heartbeat" and arg == self._generation:
+            self._alive()
+
+    def _alive(self) -> None:
+        call = self._call
+        if call is None or call.stopping or self._exiting or call.run.heartbeat is None:
+            return
+        self.send(self._host, ToolAlive(turn_id=call.run.turn_id, call_id=call.call_id, node=self._node))
+        self.wakeupAfter(timedelta(seconds=call.run.heartbeat), payload=("heartbeat", self._generation))
+
+    def _retire(self) -> None:
+        if not self._exiting:
+            self._exiting = True
+            self.send(self.myAddress, ActorExitRequest())
+
+    # -- sub-agents: child turns started by the tool ---------------------------------------
+
+    def _start_child(self, call: ToolActor, child: Any) -> None:
+        self._children[child.start.turn_id] = child
+        self.send(self._directory, child.start)
+        if call.ctx is not None and call.ctx.cancellation.requested:
+            self._steer_children(call.ctx.cancellation.mode or "stop", call.ctx.cancellation.reason)
+
+    def receiveMsg_EventBatch(self, batch: EventBatch, sender: Any) -> None:
+        call = self._call
+        for event in batch.events:
+            child = self._children.get(event.turn_id)
+            if child is None or call is None:
+                continue
+            if isinstance(event, ToolApprovalRequest):  # the parent's caller decides it, by the child's id
+                fields = ("turn_id", "call_id", "name", "arguments", "description")
+                self._progress(call, None, event.model_dump(mode="json", include=set(fields)))
+                continue
+            self._progress(
+                call, {"child_turn_id": event.turn_id, "event": event.model_dump(mode="json", exclude={"messages"})}
+            )
+            if isinstance(event, Finish) and event.terminal:
+                del self._children[event.turn_id]
+                child.resolve(event)
+
+    def _steer_children(self, mode: str, reason: str) -> None:
+        """A stop or cancel of this call reaches the child turns it started."""
+        for turn_id in self._children:
+            if mode == "stop":
+                stop = StopTurn(turn_id=turn_id, reason=f"parent call stopped: {reason}", cause="parent")
+                self.send(self._directory, stop)
+            else:
+                cancel = CancelTurn(turn_id=turn_id, reason=f"parent call cancelled: {reason}", cause="parent")
+                self.send(self._directory, cancel)
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        if self._call is not None:
+            self._call.interrupt("stop", "the tool process is exiting")
+            self._steer_children("stop", "the tool process is exiting")
+        signal_all(descendants(os.getpid()), signal.SIGKILL)
+
+    def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
+        log().debug("ToolWorker ignored %r", type(msg).__name__)
+
+
+def _result(run: RunTool, outcome: str, content: str) -> ToolResult:
+    return ToolResult(turn_id=run.turn_id, call_id=run.call.id, outcome=outcome, content=content)  # type: ignore[arg-type]

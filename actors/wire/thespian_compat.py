@@ -1,0 +1,125 @@
+"""Every place greenroom leans on Thespian's internals, checked before anything is changed.
+
+greenroom uses Thespian as it is meant (actors, messages, timers, fd watches, conventions)
+and, in a few places, reaches below its public API. Each such place is listed here, and
+``check()`` verifies, before the first one is used, that this Thespian is a version the
+project was tested with and that every internal it needs is where it expects it; otherwise
+it fails loudly, naming the version and what is missing. Thespian is pinned in
+``pyproject.toml`` to the versions in ``TESTED``.
+
+What greenroom patches or calls, and why:
+
+- ``TCPTransport.serializer`` (the module's and the method), ``ReceiveBuffer``,
+  ``MAX_INCOMING_SOCKET_PERIOD``, ``_acceptNewIncoming`` and ``_handlePossibleIncoming``:
+  frames sealed and opened by
+  ``frames``, lengths read within bounds, connections limited (``transport``);
+- ``IPActorAddress.bindArgs``: binds sockets to the configured interface (``transport``);
+- ``convention`` timer globals: notice a lost node in seconds, not minutes (``tune_convention``);
+- ``TransmitIntent.identify`` and ``ReceiveEnvelope.identify``: Thespian formats every
+  message it sends or an actor receives (``str()`` of the whole message, a turn's history
+  included) for a debug line it rarely writes; this names the message's type instead;
+- ``ActorManager._send_intent`` with completion callbacks: event batches clocked by ACKs
+  (``outbox``);
+- ``systemBase.external_clone``, ``_run_transport``, ``transport.set_watch`` and
+  ``scheduleTransmit``: the owner's non-blocking endpoint (``endpoint``);
+- ``MultiProcReplicator._startChildActor``'s record of each child it forks (``ChildInfo``:
+  the address ``createActor`` returned and the process): the pid of a tool process the pool
+  has just forked (``child_pid``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from datetime import timedelta
+from typing import Any
+
+from ..errors import ConfigurationError
+
+__all__ = ["TESTED", "check", "child_pid", "tune_convention"]
+
+TESTED = ("4.0.1",)
+
+_checked = False
+
+
+def _internals() -> list[tuple[object, str]]:
+    from thespian.system import actorManager, multiprocCommon, systemBase
+    from thespian.system.admin import convention
+    from thespian.system.transport import IPBase, ReceiveEnvelope, TCPTransport, TransmitIntent, streamBuffer
+
+    return [
+        (TCPTransport, "serializer"),
+        (TCPTransport, "ReceiveBuffer"),
+        (TCPTransport, "MAX_INCOMING_SOCKET_PERIOD"),
+        (TCPTransport, "TCPIncoming"),
+        (TCPTransport, "TCPIncomingPersistent"),
+        (TCPTransport, "Thespian__UpdateWork"),
+        (TCPTransport.TCPTransport, "_acceptNewIncoming"),
+        (TCPTransport.TCPTransport, "_handlePossibleIncoming"),
+        (TCPTransport.TCPTransport, "serializer"),
+        (streamBuffer, "toSendBuffer"),
+        (streamBuffer, "ackPacket"),
+        (TCPTransport.TCPTransport, "set_watch"),
+        (TCPTransport.TCPTransport, "scheduleTransmit"),
+        (IPBase.IPActorAddress, "bindArgs"),
+        (IPBase, "thisSystem"),
+        (convention, "CONVENTION_REREGISTRATION_PERIOD"),
+        (convention, "CONVENTION_RESTART_PERIOD"),
+        (convention, "CONVENTION_REGISTRATION_MISS_MAX"),
+        (TransmitIntent, "identify"),
+        (ReceiveEnvelope, "identify"),
+        (actorManager.ActorManager, "_send_intent"),
+        (systemBase.systemBase, "external_clone"),
+        (systemBase.ExternalOpsToActors, "_run_transport"),
+        (multiprocCommon.MultiProcReplicator, "_startChildActor"),
+        (multiprocCommon, "ChildInfo"),
+    ]
+
+
+def check() -> None:
+    """Fail loudly unless this Thespian is one greenroom was tested with, internals included."""
+    global _checked
+    if _checked:
+        return
+    version = importlib.metadata.version("thespian")
+    if version not in TESTED:
+        raise ConfigurationError(
+            f"greenroom relies on Thespian internals and was tested with Thespian {', '.join(TESTED)}, "
+            f"not {version}: install thespian=={TESTED[-1]}"
+        )
+    missing = [
+        f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in _internals() if not hasattr(owner, name)
+    ]
+    if missing:
+        raise ConfigurationError(f"Thespian {version} lacks what greenroom patches: {', '.join(missing)}")
+    from thespian.system.transport import ReceiveEnvelope, TransmitIntent
+
+    TransmitIntent.identify = lambda self: f"{type(self.message).__name__} to {self.targetAddr}"
+    ReceiveEnvelope.identify = lambda self: f"{type(self.message).__name__} from {self.sender}"
+    _checked = True
+
+
+def tune_convention(period: float = 2.0, misses: int = 2) -> None:
+    """Notice a crashed member after ``period * misses`` seconds instead of ~22 minutes.
+
+    Thespian's convention re-registers every 7 min 22 s and declares a member dead after 3
+    missed registrations. These module globals are read when timers start, so setting them
+    before the ActorSystem starts is enough (admins are forked from this process).
+    """
+    check()
+    from thespian.system.admin import convention
+
+    convention.CONVENTION_REREGISTRATION_PERIOD = timedelta(seconds=period)
+    convention.CONVENTION_RESTART_PERIOD = timedelta(seconds=period)
+    convention.CONVENTION_REGISTRATION_MISS_MAX = misses
+
+
+def child_pid(actor: Any, address: Any) -> int | None:
+    """The pid of the process Thespian forked for ``actor``'s child ``address`` (what
+    ``createActor`` returned), from Thespian's own record of it; None if it has none (the
+    child could not be started, or it has exited and been collected)."""
+    for info in reversed(getattr(getattr(actor, "_myRef", None), "_child_procs", None) or ()):
+        if info.childAddr is address or info.childAddr == address:
+            pid = getattr(info.childProc, "pid", None)
+            return pid if isinstance(pid, int) else None
+    return None

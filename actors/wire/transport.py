@@ -1,0 +1,226 @@
+"""The TCP transport, hardened: bound where configured, every frame authenticated and bound
+to its target, accepted once, optionally encrypted, parsed within bounds, connections limited.
+
+Thespian's ``TCPTransport`` unpickles whatever reaches any of its ports, binds every socket
+on all interfaces, trusts the length a peer announces, and keeps a connection that never
+completes a frame for seven minutes. ``install()`` changes all of that, in this process and
+in every admin and actor forked from it (so it runs before the ActorSystem starts):
+
+- every listening socket binds to ``bind_host`` only, and the system advertises it;
+- frames are sealed and opened by ``frames.FrameCodec`` (signed or encrypted, target-bound,
+  fresh, never replayed); nothing is unpickled before every check has passed;
+- the length prefix is read within bounds (``TransportConfig.max_frame``); a malformed,
+  oversized, forged or replayed frame closes its connection only, and is logged once;
+- a connection must deliver a whole frame within ``frame_timeout`` seconds; from one peer
+  address at most ``max_pending_per_peer`` connections may be waiting for their first frame
+  (a new one evicts the oldest), so idle connections cannot pile up.
+
+One key per process tree: an embedded Runtime draws a fresh random key the first time the
+process starts one, and every later Runtime of that process shares it; a deployment across
+machines shares the deployment's key (``$GREENROOM_KEY`` or a key file).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pickle
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from ..debug_trace import trace
+from ..errors import ConfigurationError, TransportAuthError
+from .frames import BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint, log_rejection
+from .thespian_compat import check
+
+__all__ = ["KEY_ENV", "KEY_FILE_ENV", "TransportConfig", "current_key", "install", "load_key"]
+
+KEY_ENV = "GREENROOM_KEY"
+KEY_FILE_ENV = "GREENROOM_KEY_FILE"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+_lock = threading.Lock()
+_installed: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    """Limits and confidentiality of the transport. ``encrypt=None``: on when the runtime
+    or node listens beyond the loopback interface."""
+
+    encrypt: bool | None = None
+    max_frame: int = 64 * 1024 * 1024
+    frame_timeout: float = 10.0
+    max_pending_per_peer: int = 64
+
+
+class _Serializer:
+    """What Thespian's transport calls ``serializer``: opens frames (and its two fixed ACKs)."""
+
+    def __init__(self, codec: FrameCodec) -> None:
+        from thespian.system.transport.streamBuffer import ackDataErrPacket, ackPacket
+
+        self.codec = codec
+        self._acks = {pickle.dumps(ackPacket): ackPacket, pickle.dumps(ackDataErrPacket): ackDataErrPacket}
+
+    def loads(self, data: bytes) -> Any:
+        data = bytes(data)
+        if data in self._acks:
+            return self._acks[data]
+        try:
+            return self.codec.open(data)
+        except FrameRejected as exc:
+            log_rejection("a peer", str(exc))
+            raise TransportAuthError(f"refused a frame: {exc}") from None
+
+    def dumps(self, obj: Any) -> bytes:
+        raise TransportAuthError("frames are sealed for a target (see TCPTransport.serializer)")
+
+
+def load_key(key: bytes | str | None = None, key_file: str | os.PathLike[str] | None = None) -> bytes | None:
+    """The deployment key: given, or from ``$GREENROOM_KEY``, or from a file
+    (``key_file`` or ``$GREENROOM_KEY_FILE``); None when none is configured."""
+    if key is not None:
+        return key.encode() if isinstance(key, str) else key
+    if os.environ.get(KEY_ENV):
+        return os.environ[KEY_ENV].encode()
+    path = key_file or os.environ.get(KEY_FILE_ENV)
+    if path:
+        data = Path(path).read_bytes().strip()
+        if not data:
+            raise ConfigurationError(f"the key file {path} is empty")
+        return data
+    return None
+
+
+def current_key() -> bytes:
+    """The key ``install`` set in this process."""
+    if not _installed:
+        raise ConfigurationError("the transport is not installed in this process")
+    return _installed["key"]  # type: ignore[no-any-return]
+
+
+def install(bind_host: str, key: bytes | None = None, config: TransportConfig | None = None) -> bytes:
+    """Harden Thespian's TCP transport in this process (see the module docstring).
+
+    Process-wide and idempotent: the first call fixes the host, the key (a fresh random
+    key when none is given) and the config; a later call with another host, key or config
+    raises ``ConfigurationError``, since processes already forked would not follow.
+    """
+    config = config or TransportConfig()
+    encrypt = config.encrypt if config.encrypt is not None else bind_host not in LOOPBACK
+    with _lock:
+        if _installed:
+            same = _installed["bind_host"] == bind_host and _installed["encrypt"] == encrypt
+            if not same or (key is not None and key != _installed["key"]):
+                raise ConfigurationError(
+                    f"this process already runs Thespian bound to {_installed['bind_host']} with another key or "
+                    "setting; one process, one transport setting"
+                )
+            return _installed["key"]  # type: ignore[no-any-return]
+        key = key if key is not None else secrets.token_bytes(32)
+        if len(key) < 16:
+            raise ConfigurationError("the transport key must be at least 16 bytes")
+        check()
+        _patch(bind_host, FrameCodec(key, encrypt), config)
+        _installed.update(bind_host=bind_host, key=key, encrypt=encrypt)
+        return key
+
+
+def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
+    from thespian.system.transport import IPBase, TCPTransport
+    from thespian.system.transport.streamBuffer import toSendBuffer
+
+    def bind_args(self: Any) -> tuple[tuple[str, int]]:
+        host, port = self.bindname[:2]
+        return ((bind_host if host in ("", "0.0.0.0") else host, port),)
+
+    def seal(self: Any, intent: Any) -> bytes:
+        host, port = intent.targetAddr.addressDetails.connectArgs[0][:2]
+        trace("frame", type(intent.message).__name__)
+        return toSendBuffer((self.myAddress, intent.message), lambda obj: codec.seal(obj, host, port))  # type: ignore[no-any-return]
+
+    original_init = TCPTransport.TCPTransport.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        connect = getattr(getattr(getattr(self, "myAddress", None), "addressDetails", None), "connectArgs", None)
+        if connect:
+            add_endpoint(*connect[0][:2])
+
+    IPBase.IPActorAddress.bindArgs = property(bind_args)
+    TCPTransport.serializer = _Serializer(codec)
+    TCPTransport.TCPTransport.serializer = seal
+    TCPTransport.TCPTransport.__init__ = init
+    TCPTransport.TCPTransport._acceptNewIncoming = _accept_with_limits(config)
+    TCPTransport.TCPTransport._handlePossibleIncoming = _expire_slow(TCPTransport.TCPTransport._handlePossibleIncoming)
+    TCPTransport.ReceiveBuffer = BoundedReceiveBuffer
+    TCPTransport.MAX_INCOMING_SOCKET_PERIOD = timedelta(seconds=config.frame_timeout)
+    BoundedReceiveBuffer.max_frame = config.max_frame
+    if bind_host not in ("", "0.0.0.0"):
+        os.environ["THESPIAN_BASE_IPADDR"] = bind_host
+        IPBase.thisSystem.add_local_addr(bind_host)
+
+
+def _expire_slow(handle: Any) -> Any:
+    """A connection that has not delivered its first whole frame by its deadline is closed
+    (Thespian's own expiry only retries the read, with a growing backoff)."""
+
+    def handle_possible(
+        self: Any, incoming: Any, fileno: int, closed: bool = False, has_exclusive_flag: bool = False
+    ) -> Any:
+        deadline = getattr(incoming, "deadline", None)
+        if deadline is not None and not closed and time.monotonic() > deadline:
+            log_rejection(incoming.peer_ip, "no whole frame within the frame timeout")
+            incoming.close()
+            return None
+        return handle(self, incoming, fileno, closed, has_exclusive_flag=has_exclusive_flag)
+
+    return handle_possible
+
+
+def _accept_with_limits(config: TransportConfig) -> Any:
+    """Thespian's accept of a new connection, with at most ``max_pending_per_peer``
+    connections per peer address waiting for their first frame (a new one evicts the
+    oldest), each given ``frame_timeout`` seconds to deliver it."""
+    max_pending = config.max_pending_per_peer
+    from thespian.actors import ActorAddress
+    from thespian.system.transport import Thespian__UpdateWork
+    from thespian.system.transport.TCPTransport import TCPIncoming, TCPIncomingPersistent
+    from thespian.system.utilis import thesplog
+
+    def accept(self: Any) -> None:
+        try:
+            lsock, peer = self.new_socket(self.socket.accept)
+        except OSError as exc:
+            thesplog("Error accepting incoming: %s", exc)
+            lsock = None
+        self._check_indicators()
+        if lsock is None or peer == self.myAddress:
+            self._incomingEnvelopes.append(Thespian__UpdateWork())
+        if lsock is None:
+            return
+        lsock.setblocking(0)
+        try:
+            lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+        ip = peer[0] if isinstance(peer, tuple) else str(peer)
+        pending = [fd for fd, inc in self._incomingSockets.items() if getattr(inc, "peer_ip", None) == ip]
+        if len(pending) >= max_pending:
+            oldest = self._incomingSockets.pop(pending[0])
+            oldest.close()
+            log_rejection(ip, f"more than {max_pending} connections waiting for a first frame")
+        incoming = (TCPIncomingPersistent if hasattr(self, "_openSockets") else TCPIncoming)(ActorAddress(None), lsock)
+        incoming.peer_ip = ip
+        incoming.deadline = time.monotonic() + config.frame_timeout
+        self._incomingSockets[lsock.fileno()] = incoming
+
+    return accept
