@@ -84,7 +84,7 @@ from .providers.formats import messages_from
 from .supervisor import Supervisor
 from .tools.commands import CommandResult, run_command
 from .tools.context import Cancellation, Registration, ToolContext
-from .tools.definition import Tool, requires_approval, tool
+from .tools.definition import Tool, requires_approval, tool, tool_specs
 from .tools.subagents import run_subagent
 from .turn.history import history_problems
 from .wire.protocol import EventBatch
@@ -153,4 +153,5 @@ __all__ = [
     "run_command",
     "run_subagent",
     "tool",
+    "tool_specs",
 ]

@@ -1,7 +1,7 @@
 """How a worker thread hands results to its actor without calling Thespian.
 
 The thread only puts an item on a queue and writes one byte to a pipe; the actor returns
-``ThespianWatch([inbox.fd])`` from every handler and drains the queue on ``WatchMessage``.
+``ThespianWatch([handoff.fd])`` from every handler and drains the queue on ``WatchMessage``.
 Only the actor's thread ever calls Thespian (``send`` is not thread-safe). Not public.
 """
 
@@ -11,10 +11,10 @@ import os
 import queue
 from typing import Any
 
-__all__ = ["Inbox"]
+__all__ = ["Handoff"]
 
 
-class Inbox:
+class Handoff:
     """A queue a worker thread fills and an actor drains, with a pipe to wake the actor."""
 
     def __init__(self) -> None:

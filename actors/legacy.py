@@ -20,7 +20,7 @@ from types import ModuleType
 __all__ = ["MOVED", "install"]
 
 MOVED: dict[str, str] = {
-    "actors.answers": "actors.turn.answers",
+    "actors.answers": "actors.turn.rules",
     "actors.approvals": "actors.turn.approvals",
     "actors.async_runtime": "actors.client.async_runtime",
     "actors.calls": "actors.turn.calls",
@@ -36,7 +36,7 @@ MOVED: dict[str, str] = {
     "actors.inbound": "actors.client.receiving",
     "actors.inbox": "actors.handoff",
     "actors.internal": "actors.wire.protocol",
-    "actors.kernel": "actors.host.mailbox",
+    "actors.kernel": "actors.mailbox",
     "actors.lifeline": "actors.lifecycle.lifeline",
     "actors.llm_actor": "actors.host.llm_actor",
     "actors.mcp_client": "actors.mcp.client",
@@ -49,7 +49,7 @@ MOVED: dict[str, str] = {
     "actors.priority": "actors.turn.priority",
     "actors.processes": "actors.lifecycle.processes",
     "actors.runtime": "actors.client.runtime",
-    "actors.stopping": "actors.turn.stopping",
+    "actors.stopping": "actors.turn.rules",
     "actors.store_files": "actors.store.files",
     "actors.stream": "actors.client.stream",
     "actors.subagents": "actors.tools.subagents",

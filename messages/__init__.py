@@ -20,6 +20,7 @@ from .codec import (
     message_classes,
 )
 from .control import (
+    TURN_COMMANDS,
     CancelTurn,
     ControlReply,
     RejectCode,
@@ -30,9 +31,11 @@ from .control import (
     StopTurn,
     Subscribe,
     ToolApprovalResponse,
+    TurnCommand,
     TurnOptions,
     new_turn_id,
     reply_for,
+    unaddressed,
 )
 from .events import (
     TERMINAL_REASONS,
@@ -48,6 +51,7 @@ from .events import (
     TurnEventUnion,
     TurnRetrying,
     TurnStarted,
+    host_lost,
 )
 from .llm import (
     AbortStream,
@@ -76,6 +80,7 @@ __all__ = [
     "decode_snapshot",
     "encode",
     "encode_snapshot",
+    "host_lost",
     "Error",
     "Finish",
     "FinishReason",
@@ -96,6 +101,7 @@ __all__ = [
     "ProviderConfig",
     "RejectCode",
     "reply_for",
+    "unaddressed",
     "ReportProgress",
     "RespondToApprovals",
     "RetryPolicy",
@@ -123,7 +129,9 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "TurnEvent",
+    "TurnCommand",
     "TurnEventUnion",
+    "TURN_COMMANDS",
     "TurnOptions",
     "TurnRetrying",
     "TurnStarted",

@@ -12,7 +12,6 @@ next LLM call. ``StopTurn`` and ``CancelTurn`` are idempotent; the first reason 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -26,6 +25,7 @@ __all__ = [
     "CancelTurn",
     "ControlReply",
     "RejectCode",
+    "TURN_COMMANDS",
     "RespondToApprovals",
     "StartTurn",
     "StopCause",
@@ -33,9 +33,11 @@ __all__ = [
     "StopTurn",
     "Subscribe",
     "ToolApprovalResponse",
+    "TurnCommand",
     "TurnOptions",
     "new_turn_id",
     "reply_for",
+    "unaddressed",
 ]
 
 
@@ -74,13 +76,15 @@ class TurnOptions(Message):
     lost_after: float = Field(default=5.0, gt=0)
 
 
-ToolSpecs = Callable[[Any], list[ToolSpec]]
-_tool_specs: list[ToolSpecs] = []  # set by the tool layer (actors.tools), which lives above the messages
+class TurnCommand(Message):
+    """A command that steers a running turn (the set is its subclasses: ``TURN_COMMANDS``).
 
+    Each names its turn (``turn_id``) and may carry a ``request_id``; it is answered with
+    one ``ControlReply`` when it carries one, and always when it is refused. Actors that
+    route commands dispatch on this class (``receiveMsg_TurnCommand``)."""
 
-def accept_tools_with(convert: ToolSpecs) -> None:
-    """Let ``StartTurn`` take tools as functions or ``Tool`` objects, converted by ``convert``."""
-    _tool_specs[:] = [convert]
+    turn_id: str | None = None
+    request_id: str | None = None
 
 
 class StartTurn(Message):
@@ -104,12 +108,27 @@ class StartTurn(Message):
     @field_validator("tools", mode="before")
     @classmethod
     def _tools_as_specs(cls, value: Any) -> Any:
-        if isinstance(value, (list, tuple)) and _tool_specs and any(callable(t) for t in value):
-            return _tool_specs[0](value)
-        return value
+        """A ``Tool`` (``@tool``) is taken as its ``spec``; a bare function is refused, saying
+        how to make it a tool (this module is plain data: it never imports the tool layer)."""
+        if not isinstance(value, (list, tuple)):
+            return value
+        out = []
+        for t in value:
+            spec = getattr(t, "spec", None) if not isinstance(t, (dict, ToolSpec)) else None
+            if isinstance(spec, ToolSpec):
+                out.append(spec)
+            elif callable(t) and not isinstance(t, ToolSpec):
+                name = getattr(t, "__name__", repr(t))
+                raise ValueError(
+                    f"{name} is a plain function: StartTurn takes ToolSpecs or tools; wrap it with "
+                    "actors.tool(...) or convert with actors.tool_specs([...])"
+                )
+            else:
+                out.append(t)
+        return out
 
 
-class StopTurn(Message):
+class StopTurn(TurnCommand):
     """Stop now: abort the stream, stop every tool, end with ``Finish(stopped)``."""
 
     kind: Literal["stop_turn"] = "stop_turn"
@@ -119,7 +138,7 @@ class StopTurn(Message):
     request_id: str | None = None
 
 
-class CancelTurn(Message):
+class CancelTurn(TurnCommand):
     """Cancel at the next safe boundary; after ``grace`` seconds it becomes a stop."""
 
     kind: Literal["cancel_turn"] = "cancel_turn"
@@ -130,7 +149,7 @@ class CancelTurn(Message):
     request_id: str | None = None
 
 
-class ToolApprovalResponse(Message):
+class ToolApprovalResponse(TurnCommand):
     """A decision on one approval request. Sendable alone (with ``turn_id``) or in a batch."""
 
     kind: Literal["tool_approval_response"] = "tool_approval_response"
@@ -141,7 +160,7 @@ class ToolApprovalResponse(Message):
     request_id: str | None = None
 
 
-class RespondToApprovals(Message):
+class RespondToApprovals(TurnCommand):
     """Several decisions at once; ``deny_rest`` denies every call still undecided."""
 
     kind: Literal["respond_to_approvals"] = "respond_to_approvals"
@@ -152,7 +171,7 @@ class RespondToApprovals(Message):
     request_id: str | None = None
 
 
-class StopTool(Message):
+class StopTool(TurnCommand):
     """Stop one call now; it ends with an interrupted tool message, the turn goes on."""
 
     kind: Literal["stop_tool"] = "stop_tool"
@@ -169,6 +188,16 @@ class Subscribe(Message):
     turn_id: str
     since: int = Field(default=0, ge=0)
     request_id: str | None = None
+
+
+TURN_COMMANDS: tuple[type[TurnCommand], ...] = (
+    StopTurn,
+    CancelTurn,
+    ToolApprovalResponse,
+    RespondToApprovals,
+    StopTool,
+)
+"""Every command a turn's rules take; each is a ``TurnCommand``."""
 
 
 RejectCode = Literal[
@@ -218,3 +247,11 @@ def reply_for(
         message=message,
         resumes_at=resumes_at,
     )
+
+
+def unaddressed(command: Message) -> ControlReply | None:
+    """The refusal (``invalid``) of a command that names no turn, or None when it names one:
+    every place that routes commands by ``turn_id`` checks it here."""
+    if getattr(command, "turn_id", None):
+        return None
+    return reply_for(command, False, "invalid", f"{command.kind} needs a turn_id")

@@ -33,6 +33,7 @@ __all__ = [
     "TurnEventUnion",
     "TurnRetrying",
     "TurnStarted",
+    "host_lost",
 ]
 
 FinishReason = Literal["stop", "max_rounds", "error", "awaiting_approval", "stopped", "cancelled", "length"]
@@ -154,3 +155,12 @@ TurnEventUnion = Annotated[
     ],
     Discriminator("kind"),
 ]
+
+
+def host_lost(turn_id: str, seq: int, detail: str, messages: list[ChatMessage] | None = None) -> tuple[Error, Finish]:
+    """The end of a run whose host was lost: ``Error(host_lost)`` then ``Finish(error)``,
+    numbered ``seq`` and ``seq + 1`` (``-1`` for both when the sender cannot know the turn's
+    numbering), with the history ``messages`` if the sender has one."""
+    lost = Error(turn_id=turn_id, seq=seq, error_type="host_lost", message="Agent run lost", detail=detail)
+    end = Finish(turn_id=turn_id, seq=seq + 1 if seq >= 0 else -1, finish_reason="error", messages=messages or [])
+    return lost, end

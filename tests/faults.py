@@ -54,8 +54,8 @@ from actors.lifecycle.processes import alive, descendants, end_processes, group_
 from actors.providers.openai import to_openai_message
 from actors.testing import Reply, Request, ScriptedProvider, call, fail, raw_response, say, use_tools
 from actors.tools.definition import Tool
-from actors.turn.decisions import interrupted_content
 from actors.turn.history import history_problems
+from actors.turn.results import interrupted_content
 from actors.turn.sanitize import safe_text
 from messages import (
     CancelTurn,

@@ -20,6 +20,7 @@ from actors import (
     ToolDefinitionError,
     TurnOptions,
     tool,
+    tool_specs,
 )
 from actors.lifecycle.processes import free_port
 from actors.testing import ScriptedProvider, call, say, use_tools
@@ -115,10 +116,10 @@ def test_stop_tool_of_the_last_call_awaiting_approval_makes_result_wait_for_the_
     assert (result.finish_reason, result.text) == ("stop", "I will not delete it.")
 
 
-def test_a_start_turn_takes_tools_as_functions_or_tools() -> None:
+def test_a_start_turn_takes_tools_and_specs_and_refuses_a_bare_function_saying_how() -> None:
     start = StartTurn(
         messages=[ChatMessage.user("x")],
-        tools=[T.add, T.timed_echo.fn],
+        tools=[T.add, *tool_specs([T.timed_echo.fn])],
         provider=ProviderConfig(base_url="http://x", model="m"),
         options=TurnOptions(),
     )
@@ -126,6 +127,12 @@ def test_a_start_turn_takes_tools_as_functions_or_tools() -> None:
         ("add", "tests.tools_for_tests:add"),
         ("timed_echo", "tests.tools_for_tests:timed_echo"),
     ]
+    with pytest.raises(ValueError) as refused:
+        StartTurn(messages=[ChatMessage.user("x")], tools=[T.timed_echo.fn], provider=start.provider)
+    assert (
+        "timed_echo is a plain function: StartTurn takes ToolSpecs or tools; wrap it with actors.tool(...) "
+        "or convert with actors.tool_specs([...])"
+    ) in str(refused.value)
 
 
 def test_cancellation_wait_blocks_until_a_stop_or_cancel() -> None:

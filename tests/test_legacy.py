@@ -12,7 +12,7 @@ from actors import Runtime
 from actors.legacy import MOVED
 from actors.mcp import MCPTool
 from actors.store.sqlite import SQLiteStore
-from actors.tools.definition import load_tool, needs_approval
+from actors.tools.loading import load_tool, needs_approval
 from messages import ToolFinished
 
 RELEASE_STORE = Path(__file__).parent / "data" / "release-0.1.0.sqlite"

@@ -71,10 +71,9 @@ def start_owner(
 
 def test_an_exception_raised_in_the_with_block_is_not_swallowed(provider: ScriptedProvider) -> None:
     provider.add(say("never read", delay=0.05))
-    with pytest.raises(ValueError, match="the caller's own error"):
-        with Runtime(provider.provider()) as rt:
-            rt.run("talk")
-            raise ValueError("the caller's own error")
+    with pytest.raises(ValueError, match="the caller's own error"), Runtime(provider.provider()) as rt:
+        rt.run("talk")
+        raise ValueError("the caller's own error")
     assert session_processes(rt.admin_sid) == []  # type: ignore[arg-type]
 
 

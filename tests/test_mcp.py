@@ -22,7 +22,7 @@ from actors import Runtime, ToolDefinitionError, history_problems, mcp_tools, re
 from actors.errors import ConfigurationError
 from actors.lifecycle.processes import session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
-from actors.turn.decisions import interrupted_content
+from actors.turn.results import interrupted_content
 from messages import ToolApprovalRequest, ToolFinished, ToolProgress
 
 from . import tools_for_tests as T

@@ -41,6 +41,6 @@ def test_next_action_is_the_first_row_of_the_table_that_holds(values: tuple[bool
     expected = next(
         at_step if facts["at_step"] else otherwise
         for condition, at_step, otherwise in TABLE
-        if eval(condition, {"True": True}, facts)  # noqa: S307 - the docstring's own conditions
+        if eval(condition, {"True": True}, facts)
     )
     assert next_action(Situation(**facts)) == expected

@@ -19,7 +19,7 @@ ACTORS = [
     "ToolContextError", "ToolDefinitionError", "ToolFinished", "ToolProgress", "TransportAuthError",
     "TransportConfig", "TurnEvent", "TurnHandle", "TurnOptions", "TurnResult", "TurnRetrying", "TurnStarted",
     "TurnTimeout", "Usage", "history_problems", "mcp_tools", "messages_from", "requires_approval", "run_command",
-    "run_subagent", "tool",
+    "run_subagent", "tool", "tool_specs",
 ]  # fmt: skip
 
 MESSAGES = [
@@ -28,10 +28,11 @@ MESSAGES = [
     "LLMRetrying", "ListNodes", "Marker", "MembershipChanged", "Message", "NodeInfo", "NodeList", "ProviderConfig",
     "RejectCode", "ReportProgress", "RespondToApprovals", "RetryPolicy", "Role", "RunTool", "SCHEMA_VERSION",
     "SnapshotVersionError", "StartTurn", "StopCause", "StopTool", "StopTurn", "StreamChat", "Subscribe", "TERMINAL_REASONS",
+    "TURN_COMMANDS",
     "TextDelta", "Timeouts", "ToolAlive", "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted",
-    "ToolFinished", "ToolOutcome", "ToolProgress", "ToolResult", "ToolSpec", "TurnEvent", "TurnEventUnion",
+    "ToolFinished", "ToolOutcome", "ToolProgress", "ToolResult", "ToolSpec", "TurnCommand", "TurnEvent", "TurnEventUnion",
     "TurnOptions", "TurnRetrying", "TurnStarted", "TurnState", "Usage", "WatchMembership", "decode", "decode_snapshot",
-    "encode", "encode_snapshot", "message_classes", "new_turn_id", "reply_for",
+    "encode", "encode_snapshot", "host_lost", "message_classes", "new_turn_id", "reply_for", "unaddressed",
 ]  # fmt: skip
 
 KINDS = {

@@ -12,7 +12,7 @@ import pytest
 from actors import Runtime
 from actors.providers.openai import to_openai_message
 from actors.testing import ScriptedProvider, call, say, use_tools
-from actors.turn.decisions import interrupted_content
+from actors.turn.results import interrupted_content
 from messages import ChatMessage, Error, Finish, StopTurn, TextDelta, ToolCallStarted, ToolProgress, TurnOptions
 
 from . import tools_for_tests as T

@@ -12,7 +12,7 @@ import pytest
 
 from actors.client.receiving import Inbound
 from actors.host.llm_actor import LLMActor
-from actors.host.mailbox import Kernel, LocalActor
+from actors.mailbox import Kernel, LocalActor
 from actors.providers.client import ProviderClient, _Deadlines
 from actors.testing import ScriptedProvider, say
 from actors.wire.protocol import EventBatch

@@ -16,8 +16,8 @@ from actors.turn.decisions import (
     TakeStep,
     TimerFired,
     ToolLost,
-    interrupted_content,
 )
+from actors.turn.results import interrupted_content
 from actors.turn.rules import TurnRules
 from messages import (
     CancelTurn,

@@ -82,7 +82,7 @@ class AsyncRuntime:
         if not self.sync._started:
             await self.start()
         stream = self.sync._start_turn(messages, tools, provider, options, turn_id, system)
-        handle = AsyncTurnHandle(self.sync, stream)
+        handle = AsyncTurnHandle(self.sync._command, stream)
         if turn_id is not None:
             await handle._wait_index(0, timeout)  # raises ControlRejected if the id is taken
         return handle
@@ -96,7 +96,7 @@ class AsyncRuntime:
             except TimeoutError:
                 raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout} s") from None
             self.sync._subscribed(turn_id, stream, reply)
-        return AsyncTurnHandle(self.sync, stream, since)
+        return AsyncTurnHandle(self.sync._command, stream, since)
 
     async def control(self, command: Any, timeout: float = 10.0) -> ControlReply:
         """Send a command to its turn and return the turn's reply; see ``Runtime.control``."""

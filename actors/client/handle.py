@@ -20,7 +20,7 @@ import asyncio
 import concurrent.futures
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from messages import (
     CancelTurn,
@@ -36,18 +36,17 @@ from messages import (
 from ..errors import ControlRejected, TurnTimeout
 from .stream import TurnResult, TurnStream
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
+__all__ = ["AsyncTurnHandle", "SendCommand", "TurnHandle", "TurnResult"]
 
-__all__ = ["AsyncTurnHandle", "TurnHandle", "TurnResult"]
+SendCommand = Callable[[Any], concurrent.futures.Future[ControlReply]]
 
 
 class _Handle:
     """What both faces share: the stream, the cursor, and how commands are built and read."""
 
-    def __init__(self, runtime: Runtime, stream: TurnStream, since: int | None = None) -> None:
+    def __init__(self, send: SendCommand, stream: TurnStream, since: int | None = None) -> None:
         self.turn_id = stream.turn_id
-        self._rt = runtime
+        self._send_command = send  # the Runtime's: a command to its turn's host, answered in a future
         self._stream = stream
         self._cursor = 0 if since is None else since - stream._base
         self._floor = stream._base  # result() waits for a Finish with this seq or later
@@ -82,7 +81,7 @@ class _Handle:
         return None, len(self._stream.events)
 
     def _send(self, command: Any) -> concurrent.futures.Future[ControlReply]:
-        return self._rt._command(command)
+        return self._send_command(command)
 
     def _after(self, reply: ControlReply) -> ControlReply:
         if not reply.ok:

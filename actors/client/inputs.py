@@ -7,32 +7,16 @@ no longer see it, fails here with a message that says why and what to do.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from messages import ChatMessage, ProviderConfig, ToolSpec
+from messages import ProviderConfig, ToolSpec
 
 from ..errors import ConfigurationError, ToolDefinitionError
-from ..providers.formats import messages_from
+from ..providers.formats import History, history
 from ..tools.definition import tool_specs
 
 __all__ = ["History", "checked_provider", "checked_tools", "history"]
-
-History = str | Sequence[ChatMessage] | Sequence[Mapping[str, Any]] | Mapping[str, Any]
-
-
-def history(messages: History, system: str | None = None) -> list[ChatMessage]:
-    """A turn's opening history: a string is one user message, a provider's wire format is
-    read back (``wire_format``); ``system`` goes first."""
-    if isinstance(messages, str):
-        out = [ChatMessage.user(messages)]
-    elif isinstance(messages, Mapping) or any(isinstance(m, Mapping) for m in messages):
-        out = messages_from(messages)
-    else:
-        out = list(messages)  # type: ignore[arg-type]
-    if system is not None:
-        out.insert(0, ChatMessage.system(system))
-    return out
 
 
 def checked_provider(provider: ProviderConfig | None) -> ProviderConfig:

@@ -14,7 +14,7 @@ import concurrent.futures
 import uuid
 from typing import Any
 
-from messages import ControlReply, StartTurn, Subscribe
+from messages import ControlReply, StartTurn, Subscribe, unaddressed
 
 from ..cluster.names import slot_of
 from ..errors import ConfigurationError, TurnTimeout
@@ -28,8 +28,9 @@ __all__ = ["Hosts", "addressed"]
 
 def addressed(command: Any) -> None:
     """Raise ``ConfigurationError`` unless ``command`` names its turn."""
-    if not getattr(command, "turn_id", None):
-        raise ConfigurationError(f"{command.kind} needs a turn_id to be sent through the Runtime")
+    refused = unaddressed(command)
+    if refused is not None:
+        raise ConfigurationError(f"{refused.message} to be sent through the Runtime")
 
 
 class Hosts:
@@ -47,7 +48,7 @@ class Hosts:
     def start(self, start: StartTurn) -> TurnStream:
         """Send ``StartTurn``; the turn's stream, which follows its events from 0."""
         stream = self._inbound.open_stream(start.turn_id, 0, fresh=True)
-        lost = lambda: stream.end("host_lost", "Agent run lost", "its host cannot be reached")
+        lost = lambda: stream.lost("its host cannot be reached")
         self._endpoint.send(self.of(start.turn_id), start, lost)
         return stream
 
@@ -74,7 +75,7 @@ class Hosts:
                 self._endpoint.send(msg.address, Subscribe(turn_id=turn_id, since=stream.next_seq))
             else:
                 detail = "the process that ran this turn died; it had no store to recover from"
-                stream.end("host_lost", "Agent run lost", detail)
+                stream.lost(detail)
                 self._inbound.drop(turn_id, stream)
 
     def shut_down(self, shutdown: Shutdown, timeout: float) -> None:

@@ -297,7 +297,7 @@ class Runtime:
         stream = self._start_turn(messages, tools, provider, options, turn_id, system)
         if turn_id is not None:
             stream.wait_index(0, timeout)  # raises ControlRejected if the id is taken
-        return TurnHandle(self, stream)
+        return TurnHandle(self._command, stream)
 
     def _start_turn(
         self,
@@ -330,7 +330,7 @@ class Runtime:
             except concurrent.futures.TimeoutError:
                 raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout} s") from None
             self._subscribed(turn_id, stream, reply)
-        return TurnHandle(self, stream, since)
+        return TurnHandle(self._command, stream, since)
 
     def _subscribe(self, turn_id: str, since: int) -> tuple[TurnStream, concurrent.futures.Future[ControlReply] | None]:
         """The turn's stream; and the host's answer to our subscription, unless we have it."""

@@ -23,14 +23,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from messages import ChatMessage, ControlReply, Error, Finish, ToolApprovalRequest, ToolFinished, TurnEvent, Usage
+from messages import (
+    ChatMessage,
+    ControlReply,
+    Error,
+    Finish,
+    ToolApprovalRequest,
+    ToolFinished,
+    TurnEvent,
+    Usage,
+    host_lost,
+)
 from messages.events import FinishReason
 
 from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
 from ..logs import logger
 from ..providers.formats import WireApi, messages_as
-from ..tools.definition import error_result
 from ..turn.history import close_open_calls
+from ..turn.reorder import Reorder
+from ..turn.results import error_result
 
 __all__ = ["GAP_WAIT", "TurnResult", "TurnStream"]
 
@@ -75,9 +86,10 @@ class TurnStream:
         self._cond = threading.Condition(threading.RLock())
         self._base = since  # the seq of events[0]
         self.events: list[TurnEvent] = []
-        self._early: dict[int, TurnEvent] = {}
+        self._order: Reorder[TurnEvent] = Reorder(since)
         self._arrived: dict[int, float] = {}
         self._gap_since: float | None = None
+        self._finished = False  # a terminal Finish is in ``events``
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.rejection: ControlReply | None = None  # the turn's StartTurn was refused
         self.rejections: list[ControlReply] = []
@@ -90,53 +102,50 @@ class TurnStream:
         has delivered the rest of a batch."""
         arrived = time.monotonic()
         with self._cond:
-            nxt = self._base + len(self.events)
-            if event.seq < nxt or event.seq in self._early:
-                return False
-            self._early[event.seq] = event
+            ready = self._order.add(event.seq, event)
+            if not ready and event.seq not in self._order.early:
+                return False  # a duplicate, or one already read
             self._arrived[event.seq] = arrived
-            ended = self._take_in_order()
-            self._gap_since = (self._gap_since or arrived) if self._early else None
+            ended = self._append(ready)
+            self._gap_since = (self._gap_since or arrived) if self._order.waiting else None
             if wake:
                 self._wake()
             return ended
 
-    def _take_in_order(self) -> bool:
+    def _append(self, ready: list[TurnEvent]) -> bool:
         ended = False
-        while self._base + len(self.events) in self._early:
-            event = self._early.pop(self._base + len(self.events))
+        for event in ready:
             self.events.append(event)
-            ended = ended or (isinstance(event, Finish) and event.terminal)
+            if isinstance(event, Finish) and event.terminal:
+                ended = self._finished = True
         return ended
 
     def fill_gaps(self, now: float) -> bool:
         """Replace events that never came, once a later ``Finish`` is waiting behind them."""
         if self._gap_since is None:  # no gap; read without the lock, which is safe because only
-            return False  # the pump thread (deliver, fill_gaps, end) writes it
+            return False  # the pump thread (deliver, fill_gaps, lost) writes it
         with self._cond:
             if self._gap_since is None or now - self._gap_since < GAP_WAIT:
                 return False
-            if not any(isinstance(e, Finish) for e in self._early.values()):
+            if not any(isinstance(e, Finish) for e in self._order.early.values()):
                 return False
-            last = max(self._early)
-            for seq in range(self._base + len(self.events), last):
-                if seq not in self._early:
-                    log().error("turn %s: event %d never arrived; it is replaced by an error", self.turn_id, seq)
-                    self._early[seq] = Error(
-                        turn_id=self.turn_id,
-                        seq=seq,
-                        error_type="event_lost",
-                        message=f"event {seq} was lost in transit",
-                    )
-            ended = self._take_in_order()
+
+            def lost(seq: int) -> TurnEvent:
+                log().error("turn %s: event %d never arrived; it is replaced by an error", self.turn_id, seq)
+                return Error(
+                    turn_id=self.turn_id, seq=seq, error_type="event_lost", message=f"event {seq} was lost in transit"
+                )
+
+            ended = self._append(self._order.fill_gaps(lost))
             self._gap_since = None
             self._wake()
             return ended
 
-    def end(self, error_type: str, message: str, detail: str | None = None) -> None:
-        """End the turn here, after what arrived: ``Error`` + ``Finish(error)``."""
+    def lost(self, detail: str) -> None:
+        """End the turn here, after what arrived: its host was lost (``messages.host_lost``),
+        with a tool message for every call the last history left open."""
         with self._cond:
-            seq = max([self._base + len(self.events) - 1, *self._early]) + 1
+            seq = max([self._order.next - 1, *self._order.early]) + 1
             last = next((e for e in reversed(self.events) if isinstance(e, Finish)), None)
             history = list(last.messages) if last is not None else []
             results: dict[str, list[str]] = {}
@@ -144,10 +153,9 @@ class TurnStream:
                 for e in self.events:
                     if isinstance(e, ToolFinished):
                         results.setdefault(e.call_id, []).append(e.content)
-            interrupted = error_result(f"Interrupted: {message} ({detail or error_type})")
-            messages = close_open_calls(history, interrupted, results)
-            self.deliver(Error(turn_id=self.turn_id, seq=seq, error_type=error_type, message=message, detail=detail))
-            self.deliver(Finish(turn_id=self.turn_id, seq=seq + 1, finish_reason="error", messages=messages))
+            interrupted = error_result(f"Interrupted: Agent run lost ({detail})")
+            for event in host_lost(self.turn_id, seq, detail, close_open_calls(history, interrupted, results)):
+                self.deliver(event)
             self._gap_since = time.monotonic() - GAP_WAIT
             self.fill_gaps(time.monotonic())
 
@@ -176,12 +184,12 @@ class TurnStream:
     @property
     def next_seq(self) -> int:
         with self._cond:
-            return self._base + len(self.events)
+            return self._order.next
 
     @property
     def finished(self) -> bool:
-        with self._cond:
-            return any(isinstance(e, Finish) and e.terminal for e in self.events)
+        """True once the terminal ``Finish`` is in order (a flag: reading it costs nothing)."""
+        return self._finished
 
     def received_at(self, seq: int) -> float | None:
         return self._arrived.get(seq)

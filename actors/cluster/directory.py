@@ -31,7 +31,7 @@ from thespian.actors import (
     WakeupMessage,
 )
 
-from messages import Error, Finish, ListNodes, StartTurn, WatchMembership, reply_for
+from messages import ListNodes, StartTurn, Subscribe, TurnCommand, WatchMembership, host_lost, reply_for, unaddressed
 
 from ..host.turn_host import TurnHost
 from ..lifecycle import lifeline
@@ -64,7 +64,6 @@ from .names import DIRECTORY_NAME, LEADER_CAPABILITY, json_capabilities, node_na
 __all__ = ["DirectoryActor", "DirectoryLocator"]
 
 _REMEMBER_ROUTED = 10_000
-_FORWARDED = ("StopTurn", "CancelTurn", "ToolApprovalResponse", "RespondToApprovals", "StopTool", "Subscribe")
 
 
 log = logger("greenroom.directory")
@@ -179,29 +178,34 @@ class DirectoryActor(ActorTypeDispatcher):
 
     # -- routing --------------------------------------------------------------------------
 
-    def receiveMsg_Relay(self, relay: Relay, sender: Any) -> None:
-        self._route(relay.message, relay.reply_to)
-
     def receiveMessage(self, message: Any, sender: Any) -> Any:
-        if type(message).__name__ in _FORWARDED or isinstance(message, StartTurn):
-            return self._route(message, sender)
-        return super().receiveMessage(message, sender)
+        if isinstance(message, Relay):  # forwarded by a member's directory: answer the original sender
+            message, sender = message.message, message.reply_to
+        return super().receiveMessage(message, sender)  # to receiveMsg_<Class>
 
-    def _route(self, msg: Any, reply_to: Any) -> None:
-        if isinstance(msg, WatchMembership):
-            return self._watch(reply_to)
-        if isinstance(msg, ListNodes):
-            return self._list(msg, reply_to)
-        if self.upstream is not None:
-            return self.send(self.upstream, Relay(msg, reply_to))
-        turn_id = getattr(msg, "turn_id", None)
-        if not turn_id or not self.hosts:
-            return self.send(reply_to, reply_for(msg, False, "invalid", f"{msg.kind} must name a turn_id"))
-        if isinstance(msg, StartTurn):
-            self.routed[turn_id] = reply_to
+    def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
+        if self.upstream is None and msg.turn_id and self.hosts:
+            self.routed[msg.turn_id] = sender
             while len(self.routed) > _REMEMBER_ROUTED:
                 self.routed.popitem(last=False)
-        self.send(self.hosts[slot_of(turn_id, len(self.hosts))], Relay(msg, reply_to))
+        self._to_host(msg, sender)
+
+    def receiveMsg_TurnCommand(self, msg: TurnCommand, sender: Any) -> None:
+        self._to_host(msg, sender)
+
+    def receiveMsg_Subscribe(self, msg: Subscribe, sender: Any) -> None:
+        self._to_host(msg, sender)
+
+    def _to_host(self, msg: Any, reply_to: Any) -> None:
+        """To the host of the turn's slot (from a member: to the leader's directory)."""
+        if self.upstream is not None:
+            return self.send(self.upstream, Relay(msg, reply_to))
+        refused = unaddressed(msg)
+        if refused is None and not self.hosts:
+            refused = reply_for(msg, False, "invalid", "this directory runs no TurnHost yet")
+        if refused is not None:
+            return self.send(reply_to, refused)
+        self.send(self.hosts[slot_of(msg.turn_id, len(self.hosts))], Relay(msg, reply_to))
 
     # -- hosts that die -------------------------------------------------------------------
 
@@ -224,9 +228,10 @@ class DirectoryActor(ActorTypeDispatcher):
             if slot_of(turn_id, len(self.hosts)) != slot:
                 continue
             if turn_id in recovered:
-                self.send(self.hosts[slot], Relay(_subscribe(turn_id), who))
+                self.send(self.hosts[slot], Relay(Subscribe(turn_id=turn_id, since=0), who))
             else:
-                for event in _host_lost_events(turn_id):
+                detail = "the process that ran this turn died; without a store the turn cannot be recovered"
+                for event in host_lost(turn_id, -1, detail):
                     self.send(who, event)
                 del self.routed[turn_id]
 
@@ -282,17 +287,3 @@ class DirectoryActor(ActorTypeDispatcher):
 
     def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
         log().debug("DirectoryActor ignored %r", type(msg).__name__)
-
-
-def _subscribe(turn_id: str) -> Any:
-    from messages import Subscribe
-
-    return Subscribe(turn_id=turn_id, since=0)
-
-
-def _host_lost_events(turn_id: str) -> list[Any]:
-    detail = "the process that ran this turn died; without a store the turn cannot be recovered"
-    return [
-        Error(turn_id=turn_id, seq=-1, error_type="host_lost", message="Agent run lost", detail=detail),
-        Finish(turn_id=turn_id, seq=-1, finish_reason="error"),
-    ]

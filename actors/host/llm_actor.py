@@ -3,7 +3,7 @@
 One LLMActor lives in each TurnHost process, beside the TurnActors it serves; messages
 between them never leave the process. Each ``StreamChat`` is a ``StreamWorker``
 (``providers.streaming``) run on its client's own thread, kept for that client's next
-stream; the worker's only outputs are an item on the host's inbox and a wake-up byte, so
+stream; the worker's only outputs are an item on the host's hand-off (``handoff``) and a wake-up byte, so
 the host keeps handling messages while a stream blocks; an ``AbortStream`` shuts the
 stream's socket down at once, also while the provider stalls.
 
@@ -26,9 +26,9 @@ from typing import Any
 
 from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, StreamChat
 
+from ..mailbox import Kernel, LocalActor
 from ..providers.streaming import ProviderClient, StreamOutput, StreamWorker
 from ..telemetry.spans import Span, chat_span, end_chat
-from .mailbox import Kernel, LocalActor
 
 __all__ = ["LLMActor"]
 
@@ -49,21 +49,18 @@ class LLMActor(LocalActor):
 
     def __init__(self, kernel: Kernel, put: Callable[[Any], None]) -> None:
         super().__init__(kernel)
-        self._put = put  # thread-safe: queue an item on the host's inbox and wake it
+        self._put = put  # thread-safe: queue an item on the host's hand-off (``handoff``) and wake it
         self._streams: dict[str, _Stream] = {}
         self._idle: list[ProviderClient] = []
 
-    def receive(self, message: Any, sender: Any) -> None:
-        if isinstance(message, StreamChat):
-            self._start(message, sender)
-        elif isinstance(message, AbortStream):
-            stream = self._streams.pop(message.stream_id, None)
-            if stream is not None:
-                stream.worker.abort()  # its client is spent, unless the stream had just ended
-                self._keep(stream.worker.client)
-                end_chat(stream.span, None)
+    def receiveMsg_AbortStream(self, message: AbortStream, sender: Any) -> None:
+        stream = self._streams.pop(message.stream_id, None)
+        if stream is not None:
+            stream.worker.abort()  # its client is spent, unless the stream had just ended
+            self._keep(stream.worker.client)
+            end_chat(stream.span, None)
 
-    def _start(self, request: StreamChat, requester: LocalActor) -> None:
+    def receiveMsg_StreamChat(self, request: StreamChat, requester: LocalActor) -> None:
         if request.stream_id in self._streams:
             return
         client = self._idle.pop() if self._idle else ProviderClient()  # never a spent one (_keep)

@@ -25,7 +25,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from thespian.actors import ActorExitRequest
 
@@ -34,10 +34,7 @@ from messages import InterruptTool, RunTool
 from ..tools.tool_actor import ToolActor
 from ..turn.decisions import ToolLost
 from ..wire.protocol import FindPool, LeaseWorkers, PoolFound, PoolInfo, ReturnWorkers, WorkerResult, WorkersLeased
-
-if TYPE_CHECKING:
-    from .turn_actor import TurnActor
-    from .turn_host import TurnHost
+from .ports import HostedTurn, ToolHost
 
 __all__ = ["ToolRunner"]
 
@@ -46,7 +43,7 @@ Key = tuple[str, str]  # (turn_id, call_id)
 
 @dataclass
 class _Busy:
-    turn: TurnActor
+    turn: HostedTurn
     run: RunTool
     worker: Any  # None while waiting for a process; a ToolActor when inline
     where: str = ""  # "local", "isolated", "placed", "inline"
@@ -61,7 +58,7 @@ def _requires_key(requires: dict[str, Any]) -> str:
 class ToolRunner:
     """The tool side of one TurnHost; see the module docstring."""
 
-    def __init__(self, host: TurnHost) -> None:
+    def __init__(self, host: ToolHost) -> None:
         self.host = host
         self.idle: list[Any] = []  # local processes lent to this host, free
         self.asked = 0  # local processes asked for, not yet lent
@@ -76,7 +73,7 @@ class ToolRunner:
 
     # -- starting calls -------------------------------------------------------------------
 
-    def run(self, turn: TurnActor, run: RunTool) -> None:
+    def run(self, turn: HostedTurn, run: RunTool) -> None:
         key = (run.turn_id, run.call.id)
         busy = _Busy(turn, run, None)
         self.calls[key] = busy
@@ -208,7 +205,10 @@ class ToolRunner:
 
     def _run_inline(self, key: Key, busy: _Busy) -> None:
         call = ToolActor(
-            busy.run, lambda kind, payload: self.host.put(("tool", key, kind, payload)), loop=self._host_loop()
+            self.host.kernel,
+            busy.run,
+            lambda kind, payload: self.host.put(("tool", key, kind, payload)),
+            loop=self._host_loop(),
         )
         busy.worker = call
         call.start()
@@ -261,7 +261,7 @@ class ToolRunner:
                 self._forget((msg.turn_id, msg.call_id))
             return
         if busy.where == "inline":
-            busy.worker.interrupt(msg.mode, msg.reason)
+            busy.worker.tell(msg)  # in this host's mailboxes, run after this handler
         else:
             self.host.send(busy.worker, msg)
 

@@ -22,7 +22,7 @@ out, in order. It never blocks.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from messages import (
     AbortStream,
@@ -34,6 +34,7 @@ from messages import (
     Subscribe,
     ToolApprovalRequest,
     ToolApprovalResponse,
+    TurnCommand,
     TurnEvent,
     TurnStarted,
     TurnState,
@@ -42,8 +43,9 @@ from messages import (
 
 from ..errors import StoreError
 from ..logs import logger
+from ..mailbox import LocalActor
 from ..telemetry.turn_spans import TurnTrace
-from ..tools.definition import needs_approval
+from ..tools.loading import needs_approval
 from ..turn.decisions import (
     Abort,
     Decision,
@@ -60,11 +62,8 @@ from ..turn.decisions import (
     TakeStep,
 )
 from ..turn.rules import TurnRules
-from .mailbox import LocalActor
 from .outbox import encode_event
-
-if TYPE_CHECKING:
-    from .turn_host import TurnHost
+from .ports import TurnHostFace
 
 __all__ = ["TurnActor"]
 
@@ -77,7 +76,7 @@ class TurnActor(LocalActor):
 
     name = "TurnActor"
 
-    def __init__(self, host: TurnHost, rules: TurnRules, trace_parent: dict[str, str] | None = None) -> None:
+    def __init__(self, host: TurnHostFace, rules: TurnRules, trace_parent: dict[str, str] | None = None) -> None:
         super().__init__(host.kernel)
         self.host = host
         self.rules = rules
@@ -88,11 +87,11 @@ class TurnActor(LocalActor):
         self.trace = TurnTrace.of(rules.state, trace_parent)  # its spans; None unless it is traced
 
     @classmethod
-    def starting(cls, host: TurnHost, start: StartTurn) -> TurnActor:
+    def starting(cls, host: TurnHostFace, start: StartTurn) -> TurnActor:
         return cls(host, TurnRules.from_start(start, needs_approval=needs_approval), start.trace_context)
 
     @classmethod
-    def recovering(cls, host: TurnHost, state: TurnState) -> TurnActor:
+    def recovering(cls, host: TurnHostFace, state: TurnState) -> TurnActor:
         return cls(host, TurnRules(state, needs_approval=needs_approval), state.trace_context)
 
     @property
@@ -105,29 +104,40 @@ class TurnActor(LocalActor):
         logger = log()
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("turn %s handles %s", self.turn_id, getattr(message, "kind", type(message).__name__))
+        super().receive(message, sender)  # to receiveMsg_<Class>
+
+    def receiveMsg_StartTurn(self, message: StartTurn, sender: Any) -> None:
+        if sender is not None:
+            self._subscribe(sender)
+        self._apply(self.rules.start(), sender)
+
+    def receiveMsg_Subscribe(self, message: Subscribe, sender: Any) -> None:
+        self._replay(message, sender)
+
+    def receiveMsg_RecoverTurn(self, message: RecoverTurn, sender: Any) -> None:
+        self._apply(self.rules.recover(), None)
+
+    def receiveMsg_StoredCommands(self, message: StoredCommands, sender: Any) -> None:
+        self._take_stored_commands()
+
+    def receiveMsg_TakeStep(self, message: TakeStep, sender: Any) -> None:
+        self._take_stored_commands()
+        self._apply(self.rules.handle(message), sender)
+
+    def receiveMsg_TurnCommand(self, message: TurnCommand, sender: Any) -> None:
+        """Stop, cancel, approvals, ``StopTool``: one INFO line, then the rules."""
         if isinstance(message, (StopTurn, CancelTurn)):
-            logger.info("turn %s: %s requested (%s)", self.turn_id, message.kind.split("_")[0], message.reason)
+            log().info("turn %s: %s requested (%s)", self.turn_id, message.kind.split("_")[0], message.reason)
         elif isinstance(message, (ToolApprovalResponse, RespondToApprovals)):
             for r in [message] if isinstance(message, ToolApprovalResponse) else message.responses:
                 verdict = "approved" if r.approved else "denied"
-                logger.info(
-                    "turn %s: call %s %s%s", self.turn_id, r.call_id, verdict, f" ({r.reason})" if r.reason else ""
-                )
-        if isinstance(message, StartTurn):
-            if sender is not None:
-                self._subscribe(sender)
-            self._apply(self.rules.start(), sender)
-        elif isinstance(message, Subscribe):
-            self._replay(message, sender)
-        elif isinstance(message, _Recover):
-            self._apply(self.rules.recover(), None)
-        elif isinstance(message, _StoredCommands):
-            self._take_stored_commands()
-        elif isinstance(message, TakeStep):
-            self._take_stored_commands()
-            self._apply(self.rules.handle(message), sender)
-        else:
-            self._apply(self.rules.handle(message), sender)
+                why = f" ({r.reason})" if r.reason else ""
+                log().info("turn %s: call %s %s%s", self.turn_id, r.call_id, verdict, why)
+        self._apply(self.rules.handle(message), sender)
+
+    def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
+        """Everything else is the rules' (stream messages, tool results, timers, losses)."""
+        self._apply(self.rules.handle(message), sender)
 
     def _take_stored_commands(self) -> None:
         """Commands written to the store by another process (the command line, say)."""
@@ -248,19 +258,19 @@ def _log_event(event: TurnEvent, state: TurnState) -> None:
         )
 
 
-class _Recover:
+class RecoverTurn:
     """Carry on a turn loaded from the store (sent once, by its host)."""
 
     kind = "recover"
 
 
-RECOVER = _Recover()
+RECOVER = RecoverTurn()
 
 
-class _StoredCommands:
+class StoredCommands:
     """Commands for this turn wait in the store (found by its host's poll)."""
 
     kind = "stored_commands"
 
 
-STORED_COMMANDS = _StoredCommands()
+STORED_COMMANDS = StoredCommands()

@@ -17,7 +17,12 @@ Guarantees:
   at once;
 - events leave in ACK-clocked batches per subscriber (``outbox``), so a turn costs a few
   messages whatever its number of deltas;
-- the host never forks: tool processes come from its node's ``ToolPool``.
+- the host forks no tool process: they come from its node's ``ToolPool``; the only
+  processes it starts are stdio MCP servers, each through a guard that ends it with the
+  host (``lifecycle.processes.dies_with_parent``);
+- one dispatch style: Thespian's ``receiveMsg_<Class>`` (``ActorTypeDispatcher``); every
+  turn command arrives in ``receiveMsg_TurnCommand``, and each TurnActor hands it to its
+  rules (``turn.rules``).
 """
 
 from __future__ import annotations
@@ -37,12 +42,15 @@ from messages import (
     StopTurn,
     Subscribe,
     ToolAlive,
+    TurnCommand,
     reply_for,
+    unaddressed,
 )
 
 from ..errors import SnapshotError, StoreError
-from ..handoff import Inbox
+from ..handoff import Handoff
 from ..logs import logger, quiet_third_party
+from ..mailbox import Kernel
 from ..mcp.session import close_all as close_mcp_sessions
 from ..mcp.session import open_count as open_mcp_sessions
 from ..store.sqlite import SQLiteStore
@@ -65,7 +73,6 @@ from ..wire.protocol import (
 )
 from .held import HOLD, HeldCommands
 from .llm_actor import LLMActor
-from .mailbox import Kernel
 from .outbox import Outbox
 from .tool_runner import ToolRunner
 from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
@@ -73,7 +80,6 @@ from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
 __all__ = ["TurnHost"]
 
 _REMEMBER_ENDED = 10_000
-_COMMANDS = frozenset({"StopTurn", "CancelTurn", "ToolApprovalResponse", "RespondToApprovals", "StopTool"})
 
 
 log = logger("greenroom.host")
@@ -86,8 +92,8 @@ class TurnHost(ActorTypeDispatcher):
         super().__init__(*args, **kwargs)
         quiet_third_party()
         self.kernel = Kernel()
-        self.inbox = Inbox()
-        self.llm = LLMActor(self.kernel, self.inbox.put)
+        self.handoff = Handoff()
+        self.llm = LLMActor(self.kernel, self.handoff.put)
         self.tools = ToolRunner(self)
         self.turns: dict[str, TurnActor] = {}
         self.ended: OrderedDict[str, str] = OrderedDict()
@@ -106,16 +112,9 @@ class TurnHost(ActorTypeDispatcher):
     # -- dispatch -------------------------------------------------------------------------
 
     def receiveMessage(self, message: Any, sender: Any) -> Any:
-        name = type(message).__name__
-        if isinstance(message, Relay):
-            message, sender, name = message.message, message.reply_to, type(message.message).__name__
-        handler = getattr(self, "on_" + name, None)
-        if handler is not None:
-            handler(message, sender)
-        elif name in _COMMANDS:
-            self._command(message, sender)
-        else:
-            log().debug("TurnHost ignored %s", name)
+        if isinstance(message, Relay):  # forwarded by a directory: answer the original sender
+            message, sender = message.message, message.reply_to
+        super().receiveMessage(message, sender)  # to receiveMsg_<Class>
         self.kernel.run()
         spans = RECORDER.take() if RECORDER.finished else None
         if spans and self.owner is not None:  # to the Runtime's process, which exports them
@@ -125,9 +124,12 @@ class TurnHost(ActorTypeDispatcher):
         self.dirty.clear()
         if self.shutting_down is not None:
             self._maybe_shut()
-        return ThespianWatch([self.inbox.fd])
+        return ThespianWatch([self.handoff.fd])
 
-    def on_HostConfig(self, msg: HostConfig, sender: Any) -> None:
+    def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
+        log().debug("TurnHost ignored %s", type(message).__name__)
+
+    def receiveMsg_HostConfig(self, msg: HostConfig, sender: Any) -> None:
         self.slot, self.pool, self.directory = msg.slot, msg.pool, msg.directory
         self.owner = msg.owner
         self.inline_async_tools = msg.inline_async_tools
@@ -139,7 +141,7 @@ class TurnHost(ActorTypeDispatcher):
 
     # -- turns ----------------------------------------------------------------------------
 
-    def on_StartTurn(self, msg: StartTurn, sender: Any) -> None:
+    def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
         tid = msg.turn_id
         if tid in self.turns or tid in self.ended or (self.store is not None and self._stored(tid)):
             self.reply(sender, reply_for(msg, False, "invalid", f"turn id {tid} is already in use"))
@@ -152,7 +154,7 @@ class TurnHost(ActorTypeDispatcher):
         if self.shutting_down is not None:  # a straggler: it ends as the others did
             turn.tell(StopTurn(turn_id=tid, reason="the runtime is closing", cause="shutdown"), None)
 
-    def on_Subscribe(self, msg: Subscribe, sender: Any) -> None:
+    def receiveMsg_Subscribe(self, msg: Subscribe, sender: Any) -> None:
         turn = self.turns.get(msg.turn_id)
         if turn is not None:
             turn.tell(msg, sender)
@@ -170,11 +172,12 @@ class TurnHost(ActorTypeDispatcher):
         else:
             self.reply(sender, reply_for(msg, False, "unknown_turn", f"no turn {msg.turn_id}"))
 
-    def _command(self, msg: Any, sender: Any) -> None:
-        tid = getattr(msg, "turn_id", None)
-        if not tid:
-            self.reply(sender, reply_for(msg, False, "invalid", f"{msg.kind} must name a turn_id"))
+    def receiveMsg_TurnCommand(self, msg: TurnCommand, sender: Any) -> None:
+        refused = unaddressed(msg)
+        if refused is not None:
+            self.reply(sender, refused)
             return
+        tid = str(msg.turn_id)
         turn = self.turns.get(tid)
         if turn is not None:
             turn.tell(msg, sender)
@@ -197,7 +200,7 @@ class TurnHost(ActorTypeDispatcher):
         except StoreError:
             return False
 
-    def on_Recover(self, msg: Recover, sender: Any) -> None:
+    def receiveMsg_Recover(self, msg: Recover, sender: Any) -> None:
         recovered: list[str] = []
         errors: dict[str, str] = {}
         for tid in msg.turn_ids:
@@ -240,7 +243,7 @@ class TurnHost(ActorTypeDispatcher):
             self.timers_on.add(name)
             self.wakeupAfter(timedelta(seconds=seconds), payload=(name,))
 
-    def on_WakeupMessage(self, msg: Any, sender: Any) -> None:
+    def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
         what = msg.payload[0]
         if what == "turn":
             turn = self.turns.get(msg.payload[1])
@@ -280,36 +283,36 @@ class TurnHost(ActorTypeDispatcher):
 
     # -- tools ----------------------------------------------------------------------------
 
-    def on_WorkerResult(self, msg: WorkerResult, sender: Any) -> None:
+    def receiveMsg_WorkerResult(self, msg: WorkerResult, sender: Any) -> None:
         self.tools.on_result(msg, sender)
 
-    def on_WorkersLeased(self, msg: WorkersLeased, sender: Any) -> None:
+    def receiveMsg_WorkersLeased(self, msg: WorkersLeased, sender: Any) -> None:
         self.tools.on_leased(msg)
 
-    def on_WorkerExited(self, msg: WorkerExited, sender: Any) -> None:
+    def receiveMsg_WorkerExited(self, msg: WorkerExited, sender: Any) -> None:
         self.tools.on_worker_exited(msg.worker)
 
-    def on_PoolFound(self, msg: PoolFound, sender: Any) -> None:
+    def receiveMsg_PoolFound(self, msg: PoolFound, sender: Any) -> None:
         self.tools.on_pool_found(msg)
 
-    def on_PoolsChanged(self, msg: PoolsChanged, sender: Any) -> None:
+    def receiveMsg_PoolsChanged(self, msg: PoolsChanged, sender: Any) -> None:
         self.tools.pools.clear()
 
-    def on_ReportProgress(self, msg: ReportProgress, sender: Any) -> None:
+    def receiveMsg_ReportProgress(self, msg: ReportProgress, sender: Any) -> None:
         turn = self.turns.get(msg.turn_id)
         if turn is not None:
             turn.tell(msg, None)
 
-    def on_ToolAlive(self, msg: ToolAlive, sender: Any) -> None:
+    def receiveMsg_ToolAlive(self, msg: ToolAlive, sender: Any) -> None:
         self.tools.on_alive(msg.turn_id, msg.call_id, msg.node)
 
     def progress(self, turn: TurnActor, call_id: str, data: Any) -> None:
         """Progress of an inline tool: the same path as a tool process's ``ReportProgress``."""
         turn.tell(ReportProgress(turn_id=turn.turn_id, call_id=call_id, seq=0, data=data), None)
 
-    def on_WatchMessage(self, msg: Any, sender: Any) -> None:
+    def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
         llm: list[Any] = []
-        for item in self.inbox.drain():
+        for item in self.handoff.drain():
             if item[0] == "llm":
                 llm.append((item[1], item[2]))
             elif item[0] == "tool":
@@ -319,7 +322,7 @@ class TurnHost(ActorTypeDispatcher):
 
     def put(self, item: Any) -> None:
         """Thread-safe: queue ``item`` for this host's actor thread and wake it."""
-        self.inbox.put(item)
+        self.handoff.put(item)
 
     # -- events and replies ---------------------------------------------------------------
 
@@ -334,13 +337,13 @@ class TurnHost(ActorTypeDispatcher):
     def _outbox_ready(self, outbox: Outbox) -> None:
         """From an ACK callback: flush ``outbox`` in the next handler (woken through the inbox)."""
         self.dirty.append(outbox)
-        self.inbox.put(("flush",))
+        self.handoff.put(("flush",))
 
     def _send_tracked(self, to: Any, message: Any, done: Any) -> None:
-        def finished(ok: bool) -> None:
+        def finished(ok: bool) -> None:  # in Thespian's ACK callback: send nothing from here
             done(ok)
             if self.shutting_down is not None:
-                self._maybe_shut()
+                self.handoff.put(("shutdown_check",))  # the next handler sends ShutdownDone if due
 
         intent = TransmitIntent(
             to, message, onSuccess=lambda r, i: finished(True), onError=lambda r, i: finished(False)
@@ -353,7 +356,7 @@ class TurnHost(ActorTypeDispatcher):
 
     # -- the end --------------------------------------------------------------------------
 
-    def on_Shutdown(self, msg: Shutdown, sender: Any) -> None:
+    def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
         """Stop every live turn (without a store) or leave it to recovery (with one)."""
         self.shutting_down = sender
         self.tools.stop_all("the runtime is closing")
@@ -377,15 +380,15 @@ class TurnHost(ActorTypeDispatcher):
             self.send(self.shutting_down, ShutdownDone(self.slot))
             self.shutting_down = None
 
-    def on_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
         self.llm.close()
         self.tools.stop_all("the host is exiting")
         close_mcp_sessions()
 
-    def on_PoisonMessage(self, msg: Any, sender: Any) -> None:
+    def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
         log().warning("TurnHost %d: a message could not be delivered: %s", self.slot, type(msg.poisonMessage).__name__)
 
-    def on_ChildActorExited(self, msg: Any, sender: Any) -> None:
+    def receiveMsg_ChildActorExited(self, msg: Any, sender: Any) -> None:
         pass
 
     def __repr__(self) -> str:

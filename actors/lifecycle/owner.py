@@ -18,20 +18,24 @@ import signal
 import threading
 import weakref
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from ..client.runtime import Runtime
+__all__ = ["Closeable", "adopt", "close_all"]
 
-__all__ = ["adopt", "close_all"]
 
-_live: weakref.WeakSet[Runtime] = weakref.WeakSet()
+class Closeable(Protocol):
+    """What the owner closes: a ``Runtime`` (or anything that ends its processes in ``close``)."""
+
+    def close(self) -> None: ...
+
+
+_live: weakref.WeakSet[Closeable] = weakref.WeakSet()
 _previous: dict[int, Any] = {}
 _lock = threading.RLock()
 _atexit_registered = False
 
 
-def adopt(runtime: Runtime, handle_signals: bool) -> None:
+def adopt(runtime: Closeable, handle_signals: bool) -> None:
     """Close ``runtime`` on SIGTERM, SIGINT (if ``handle_signals``) and interpreter exit."""
     global _atexit_registered
     with _lock:

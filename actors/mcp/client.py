@@ -41,9 +41,12 @@ from mcp.types import Tool as ListedTool
 
 from ..errors import ToolError
 from ..lifecycle.processes import dies_with_parent
+from ..logs import logger
 from .session import Connection, ServerParams, connection
 
-__all__ = ["call", "describe", "failure", "list_server_tools", "open_client"]
+__all__ = ["call", "describe", "failure", "list_server_tools", "open_client", "serve"]
+
+log = logger("greenroom.mcp")
 
 _PAGES = 100  # a tools/list that never ends cannot hang mcp_tools()
 
@@ -197,7 +200,7 @@ async def call(server: ServerParams, name: str, arguments: dict[str, Any], progr
         progress({"progress": value, "total": total, "message": message})
 
     for attempt in (1, 2):
-        conn = connection(server)
+        conn = connection(server, serve)
         client = await asyncio.shield(conn.ready)  # a stop while connecting leaves the session to the others
         try:
             result = await client.call_tool(name, arguments, progress_callback=on_progress)
@@ -223,3 +226,20 @@ def _data(result: CallToolResult, server: ServerParams, name: str) -> Any:
         for b in result.content
     ]
     return blocks[0] if len(blocks) == 1 else blocks
+
+
+async def serve(conn: Connection) -> None:
+    """A session's task: open the client, hold it until the session is closed, report its end."""
+    server = conn.server
+    failed: BaseException | None = None
+    try:
+        async with open_client(server, conn) as client:
+            conn.started(client)
+            await conn.until_closed()
+    except BaseException as exc:  # noqa: BLE001 - the session's end, whatever it was, is this task's to report
+        if not conn.ready.done():
+            failed = failure(server, exc, "could not be reached")
+        elif not conn.closing:
+            log().warning("%s: its session ended: %s", server.where, describe(exc))
+    finally:
+        conn.ended(failed)

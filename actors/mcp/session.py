@@ -17,7 +17,7 @@ event loop thread (``tool_runner``), and so is the session it goes through.
   alive when the host ends is ended with it: by the lifeline, like any descendant, or, when
   the host alone was SIGKILLed, by the kernel (``processes.dies_with_parent``).
 
-Nothing here imports ``mcp``: ``mcp_client`` does, inside the session's task.
+Nothing here imports ``mcp``: ``client`` does, and runs each session's task (``client.serve``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import asyncio
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -87,35 +87,40 @@ class ServerParams(BaseModel):
 class Connection:
     """One MCP client session, owned by one task on the host's loop and shared by calls."""
 
-    def __init__(self, server: ServerParams, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        server: ServerParams,
+        loop: asyncio.AbstractEventLoop,
+        serve: Callable[[Connection], Coroutine[Any, Any, None]],
+    ) -> None:
         self.server = server
         self.loop = loop
         self.ready: asyncio.Future[Any] = loop.create_future()  # the mcp Client, or ToolError
         self.open = True  # takes new calls
         self.expired = False  # the server no longer knows this session (HTTP 404)
         self._closing = asyncio.Event()
-        self.task = loop.create_task(self._run(), name=f"greenroom mcp {server.label}")
+        self.task = loop.create_task(serve(self), name=f"greenroom mcp {server.label}")
 
-    async def _run(self) -> None:
-        from .client import describe, failure, open_client
+    def started(self, client: Any) -> None:
+        """The session is open: calls waiting for it go on."""
+        if not self.ready.done():
+            self.ready.set_result(client)
 
-        try:
-            async with open_client(self.server, self) as client:
-                if not self.ready.done():
-                    self.ready.set_result(client)
-                await self._closing.wait()
-        except BaseException as exc:  # noqa: BLE001 - the session's end, whatever it was, is this task's to report
-            if not self.ready.done():
-                self.ready.set_exception(failure(self.server, exc, "could not be reached"))
-            elif not self._closing.is_set():
-                log().warning("%s: its session ended: %s", self.server.where, describe(exc))
-        finally:
-            self.open = False
-            if not self.ready.done():
-                self.ready.set_exception(ToolError(f"{self.server.where} was closed before it answered"))
-            if not self.ready.cancelled():
-                self.ready.exception()  # retrieved: nobody may be waiting any more
-            _ended(self)
+    async def until_closed(self) -> None:
+        await self._closing.wait()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing.is_set()
+
+    def ended(self, failure: BaseException | None) -> None:
+        """The session's task ends (``failure``: why it could not open): calls waiting fail."""
+        self.open = False
+        if not self.ready.done():
+            self.ready.set_exception(failure or ToolError(f"{self.server.where} was closed before it answered"))
+        if not self.ready.cancelled():
+            self.ready.exception()  # retrieved: nobody may be waiting any more
+        _ended(self)
 
     def close(self) -> None:
         """Take no new call; leave the session (on the loop thread). Idempotent."""
@@ -134,16 +139,16 @@ _alive: set[Connection] = set()  # sessions whose task has not ended, closing on
 _when_closed: list[Callable[[], None]] = []
 
 
-def connection(server: ServerParams) -> Connection:
-    """This process's session with ``server``, started if there is none that takes calls.
-    Called on the loop that runs the calls."""
+def connection(server: ServerParams, serve: Callable[[Connection], Coroutine[Any, Any, None]]) -> Connection:
+    """This process's session with ``server``, started (its task runs ``serve``) if there is
+    none that takes calls. Called on the loop that runs the calls."""
     loop = asyncio.get_running_loop()
     key = (id(loop), server.key)
     with _lock:
         found = _current.get(key)
         if found is not None and found.open:
             return found
-        started = Connection(server, loop)
+        started = Connection(server, loop, serve)
         _current[key] = started
         _alive.add(started)
     return started

@@ -19,7 +19,7 @@ from ..errors import ConfigurationError
 from .anthropic import to_anthropic_messages
 from .openai import to_openai_message
 
-__all__ = ["WireApi", "messages_as", "messages_from"]
+__all__ = ["History", "WireApi", "history", "messages_as", "messages_from"]
 
 WireApi = Literal["openai", "anthropic"]
 
@@ -101,3 +101,20 @@ def _name_tool_messages(history: list[ChatMessage]) -> list[ChatMessage]:
         else m
         for m in history
     ]
+
+
+History = str | Sequence[ChatMessage] | Sequence[Mapping[str, Any]] | Mapping[str, Any]
+
+
+def history(messages: History, system: str | None = None) -> list[ChatMessage]:
+    """A turn's opening history: a string is one user message, a provider's wire format is
+    read back (``wire_format``); ``system`` goes first."""
+    if isinstance(messages, str):
+        out = [ChatMessage.user(messages)]
+    elif isinstance(messages, Mapping) or any(isinstance(m, Mapping) for m in messages):
+        out = messages_from(messages)
+    else:
+        out = list(messages)  # type: ignore[arg-type]
+    if system is not None:
+        out.insert(0, ChatMessage.system(system))
+    return out

@@ -8,5 +8,5 @@ May import: ``messages`` and the shared modules.
 ``from actors.store import SQLiteStore`` and the other names of ``sqlite`` keep working.
 """
 
-from .sqlite import *  # noqa: F403  (the names of the 0.1.0 module actors.store)
+from .sqlite import *
 from .sqlite import __all__

@@ -8,5 +8,5 @@ May import: ``turn`` (the decisions it watches), ``messages`` and the shared mod
 ``from actors.telemetry import ...`` keeps the names of ``spans``.
 """
 
-from .spans import *  # noqa: F403  (the names of the 0.1.0 module actors.telemetry)
+from .spans import *
 from .spans import __all__

@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import signal as _signal
 
-    from ..tools.definition import import_ref
+    from ..tools.refs import import_ref
 
     parser = argparse.ArgumentParser(prog="python -m actors.testing")
     parser.add_argument("--responder", required=True, help="module:function taking a Request, returning a Reply")

@@ -8,8 +8,24 @@ process, and a TurnHost for inline ``async def`` tools.
 May import: ``turn`` (the tool message format), ``wire``, ``telemetry.spans``,
 ``lifecycle.processes`` and the shared modules; never ``client``, ``host`` or ``cluster``.
 
-``from actors.tools import tool`` and the other names of ``definition`` keep working.
+The names of the 0.1.0 module ``actors.tools`` stay importable from here.
 """
 
-from .definition import *  # noqa: F403  (the names of the 0.1.0 module actors.tools)
-from .definition import __all__
+from ..turn.results import error_result, ok_result
+from .definition import Approval, Tool, requires_approval, tool, tool_specs
+from .loading import load_tool, needs_approval
+from .refs import import_ref, ref_of
+
+__all__ = [
+    "Approval",
+    "Tool",
+    "error_result",
+    "import_ref",
+    "load_tool",
+    "needs_approval",
+    "ok_result",
+    "ref_of",
+    "requires_approval",
+    "tool",
+    "tool_specs",
+]

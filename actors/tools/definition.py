@@ -14,62 +14,19 @@ as "needs approval".
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import json
 import re
 from collections.abc import Callable, Iterable
 from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from messages import ToolSpec
-from messages.control import accept_tools_with
 
 from ..errors import ToolDefinitionError
-from ..logs import logger
+from .refs import import_ref, ref_of
 
-__all__ = [
-    "Tool",
-    "error_result",
-    "import_ref",
-    "load_tool",
-    "needs_approval",
-    "ok_result",
-    "ref_of",
-    "requires_approval",
-    "tool",
-    "tool_specs",
-]
-
-
-log = logger("greenroom.tools")
-
-
-def ref_of(obj: Any) -> str:
-    """The import path ``module:qualname`` of a module-level function or object."""
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    if not module or not qualname or "<" in qualname:
-        raise ToolDefinitionError(
-            f"{obj!r} has no import path: define it at module level (not a lambda or a nested function)"
-        )
-    return f"{module}:{qualname}"
-
-
-def import_ref(ref: str) -> Any:
-    """The object at ``module:qualname``."""
-    module_name, _, qualname = ref.partition(":")
-    if not module_name or not qualname:
-        raise ToolDefinitionError(f"bad import path {ref!r}: expected 'module:qualname'")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ToolDefinitionError(f"cannot import {ref!r}: {exc}") from None
-    return obj
+__all__ = ["Approval", "Tool", "requires_approval", "tool", "tool_specs"]
 
 
 def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
@@ -301,49 +258,3 @@ def tool_specs(tools: Iterable[Tool | Callable[..., Any] | ToolSpec]) -> list[To
         else:
             out.append((t if isinstance(t, Tool) else Tool(t)).spec)
     return out
-
-
-def load_tool(spec: ToolSpec) -> Tool:
-    """The ``Tool`` behind ``spec``, imported in this process (or built by the factory at
-    ``spec.ref`` from ``spec.config``)."""
-    obj = import_ref(spec.ref)
-    if spec.config is not None:
-        built = obj(spec)
-        if not isinstance(built, Tool):
-            raise ToolDefinitionError(f"{spec.ref!r} did not build a Tool from the spec of {spec.name!r}")
-        return built
-    if isinstance(obj, Tool):
-        return obj
-    if callable(obj):
-        return Tool(obj, name=spec.name, description=spec.description)
-    raise ToolDefinitionError(f"{spec.ref!r} is not a function or a Tool")
-
-
-def needs_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
-    """Whether a call of ``spec`` with ``arguments`` waits for a human decision."""
-    if spec.approval == "never":
-        return False
-    if spec.approval == "always" or not spec.approval_ref:
-        return True
-    try:
-        return bool(import_ref(spec.approval_ref)(arguments))
-    except Exception:
-        log().exception("approval predicate %s raised; the call needs approval", spec.approval_ref)
-        return True
-
-
-def ok_result(data: Any) -> str:
-    """A successful call's tool message: ``{"ok": true, "data": ...}``."""
-    try:
-        jsonable = to_jsonable_python(data)
-    except PydanticSerializationError as exc:
-        return error_result(f"the tool returned a value that is not JSON-serializable: {exc}")
-    return json.dumps({"ok": True, "data": jsonable}, ensure_ascii=False)
-
-
-def error_result(message: str) -> str:
-    """A failed call's tool message: ``{"ok": false, "error": ..., "data": null}``."""
-    return json.dumps({"ok": False, "error": message, "data": None}, ensure_ascii=False)
-
-
-accept_tools_with(tool_specs)  # StartTurn, sent by a supervisor, takes tools as run() does

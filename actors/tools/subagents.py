@@ -60,7 +60,7 @@ def run_subagent(
     provider = provider or ctx.provider
     if provider is None:
         raise ConfigurationError("run_subagent() needs a provider (the parent turn's is not known here)")
-    from ..client.runtime import history
+    from ..providers.formats import history
 
     child = ChildTurn(
         StartTurn(

@@ -1,8 +1,10 @@
 """ToolActor: one tool call, its ``ToolContext`` and its cancellation registrations.
 
-A ToolActor exists for exactly one call and ends with it. It lives where the call runs: in
-a pooled tool process (``ToolWorker``) for sync tools and, by default, ``async def`` ones;
-in the TurnHost's event loop for an ``async def`` tool run inline. It never calls Thespian:
+A ToolActor exists for exactly one call and ends with it. It is an in-process actor (a
+mailbox of its own, ``mailbox.LocalActor``) in the process where the call runs: a pooled
+tool process (``ToolWorker``) for sync tools and, by default, ``async def`` ones; the
+TurnHost for an ``async def`` tool run inline. Its owner tells it ``InterruptTool``; the
+tool itself runs on a thread (or as a task of the host's loop). It never calls Thespian:
 everything it has to say (progress, a child turn to start, the outcome) goes through
 ``report(kind, payload)``, which its owner makes thread-safe.
 
@@ -23,14 +25,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from messages import RunTool
+from messages import InterruptTool, RunTool
 
 from ..errors import ToolCancelled, ToolDefinitionError, ToolError
+from ..mailbox import Kernel, LocalActor
 from ..telemetry.spans import attach
-from ..turn.decisions import interrupted_content
+from ..turn.results import error_result, interrupted_content, ok_result
 from ..turn.sanitize import safe_text
 from .context import ToolContext
-from .definition import Tool, error_result, load_tool, ok_result
+from .definition import Tool
+from .loading import load_tool
 
 __all__ = ["ToolActor", "run_tool_inline"]
 
@@ -76,16 +80,21 @@ def _outcome_of(exc: BaseException, ctx: ToolContext) -> tuple[str, str]:
     return "failed", error_result(safe_text(f"{type(exc).__name__}: {exc}"))
 
 
-class ToolActor:
-    """One call; ``start()`` runs it in a thread (or in ``loop`` for an inline async tool)."""
+class ToolActor(LocalActor):
+    """One call; ``start()`` runs it in a thread (or in ``loop`` for an inline async tool);
+    ``tell(InterruptTool(...))`` stops or cancels it."""
+
+    name = "ToolActor"
 
     def __init__(
         self,
+        kernel: Kernel,
         run: RunTool,
         report: Report,
         *,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
+        super().__init__(kernel)
         self.run = run
         self._report = report
         self._host_loop = loop
@@ -98,6 +107,10 @@ class ToolActor:
     @property
     def call_id(self) -> str:
         return self.run.call.id
+
+    def receiveMsg_InterruptTool(self, message: InterruptTool, sender: Any) -> None:
+        if message.call_id == self.call_id:
+            self.interrupt(message.mode, message.reason)
 
     def start(self) -> None:
         run = self.run

@@ -39,11 +39,12 @@ from messages import (
     ToolResult,
 )
 
-from ..handoff import Inbox
+from ..handoff import Handoff
 from ..lifecycle.processes import become_subreaper, descendants, reap_children, signal_all
 from ..logs import logger, quiet_third_party
+from ..mailbox import Kernel
+from ..turn.results import error_result
 from ..wire.protocol import EventBatch, WorkerInit, WorkerReady, WorkerResult
-from .definition import error_result
 from .tool_actor import ToolActor
 
 __all__ = ["ToolWorker"]
@@ -59,7 +60,8 @@ class ToolWorker(ActorTypeDispatcher):
         super().__init__(*args, **kwargs)
         quiet_third_party()
         become_subreaper()
-        self._inbox = Inbox()
+        self._handoff = Handoff()
+        self._kernel = Kernel()  # the mailbox of the call's ToolActor
         self._directory: Any = None
         self._recycle_after = 0
         self._node = ""
@@ -75,7 +77,7 @@ class ToolWorker(ActorTypeDispatcher):
 
     def receiveMessage(self, message: Any, sender: Any) -> Any:
         super().receiveMessage(message, sender)
-        return ThespianWatch([self._inbox.fd])
+        return ThespianWatch([self._handoff.fd])
 
     def receiveMsg_WorkerInit(self, msg: WorkerInit, sender: Any) -> None:
         self._directory, self._recycle_after, self._node = msg.directory, msg.recycle_after, msg.node
@@ -107,13 +109,13 @@ class ToolWorker(ActorTypeDispatcher):
         self._generation += 1
         self._host, self._progress_seq, self._children = sender, 0, {}
         generation = self._generation
-        self._call = ToolActor(run, lambda kind, payload: self._inbox.put((generation, kind, payload)))
+        self._call = ToolActor(self._kernel, run, lambda kind, payload: self._handoff.put((generation, kind, payload)))
         if run.heartbeat is not None:
             self._alive()
         self._call.start()
 
     def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
-        for generation, kind, payload in self._inbox.drain():
+        for generation, kind, payload in self._handoff.drain():
             call = self._call
             if call is None or generation != self._generation:
                 continue
@@ -151,7 +153,8 @@ class ToolWorker(ActorTypeDispatcher):
         call = self._call
         if call is None or msg.call_id != call.call_id:
             return
-        call.interrupt(msg.mode, msg.reason)
+        call.tell(msg)
+        self._kernel.run()
         self._steer_children(msg.mode, msg.reason)
         if msg.mode == "stop":
             signal_all(descendants(os.getpid()), signal.SIGTERM)

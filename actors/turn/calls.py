@@ -1,98 +1,84 @@
-"""The tool-call part of a turn's rules: each call of a response gets exactly one end.
+"""What becomes of a tool call the model made, decided before anything runs.
 
-A call of an unknown tool fails with ``Tool '<name>' not found``; arguments that are not a
-JSON object (or nest deeper than ``text.MAX_DEPTH``) fail with a message saying what is
-wrong; a gated call waits for approval; any other call runs at once. Results are recorded
-once (the first end wins), and the batch's tool messages are appended in the order of the
-assistant's ``tool_calls`` when every call has ended.
+``classify`` reads one call against the turn's tools: a call of an unknown tool fails
+with ``Tool '<name>' not found``; arguments that are not a JSON object (or nest deeper than
+``sanitize.MAX_DEPTH``) fail with a message saying what is wrong; a gated call waits for a
+human; any other call runs. Pure: it reads its arguments and the predicate it is given.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from messages import CallState, ChatMessage, RunTool, ToolApprovalRequest, ToolCallStarted, ToolFinished, ToolSpec
-from messages.tool import ToolOutcome
+from messages import CallState, ChatMessage, RunTool, ToolCall, ToolSpec, TurnState
 
-from ..tools.definition import error_result
-from .decisions import Decision, Persist, Spawn
+from .results import error_result
 from .sanitize import TooDeep, safe_json
 
-if TYPE_CHECKING:
-    from .rules import TurnRules
+__all__ = ["Fails", "NeedsApproval", "Runs", "Waits", "answered_before", "classify", "run_message"]
 
-__all__ = ["CallRules"]
+NeedsApproval = Callable[[ToolSpec, dict[str, Any]], bool]
 
 
-class CallRules:
-    """Mixed into ``TurnRules``."""
+@dataclass(frozen=True)
+class Fails:
+    """The call ends at once, ``failed``, with ``content`` as its tool message."""
 
-    def _classify(self: TurnRules, cs: CallState) -> list[Decision]:
-        """Decide a fresh call's fate: fails at once, waits for approval, or runs now."""
-        name = cs.call.name
-        spec = self._specs.get(name)
-        if spec is None:
-            return self._done(cs, "failed", f"Tool '{name}' not found")
-        raw = (cs.call.arguments or "").strip() or "{}"
-        try:
-            args = safe_json(json.loads(raw))
-        except TooDeep as exc:
-            return self._done(cs, "failed", error_result(f"Invalid arguments for tool '{name}': {exc}"))
-        except (ValueError, RecursionError) as exc:
-            return self._done(
-                cs, "failed", error_result(f"Invalid arguments for tool '{name}': not valid JSON ({exc})")
-            )
-        if not isinstance(args, dict):
-            got = type(args).__name__
-            return self._done(
-                cs, "failed", error_result(f"Invalid arguments for tool '{name}': expected a JSON object, got {got}")
-            )
-        cs.arguments = args
-        if self._needs_approval(spec, args):
-            cs.status = "pending_approval"
-            request = dict(call_id=cs.call.id, name=name, arguments=args, description=spec.description)
-            return [self._emit(ToolApprovalRequest, **request)]
-        return self._spawn(cs, spec)
+    content: str
 
-    def _spawn(self: TurnRules, cs: CallState, spec: ToolSpec) -> list[Decision]:
-        s = self.state
-        cs.status = "running"
-        cs.attempt += 1
-        run = RunTool(
-            turn_id=s.turn_id,
-            root_turn_id=s.root_turn_id,
-            call=cs.call,
-            spec=spec,
-            arguments=cs.arguments or {},
-            idempotency_key=f"{s.turn_id}:{cs.call.id}",
-            attempt=cs.attempt,
-            stop_grace=s.options.stop_grace,
-            heartbeat=s.options.heartbeat if spec.requires else None,
-            provider=s.provider,
-        )
-        started = dict(call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments, round=s.round)
-        return [Spawn(run), self._emit(ToolCallStarted, **started)]
 
-    def _done(self: TurnRules, cs: CallState, outcome: ToolOutcome, content: str) -> list[Decision]:
-        cs.status, cs.outcome, cs.content = "done", outcome, content
-        return [self._emit(ToolFinished, call_id=cs.call.id, name=cs.call.name, outcome=outcome, content=content)]
+@dataclass(frozen=True)
+class Waits:
+    """The call waits for a human decision on its parsed ``arguments``."""
 
-    def _append_tool_messages(self: TurnRules) -> None:
-        s = self.state
-        for cs in s.batch or ():
-            s.messages.append(ChatMessage.tool(cs.content or "", cs.call.id, name=cs.call.name))
-        s.batch = None
-        s.paused = s.commit_pending = False
-        s.approval_deadline = s.waiting_since = None
+    arguments: dict[str, Any]
 
-    def _on_tool_result(self: TurnRules, call_id: str, outcome: ToolOutcome, content: str) -> list[Decision]:
-        s = self.state
-        cs = s.call(call_id)
-        if s.phase == "finished" or cs is None or cs.status != "running":
-            return []  # a call that was stopped, or a duplicate: the first end wins
-        return self._done(cs, outcome, content) + [Persist("tool_result")] + self._advance()
 
-    def _answered_before(self: TurnRules, call_id: str) -> bool:
-        """Whether ``call_id`` is a call of an earlier round (it has its tool message)."""
-        return any(call_id in [c.id for c in m.tool_calls or ()] for m in self.state.messages)
+@dataclass(frozen=True)
+class Runs:
+    """The call runs now with its parsed ``arguments``."""
+
+    arguments: dict[str, Any]
+
+
+def classify(call: ToolCall, spec: ToolSpec | None, needs_approval: NeedsApproval) -> Fails | Waits | Runs:
+    """The fate of a fresh call of ``spec`` (None: the model named no tool of the turn)."""
+    name = call.name
+    if spec is None:
+        return Fails(f"Tool '{name}' not found")
+    raw = (call.arguments or "").strip() or "{}"
+    try:
+        args = safe_json(json.loads(raw))
+    except TooDeep as exc:
+        return Fails(error_result(f"Invalid arguments for tool '{name}': {exc}"))
+    except (ValueError, RecursionError) as exc:
+        return Fails(error_result(f"Invalid arguments for tool '{name}': not valid JSON ({exc})"))
+    if not isinstance(args, dict):
+        got = type(args).__name__
+        return Fails(error_result(f"Invalid arguments for tool '{name}': expected a JSON object, got {got}"))
+    return Waits(args) if needs_approval(spec, args) else Runs(args)
+
+
+def answered_before(messages: Sequence[ChatMessage], call_id: str) -> bool:
+    """Whether ``call_id`` is a call of an earlier round of ``messages`` (it has its tool message)."""
+    return any(call_id in [c.id for c in m.tool_calls or ()] for m in messages)
+
+
+def run_message(state: TurnState, call: CallState, spec: ToolSpec) -> RunTool:
+    """The ``RunTool`` for attempt ``call.attempt`` of ``call``: what a tool process needs and
+    nothing secret (the provider names its key's variable; a tool process drops it)."""
+    return RunTool(
+        turn_id=state.turn_id,
+        root_turn_id=state.root_turn_id,
+        call=call.call,
+        spec=spec,
+        arguments=call.arguments or {},
+        idempotency_key=f"{state.turn_id}:{call.call.id}",
+        attempt=call.attempt,
+        stop_grace=state.options.stop_grace,
+        heartbeat=state.options.heartbeat if spec.requires else None,
+        provider=state.provider,
+    )

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from messages import ControlReply, InterruptTool, RunTool, StreamChat, TurnEvent
 from messages.control import StopCause
 
-from ..tools.definition import error_result
-
 __all__ = [
     "Abort",
     "Decision",
@@ -32,7 +30,6 @@ __all__ = [
     "TakeStep",
     "TimerFired",
     "ToolLost",
-    "interrupted_content",
 ]
 
 
@@ -152,8 +149,3 @@ class StoreFailed:
     """The turn's write-ahead to the store failed; the turn cannot go on durably."""
 
     detail: str
-
-
-def interrupted_content(what: str, reason: str) -> str:
-    """The synthesized tool message of a call that was interrupted, saying why."""
-    return error_result(f"Interrupted: {what} ({reason})")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from messages import ChatMessage
+from messages import ChatMessage, ToolSpec
 
-__all__ = ["close_open_calls", "history_problems"]
+__all__ = ["close_open_calls", "history_problems", "opening_problems"]
 
 
 def history_problems(messages: Sequence[ChatMessage]) -> list[str]:
@@ -72,3 +72,15 @@ def close_open_calls(
         if m.role != "tool":
             break
     return out
+
+
+def opening_problems(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> list[str]:
+    """Why a turn cannot start with ``messages`` and ``tools``; empty when it can."""
+    problems = []
+    if not messages:
+        problems.append("a turn needs at least one message")
+    names = [t.name for t in tools]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        problems.append(f"tool names must be unique: {', '.join(dupes)}")
+    return problems + history_problems(messages)

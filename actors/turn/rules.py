@@ -3,8 +3,11 @@
 ``TurnRules`` holds a ``TurnState`` and turns every input (a command, a stream message, a
 tool result, a timer) into a list of *decisions* (``decisions``): events to emit, a stream
 to start or abort, calls to run or interrupt, a step to take, a timer to set, a snapshot to
-persist, a reply to send. It performs no I/O and knows nothing of actors, so tests drive it
-directly; the ``TurnActor`` carries the decisions out.
+persist, a reply to send. It performs no I/O, reads time only through the clock it is given
+and knows nothing of actors, so tests drive it directly; the ``TurnActor`` carries the
+decisions out. It alone changes the turn's state and numbers its events; the parts that
+need no state of their own are pure functions beside it (``assembly``, ``calls``,
+``approvals``, ``priority``).
 
 Every handler records what its input changed, then asks ``priority.next_action`` what the
 turn does next (the table there is the whole priority: cancel > approval-resume >
@@ -13,33 +16,53 @@ max-rounds > the next LLM call, with a stop acting at once). Guarantees, each te
 - every tool call of an assistant message ends with exactly one ``ToolFinished`` and one
   tool message, appended in the order of ``tool_calls`` once the whole batch has ended;
 - every run of events ends with exactly one ``Finish``; a terminal one is the last event;
+- a stream's messages are applied in ``seq`` order; duplicates and messages of a stream the
+  turn no longer waits for change nothing; deltas become ``TextDelta`` events; a failed or
+  lost stream keeps the text it had produced;
 - stop and cancel are idempotent: the first request decides the finish reason, its text and
   its cause, and every decision derived from it (abort, interrupts, synthesized tool
   messages, ``Error``) carries the same ones; a later stop still acts at once;
-- an input that changes nothing returns no decision and touches nothing, not even a time.
+- approvals commit in a timer after ``approval_window``, so a cancel already queued wins;
+- an input that changes nothing returns no decision and touches nothing, not even a time;
+  a refused command returns only its ``Reply``.
+
+Why one module of about 450 lines: these handlers share the one mutable state and each
+ends by asking ``next_action``; split by idea, they could not be built or tested apart.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from messages import (
+    TURN_COMMANDS,
+    CallState,
     CancelTurn,
+    ChatMessage,
     Error,
     Finish,
+    InterruptTool,
     LLMCompleted,
     LLMDeltas,
     LLMFailed,
     LLMRetrying,
     Marker,
+    RejectCode,
+    ReportProgress,
     RespondToApprovals,
     StartTurn,
+    StopCause,
     StopTool,
     StopTurn,
+    StreamChat,
+    TextDelta,
     ToolApprovalRequest,
     ToolApprovalResponse,
+    ToolCallStarted,
+    ToolFinished,
+    ToolOutcome,
     ToolProgress,
     ToolResult,
     ToolSpec,
@@ -49,43 +72,42 @@ from messages import (
     TurnState,
     reply_for,
 )
-from messages.tool import ReportProgress
+from messages.events import FinishReason
 
-from ..tools.definition import error_result
-from .answers import AnswerRules
-from .approvals import ApprovalRules
-from .calls import CallRules
+from .approvals import refusal
+from .assembly import StreamAssembly, StreamMessage
+from .calls import Fails, NeedsApproval, Runs, answered_before, classify, run_message
 from .decisions import (
+    Abort,
     Decision,
     Done,
     Emit,
+    Interrupt,
     Persist,
     Reply,
     ScheduleStep,
     SetTimer,
+    Spawn,
     StoreFailed,
+    Stream,
     StreamLost,
     TakeStep,
     TimerFired,
     ToolLost,
-    interrupted_content,
 )
-from .history import history_problems
+from .history import opening_problems
 from .priority import next_action, situation
-from .sanitize import safe_command, safe_text
-from .stopping import StopRules
+from .results import error_result, interrupted_content
+from .sanitize import safe_command, safe_message, safe_text
 
-__all__ = ["TurnRules"]
-
-NeedsApproval = Callable[[ToolSpec, dict[str, Any]], bool]
-_COMMANDS = (StopTurn, CancelTurn, StopTool, ToolApprovalResponse, RespondToApprovals)
+__all__ = ["NeedsApproval", "TurnRules"]
 
 
 def _static_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
     return spec.approval != "never"
 
 
-class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
+class TurnRules:
     """One turn's rules over its ``state``. Not thread-safe; one owner at a time."""
 
     def __init__(
@@ -99,15 +121,18 @@ class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
         self._needs_approval = needs_approval
         self._clock = clock
         self._specs = {t.name: t for t in state.tools}
-        # The stream in flight: its text so far and out-of-order messages by seq.
-        self._text = ""
-        self._next_seq = 0
-        self._early: dict[int, Any] = {}
+        self._stream: StreamAssembly | None = None  # the stream in flight, if any
 
     @classmethod
-    def from_start(cls, start: StartTurn, **kw: Any) -> TurnRules:
+    def from_start(
+        cls,
+        start: StartTurn,
+        *,
+        needs_approval: NeedsApproval = _static_approval,
+        clock: Callable[[], float] = time.time,
+    ) -> TurnRules:
         """A new turn for ``start``; call ``start()`` for its first decisions."""
-        now = kw.get("clock", time.time)()
+        now = clock()
         state = TurnState(
             turn_id=start.turn_id,
             parent_turn_id=start.parent_turn_id,
@@ -119,7 +144,7 @@ class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
             created_at=now,
             updated_at=now,
         )
-        return cls(state, **kw)
+        return cls(state, needs_approval=needs_approval, clock=clock)
 
     # -- opening and recovery -------------------------------------------------------------
 
@@ -128,22 +153,10 @@ class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
         s = self.state
         s.phase = "idle"
         out: list[Decision] = [self._emit(TurnStarted)]
-        problems = self._start_problems()
+        problems = opening_problems(s.messages, s.tools)
         if problems:
             return out + self._end("error", ("invalid_turn", "; ".join(problems)))
         return out + [Persist("started"), ScheduleStep()]
-
-    def _start_problems(self) -> list[str]:
-        s = self.state
-        problems: list[str] = []
-        if not s.messages:
-            problems.append("a turn needs at least one message")
-        names = [t.name for t in s.tools]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            problems.append(f"tool names must be unique: {', '.join(dupes)}")
-        problems.extend(history_problems(s.messages))
-        return problems
 
     def recover(self) -> list[Decision]:
         """Carry on a turn loaded from the store after a restart.
@@ -157,12 +170,11 @@ class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
         if s.phase in ("finished", "created"):
             return self.start() if s.phase == "created" else []
         out: list[Decision] = []
-        if s.phase == "streaming" and s.stop is None:
+        if s.phase == "streaming":
             s.phase, s.stream_id = "idle", None
-            reason = "recovered after a restart: asking the model again"
-            out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason=reason))
-        elif s.phase == "streaming":
-            s.phase, s.stream_id = "idle", None
+            if s.stop is None:
+                reason = "recovered after a restart: asking the model again"
+                out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason=reason))
         for cs in s.batch or ():
             if cs.status != "running" or s.stop is not None:
                 continue
@@ -183,51 +195,38 @@ class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
     # -- dispatch -------------------------------------------------------------------------
 
     def handle(self, msg: Any) -> list[Decision]:
-        """Apply one input and return what to do. An input that changes nothing returns []."""
-        if isinstance(msg, _COMMANDS):
+        """Apply one input and return what to do. An input that changes nothing returns [];
+        a refused command returns only its ``Reply`` and changes nothing, not even a time."""
+        if isinstance(msg, TURN_COMMANDS):
             msg = safe_command(msg)  # a reason becomes history and events: it must be valid text
-        out = self._dispatch(msg)
-        if out:
+        handler = _HANDLERS.get(type(msg))
+        out = handler(self, msg) if handler is not None else []
+        if any(not isinstance(d, Reply) for d in out):
             self.state.updated_at = self._clock()
         return out
 
-    def _dispatch(self, msg: Any) -> list[Decision]:
+    def _on_step(self, msg: TakeStep) -> list[Decision]:
+        return self._advance(at_step=True)
+
+    def _on_timer(self, msg: TimerFired) -> list[Decision]:
         s = self.state
-        if isinstance(msg, TakeStep):
-            return self._advance(at_step=True)
-        if isinstance(msg, (LLMDeltas, LLMRetrying, LLMCompleted, LLMFailed)):
-            return self._on_stream_message(msg)
-        if isinstance(msg, ToolResult):
-            return self._on_tool_result(msg.call_id, msg.outcome, safe_text(msg.content))
-        if isinstance(msg, ToolLost):
-            return self._on_tool_result(msg.call_id, "failed", error_result(msg.message))
-        if isinstance(msg, StreamLost):
-            if msg.stream_id != s.stream_id or s.phase != "streaming":
+        if s.phase == "finished":
+            return []
+        if msg.name == "cancel_grace":
+            if s.stop is not None:
                 return []
-            return self._on_stream_failed("stream_lost", f"LLM stream lost: {msg.detail}")
-        if isinstance(msg, StoreFailed):
-            return self._on_store_failed(msg.detail)
-        if isinstance(msg, ReportProgress):
-            cs = s.call(msg.call_id)
-            if cs is None or cs.status != "running" or s.phase == "finished":
-                return []
-            if msg.approval is not None:  # a child turn's call waits for a human: say so here
-                a = msg.approval
-                fields = dict(name=a["name"], arguments=a.get("arguments"), description=a.get("description", ""))
-                return [self._emit(ToolApprovalRequest, call_id=a["call_id"], child_turn_id=a["turn_id"], **fields)]
-            return [self._emit(ToolProgress, call_id=msg.call_id, data=msg.data)]
-        if isinstance(msg, ToolApprovalResponse):
-            return self._on_approvals([msg], False, None, msg)
-        if isinstance(msg, RespondToApprovals):
-            return self._on_approvals(msg.responses, msg.deny_rest, msg.deny_reason, msg)
-        if isinstance(msg, StopTurn):
-            return self._on_stop(msg)
-        if isinstance(msg, CancelTurn):
-            return self._on_cancel(msg)
-        if isinstance(msg, StopTool):
-            return self._on_stop_tool(msg)
-        if isinstance(msg, TimerFired):
-            return self._on_timer(msg.name, msg.token)
+            s.stop = Marker(kind="stop", reason="cancel grace period expired", at=self._clock(), cause="grace_expired")
+            return self._advance()
+        if msg.token != s.round or s.batch is None:
+            return []  # a timer of a batch that has ended
+        if msg.name == "commit" and s.commit_pending:
+            return self._advance(commit_due=True)
+        if msg.name == "approval_timeout" and s.pending_approvals:
+            for cs in s.batch:
+                if cs.status == "pending_approval":
+                    cs.status, cs.decision, cs.decision_reason = "decided", "denied", "Approval timed out"
+            s.commit_pending = True
+            return [Persist("approval_decision")] + self._advance(commit_due=True)
         return []
 
     # -- what next ------------------------------------------------------------------------
@@ -258,16 +257,17 @@ class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
                 out += self._commit()
                 commit_due = False
             elif action == "collect":
-                out += self._complete_batch()
+                self._append_tool_messages()
+                self.state.round += 1
+                self.state.phase = "idle"
+                out.append(Persist("tools_done"))
                 at_step = False
             elif action == "pause":
                 out += self._pause()
 
     def _pause(self) -> list[Decision]:
         s = self.state
-        s.paused = True
-        s.phase = "awaiting_approval"
-        s.waiting_since = self._clock()
+        s.paused, s.phase, s.waiting_since = True, "awaiting_approval", self._clock()
         finish = self._emit(
             Finish,
             finish_reason="awaiting_approval",
@@ -278,39 +278,267 @@ class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
         )
         return [finish, Persist("paused")]
 
-    def _complete_batch(self) -> list[Decision]:
+    # -- the model's stream ---------------------------------------------------------------
+
+    def _start_stream(self) -> list[Decision]:
         s = self.state
-        self._append_tool_messages()
-        s.round += 1
-        s.phase = "idle"
-        return [Persist("tools_done")]
+        s.streams += 1
+        s.stream_id = f"{s.turn_id}/s{s.streams}"
+        s.phase = "streaming"
+        self._stream = StreamAssembly(s.stream_id)
+        tools = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in s.tools]
+        return [Stream(StreamChat(stream_id=s.stream_id, provider=s.provider, messages=list(s.messages), tools=tools))]
 
-    # -- timers -------------------------------------------------------------------------
+    def _on_stream_message(self, msg: StreamMessage) -> list[Decision]:
+        if self.state.phase != "streaming" or self._stream is None:
+            return []  # a stream we aborted or finished
+        out: list[Decision] = []
+        for m in self._stream.accept(msg):
+            if self.state.phase != "streaming":
+                break
+            if isinstance(m, LLMDeltas):
+                text = safe_text(m.text)
+                self._stream.add_text(text)
+                out.append(self._emit(TextDelta, text=text))
+            elif isinstance(m, LLMRetrying):
+                out.append(self._emit(TurnRetrying, attempt=m.attempt, delay=m.delay, reason=m.reason))
+            elif isinstance(m, LLMCompleted):
+                out.extend(self._on_response(m))
+            else:
+                out.extend(self._on_stream_failed(m.error_type, m.message))
+        return out
 
-    def _on_timer(self, name: str, token: int) -> list[Decision]:
+    def _on_stream_lost(self, msg: StreamLost) -> list[Decision]:
+        if msg.stream_id != self.state.stream_id or self.state.phase != "streaming":
+            return []
+        return self._on_stream_failed("stream_lost", f"LLM stream lost: {msg.detail}")
+
+    def _on_stream_failed(self, error_type: str, message: str) -> list[Decision]:
+        self._keep_partial_text()
+        self.state.phase = "idle"
+        if self.state.cancel is not None:
+            return self._end("cancelled")
+        return self._end("error", (error_type, message))
+
+    def _keep_partial_text(self) -> None:
+        """Completed work is kept: the text of a stream that ended early joins the history."""
+        text = self._stream.text if self._stream is not None else ""
+        if text:
+            self.state.messages.append(ChatMessage.assistant(text))
+        self._stream = None
+        self.state.stream_id = None
+
+    def _on_response(self, msg: LLMCompleted) -> list[Decision]:
+        s = self.state
+        if msg.usage is not None:
+            s.usage = s.usage + msg.usage
+        message = safe_message(msg.message)
+        s.messages.append(message)
+        s.stream_id, s.phase, self._stream = None, "idle", None
+        calls = message.tool_calls or []
+        if not calls:
+            return [Persist("llm_response")] + self._advance(answered=msg.finish_reason)
+        s.batch = [CallState(call=c) for c in calls]
+        out: list[Decision] = [Persist("llm_response")]
+        if s.cancel is None:
+            s.phase = "tools"
+            for cs in s.batch:
+                out.extend(self._classify(cs))
+            if s.pending_approvals and s.options.approval_timeout is not None:
+                s.approval_deadline = self._clock() + s.options.approval_timeout
+                out.append(SetTimer("approval_timeout", s.options.approval_timeout, s.round))
+        return out + self._advance()
+
+    # -- tool calls -----------------------------------------------------------------------
+
+    def _classify(self, cs: CallState) -> list[Decision]:
+        """Decide a fresh call's fate: it fails at once, waits for approval, or runs now."""
+        fate = classify(cs.call, self._specs.get(cs.call.name), self._needs_approval)
+        if isinstance(fate, Fails):
+            return self._done(cs, "failed", fate.content)
+        cs.arguments = fate.arguments
+        if isinstance(fate, Runs):
+            return self._spawn(cs, self._specs[cs.call.name])
+        cs.status = "pending_approval"
+        description = self._specs[cs.call.name].description
+        request = dict(call_id=cs.call.id, name=cs.call.name, arguments=fate.arguments, description=description)
+        return [self._emit(ToolApprovalRequest, **request)]
+
+    def _spawn(self, cs: CallState, spec: ToolSpec) -> list[Decision]:
+        s = self.state
+        cs.status = "running"
+        cs.attempt += 1
+        run = run_message(s, cs, spec)
+        started = dict(call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments, round=s.round)
+        return [Spawn(run), self._emit(ToolCallStarted, **started)]
+
+    def _done(self, cs: CallState, outcome: ToolOutcome, content: str) -> list[Decision]:
+        cs.status, cs.outcome, cs.content = "done", outcome, content
+        return [self._emit(ToolFinished, call_id=cs.call.id, name=cs.call.name, outcome=outcome, content=content)]
+
+    def _append_tool_messages(self) -> None:
+        s = self.state
+        for cs in s.batch or ():
+            s.messages.append(ChatMessage.tool(cs.content or "", cs.call.id, name=cs.call.name))
+        s.batch = None
+        s.paused = s.commit_pending = False
+        s.approval_deadline = s.waiting_since = None
+
+    def _on_tool_result(self, msg: ToolResult) -> list[Decision]:
+        return self._call_ended(msg.call_id, msg.outcome, safe_text(msg.content))
+
+    def _on_tool_lost(self, msg: ToolLost) -> list[Decision]:
+        return self._call_ended(msg.call_id, "failed", error_result(msg.message))
+
+    def _call_ended(self, call_id: str, outcome: ToolOutcome, content: str) -> list[Decision]:
+        s = self.state
+        cs = s.call(call_id)
+        if s.phase == "finished" or cs is None or cs.status != "running":
+            return []  # a call that was stopped, or a duplicate: the first end wins
+        return self._done(cs, outcome, content) + [Persist("tool_result")] + self._advance()
+
+    def _on_progress(self, msg: ReportProgress) -> list[Decision]:
+        cs = self.state.call(msg.call_id)
+        if cs is None or cs.status != "running" or self.state.phase == "finished":
+            return []
+        if msg.approval is not None:  # a child turn's call waits for a human: say so here
+            a = msg.approval
+            fields = dict(name=a["name"], arguments=a.get("arguments"), description=a.get("description", ""))
+            return [self._emit(ToolApprovalRequest, call_id=a["call_id"], child_turn_id=a["turn_id"], **fields)]
+        return [self._emit(ToolProgress, call_id=msg.call_id, data=msg.data)]
+
+    # -- approvals ------------------------------------------------------------------------
+
+    def _on_approval(self, msg: ToolApprovalResponse) -> list[Decision]:
+        return self._decide([msg], False, None, msg)
+
+    def _on_approvals(self, msg: RespondToApprovals) -> list[Decision]:
+        return self._decide(msg.responses, msg.deny_rest, msg.deny_reason, msg)
+
+    def _decide(
+        self,
+        responses: Sequence[ToolApprovalResponse],
+        deny_rest: bool,
+        deny_reason: str | None,
+        command: ToolApprovalResponse | RespondToApprovals,
+    ) -> list[Decision]:
+        s = self.state
+        refused = refusal(s, responses, deny_rest)
+        if refused is not None:
+            return self._reply(command, False, *refused)
+        for r in responses:
+            cs = s.call(r.call_id)
+            assert cs is not None
+            cs.status, cs.decision, cs.decision_reason = "decided", "approved" if r.approved else "denied", r.reason
+        if deny_rest:
+            for cs in s.batch or ():
+                if cs.status == "pending_approval":
+                    cs.status, cs.decision, cs.decision_reason = "decided", "denied", deny_reason
+        out: list[Decision] = [Persist("approval_decision")]
+        resumes_at = None
+        if not s.pending_approvals and not s.commit_pending:
+            s.commit_pending = True
+            resumes_at = s.next_seq if s.paused else None
+            out.append(SetTimer("commit", s.options.approval_window, s.round))
+        return out + self._reply(command, True, None, "recorded", resumes_at)
+
+    def _commit(self) -> list[Decision]:
+        """Approval-resume: run approved calls, answer denied ones."""
+        s = self.state
+        s.commit_pending = False
+        s.phase = "tools"
+        out: list[Decision] = [Persist("approvals_committed")]
+        for cs in s.batch or ():
+            if cs.status != "decided":
+                continue
+            if cs.decision == "approved":
+                out.extend(self._spawn(cs, self._specs[cs.call.name]))
+            else:
+                reason = "User denied" if cs.decision_reason is None else cs.decision_reason
+                out.extend(self._done(cs, "denied", f"Rejected: {reason}"))
+        return out
+
+    # -- stop and cancel ------------------------------------------------------------------
+
+    def _first_request(self) -> tuple[StopCause, str]:
+        """The cause and text of the first stop or cancel request: what every consequence says."""
+        first = self.state.cancel or self.state.stop
+        return (first.cause, first.reason) if first is not None else ("user", "")
+
+    def _on_stop(self, msg: StopTurn) -> list[Decision]:
+        s = self.state
+        if s.phase == "finished" or s.stop is not None:
+            return self._reply(msg, True, None, "no effect")
+        resumes_at = s.next_seq if s.paused else None
+        s.stop = Marker(kind="stop", reason=msg.reason, at=self._clock(), cause=msg.cause)
+        return self._advance() + self._reply(msg, True, None, "", resumes_at)
+
+    def _on_cancel(self, msg: CancelTurn) -> list[Decision]:
+        s = self.state
+        if s.phase == "finished" or s.cancel is not None or s.stop is not None:
+            return self._reply(msg, True, None, "no effect")
+        ok = self._reply(msg, True, None, "", s.next_seq if s.paused else None)
+        s.cancel = Marker(kind="cancel", reason=msg.reason, at=self._clock(), grace=msg.grace, cause=msg.cause)
+        out: list[Decision] = [Persist("cancel_marker"), *self._interrupt_running("cancel", msg.reason, msg.cause)]
+        if msg.grace is not None:
+            out.append(SetTimer("cancel_grace", msg.grace, 0))
+        return out + self._advance() + ok
+
+    def _halt(self) -> list[Decision]:
+        """Stop now: abort the stream, interrupt every running call, end the turn."""
+        cause, why = self._first_request()
+        out: list[Decision] = [Persist("stop_marker"), *self._abort_stream(why, cause)]
+        out += self._interrupt_running("stop", why, cause)
+        return out + self._end("cancelled" if self.state.cancel is not None else "stopped")
+
+    def _abort_stream(self, reason: str, cause: StopCause = "user") -> list[Decision]:
+        s = self.state
+        if s.phase != "streaming" or s.stream_id is None:
+            return []
+        abort = Abort(s.stream_id, reason, cause)
+        self._keep_partial_text()
+        return [abort]
+
+    def _interrupt_running(self, mode: str, reason: str, cause: StopCause = "user") -> list[Decision]:
+        s = self.state
+        return [
+            Interrupt(InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode=mode, reason=reason, cause=cause))  # type: ignore[arg-type]
+            for cs in s.batch or ()
+            if cs.status == "running"
+        ]
+
+    def _on_stop_tool(self, msg: StopTool) -> list[Decision]:
         s = self.state
         if s.phase == "finished":
+            return self._reply(msg, False, "turn_finished", f"turn {s.turn_id} has finished ({s.finish_reason})")
+        cs = s.call(msg.call_id)
+        if cs is None and answered_before(s.messages, msg.call_id):
+            return self._reply(msg, False, "not_waiting", f"call {msg.call_id!r} has already finished")
+        if cs is None:
+            return self._reply(msg, False, "unknown_call", f"call {msg.call_id!r} is not running in turn {s.turn_id}")
+        if cs.status == "done":
+            return self._reply(msg, False, "not_waiting", f"call {msg.call_id!r} has already finished")
+        out: list[Decision] = []
+        resumes_at = s.next_seq if s.paused else None  # ending the last waiting call resumes the turn
+        if cs.status == "running":
+            out.append(Interrupt(InterruptTool(turn_id=s.turn_id, call_id=msg.call_id, mode="stop", reason=msg.reason)))
+        out += self._done(cs, "interrupted", interrupted_content("the call was stopped", msg.reason))
+        out += [Persist("tool_result")] + self._advance()
+        return out + self._reply(msg, True, None, "", resumes_at if not s.paused else None)
+
+    def _on_store_failed(self, msg: StoreFailed) -> list[Decision]:
+        if self.state.phase == "finished":
             return []
-        if name == "cancel_grace":
-            if s.stop is not None:
-                return []
-            s.stop = Marker(kind="stop", reason="cancel grace period expired", at=self._clock(), cause="grace_expired")
-            return self._advance()
-        if token != s.round or s.batch is None:
-            return []  # a timer of a batch that has ended
-        if name == "commit" and s.commit_pending:
-            return self._advance(commit_due=True)
-        if name == "approval_timeout":
-            return self._on_approval_timeout()
-        return []
+        out = self._abort_stream("the store failed") + self._interrupt_running("stop", "the store failed")
+        return out + self._end("error", ("store_error", f"the turn store failed: {msg.detail}"))
 
     # -- the end --------------------------------------------------------------------------
 
-    def _end(self, reason: str, error: tuple[str, str] | None = None) -> list[Decision]:
+    def _end(self, reason: FinishReason, error: tuple[str, str] | None = None) -> list[Decision]:
         """End the turn: close every open call, then ``Error`` if any, then ``Finish``."""
         s = self.state
         out: list[Decision] = []
-        cause, why = self._reason()
+        cause, why = self._first_request()
         if s.batch is not None:
             what = {"stopped": "the turn was stopped", "cancelled": "the turn was cancelled"}.get(
                 reason, "the turn ended"
@@ -324,8 +552,7 @@ class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
             out.append(self._emit(Error, error_type=reason, message=message, detail=why, cause=cause))
         elif error is not None:
             out.append(self._emit(Error, error_type=error[0], message=error[1]))
-        s.phase = "finished"
-        s.finish_reason = reason  # type: ignore[assignment]
+        s.phase, s.finish_reason = "finished", reason
         out.append(self._emit(Finish, finish_reason=reason, usage=s.usage, round=s.round, messages=list(s.messages)))
         return out + [Persist("finished"), Done()]
 
@@ -340,10 +567,30 @@ class TurnRules(AnswerRules, CallRules, ApprovalRules, StopRules):
         return Emit(event)
 
     def _reply(
-        self, command: Any, ok: bool, code: str | None, message: str, resumes_at: int | None = None
+        self, command: Any, ok: bool, code: RejectCode | None, message: str, resumes_at: int | None = None
     ) -> list[Decision]:
         """A reply to the command's sender: always for a refusal, for success only if asked."""
         if ok and getattr(command, "request_id", None) is None:
             return []
-        reply = reply_for(command, ok, code, message, turn_id=self.state.turn_id, resumes_at=resumes_at)  # type: ignore[arg-type]
-        return [Reply(reply)]
+        return [Reply(reply_for(command, ok, code, message, turn_id=self.state.turn_id, resumes_at=resumes_at))]
+
+
+_HANDLERS: dict[type, Callable[[TurnRules, Any], list[Decision]]] = {
+    TakeStep: TurnRules._on_step,
+    TimerFired: TurnRules._on_timer,
+    LLMDeltas: TurnRules._on_stream_message,
+    LLMRetrying: TurnRules._on_stream_message,
+    LLMCompleted: TurnRules._on_stream_message,
+    LLMFailed: TurnRules._on_stream_message,
+    StreamLost: TurnRules._on_stream_lost,
+    ToolResult: TurnRules._on_tool_result,
+    ToolLost: TurnRules._on_tool_lost,
+    ReportProgress: TurnRules._on_progress,
+    StoreFailed: TurnRules._on_store_failed,
+    ToolApprovalResponse: TurnRules._on_approval,
+    RespondToApprovals: TurnRules._on_approvals,
+    StopTurn: TurnRules._on_stop,
+    CancelTurn: TurnRules._on_cancel,
+    StopTool: TurnRules._on_stop_tool,
+}
+"""Which handler takes each input: every message the rules know, in one place."""

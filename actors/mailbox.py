@@ -1,8 +1,12 @@
-"""Actors inside a process: a mailbox, a state and a handler each, run by their host.
+"""Actors inside a process: a mailbox, a state and handlers each, run by their process's actor.
 
-A ``TurnHost`` (a Thespian actor, one OS process) hosts many in-process actors: TurnActors
-and an LLMActor. Each has its own FIFO mailbox and handles one message at a time; the host
-runs them after every Thespian message it receives, until every mailbox is empty.
+A ``TurnHost`` (a Thespian actor, one OS process) hosts many in-process actors: TurnActors,
+an LLMActor and the ToolActors of inline calls; a tool process hosts the ToolActor of its
+call. Each has its own FIFO mailbox and handles one message at a time; the Thespian actor
+runs them (``Kernel.run``) after every message it receives, until every mailbox is empty.
+They dispatch as Thespian's ``ActorTypeDispatcher`` does, so a process has one style:
+``receiveMsg_<Class>`` for the message's class or the nearest of its bases, else
+``receiveUnrecognizedMessage``.
 
 Guarantees:
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ..logs import logger
+from .logs import logger
 
 __all__ = ["Kernel", "LocalActor"]
 
@@ -27,9 +31,10 @@ log = logger("greenroom.kernel")
 
 
 class LocalActor:
-    """An in-process actor: subclasses implement ``receive(message, sender)``."""
+    """An in-process actor: subclasses define ``receiveMsg_<Class>`` handlers."""
 
     name = "actor"
+    _handlers: dict[type, str | None]  # per subclass: message class -> handler name, found once
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
@@ -43,8 +48,26 @@ class LocalActor:
             self._scheduled = True
             self.kernel.runnable.append(self)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._handlers = {}
+
     def receive(self, message: Any, sender: Any) -> None:
-        raise NotImplementedError
+        """Hand ``message`` to ``receiveMsg_<Class>`` of its class or nearest base."""
+        kind = type(message)
+        name = self._handlers.get(kind, "")
+        if name == "":
+            name = next(
+                (f"receiveMsg_{c.__name__}" for c in kind.__mro__ if hasattr(self, f"receiveMsg_{c.__name__}")), None
+            )
+            self._handlers[kind] = name
+        if name is None:
+            self.receiveUnrecognizedMessage(message, sender)
+        else:
+            getattr(self, name)(message, sender)
+
+    def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
+        log().debug("%s ignored %s", self.name, type(message).__name__)
 
 
 class Kernel:

@@ -1,4 +1,4 @@
-"""The worker-to-actor inbox never loses a wake-up (the actor only wakes on its pipe)."""
+"""The hand-off from a worker thread to its actor never loses a wake-up (the actor only wakes on its pipe)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.handoff import Inbox
+from actors.handoff import Handoff
 
 
 @pytest.fixture(autouse=True)
@@ -25,13 +25,13 @@ def frequent_thread_switches() -> Iterator[None]:
 
 @pytest.mark.parametrize("round_", range(10))
 def test_every_item_is_delivered_by_wake_ups_alone_under_contention(round_: int) -> None:
-    inbox = Inbox()
+    handoff = Handoff()
     total = 5_000
     done = threading.Event()
 
     def produce() -> None:
         for i in range(total):
-            inbox.put(i)
+            handoff.put(i)
         done.set()
 
     producer = threading.Thread(target=produce)
@@ -39,26 +39,26 @@ def test_every_item_is_delivered_by_wake_ups_alone_under_contention(round_: int)
     received: list[int] = []
     try:
         while len(received) < total:
-            ready, _, _ = select.select([inbox.fd], [], [], 2.0)
+            ready, _, _ = select.select([handoff.fd], [], [], 2.0)
             assert ready, f"no wake-up although {total - len(received)} items were queued (lost wake-up)"
-            received.extend(inbox.drain())
+            received.extend(handoff.drain())
     finally:
         producer.join(10)
-        inbox.close()
+        handoff.close()
     assert received == list(range(total))
     assert done.is_set()
 
 
 def test_a_drain_that_races_a_put_leaves_a_wake_up_for_what_it_missed() -> None:
     for _ in range(2_000):
-        inbox = Inbox()
-        inbox.put("a")
-        t = threading.Thread(target=inbox.put, args=("b",))
+        handoff = Handoff()
+        handoff.put("a")
+        t = threading.Thread(target=handoff.put, args=("b",))
         t.start()
-        first = inbox.drain()
+        first = handoff.drain()
         t.join(10)
         if "b" not in first:
-            ready, _, _ = select.select([inbox.fd], [], [], 5.0)
+            ready, _, _ = select.select([handoff.fd], [], [], 5.0)
             assert ready, "the item put during the drain has no wake-up"
-            assert inbox.drain() == ["b"]
-        inbox.close()
+            assert handoff.drain() == ["b"]
+        handoff.close()

@@ -1,0 +1,36 @@
+"""The tool message a call ends with: what the model reads about its outcome.
+
+Every tool call gets exactly one tool message (``ToolFinished.content`` is the same text):
+a value becomes ``{"ok": true, "data": ...}``, a failure ``{"ok": false, "error": ...,
+"data": null}``, as the seeds write them; a call interrupted by a stop or cancel says so
+and why. These are the only three shapes; every process that ends a call uses this module.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+__all__ = ["error_result", "interrupted_content", "ok_result"]
+
+
+def ok_result(data: Any) -> str:
+    """A successful call's tool message: ``{"ok": true, "data": ...}``; a value that is not
+    JSON-serializable makes it an error saying so."""
+    try:
+        jsonable = to_jsonable_python(data)
+    except PydanticSerializationError as exc:
+        return error_result(f"the tool returned a value that is not JSON-serializable: {exc}")
+    return json.dumps({"ok": True, "data": jsonable}, ensure_ascii=False)
+
+
+def error_result(message: str) -> str:
+    """A failed call's tool message: ``{"ok": false, "error": ..., "data": null}``."""
+    return json.dumps({"ok": False, "error": message, "data": None}, ensure_ascii=False)
+
+
+def interrupted_content(what: str, reason: str) -> str:
+    """The tool message of a call that was interrupted: ``Interrupted: {what} ({reason})``."""
+    return error_result(f"Interrupted: {what} ({reason})")
