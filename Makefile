@@ -24,7 +24,7 @@ test: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir $(VENV)/site
 
-# The wheel a user installs (pip install dist/greenroom-*.whl); CI builds it after the tests.
+# The wheel a user installs (pip install dist/greenroom-*.whl); CI builds it too.
 wheel: $(STAMP)
 	rm -rf dist
 	$(PY) -m pip wheel -q --no-deps --wheel-dir dist .
