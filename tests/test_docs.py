@@ -77,7 +77,9 @@ def python_pages() -> list[str]:
 
 def test_every_code_block_is_of_a_kind_that_runs_or_is_exempt_for_a_reason() -> None:
     every = [b for page in PAGES for b in blocks(page)]
-    unknown = [f"{b.page}:{b.line} ({b.lang or 'no language'})" for b in every if b.lang != RUN and b.lang not in EXEMPT]
+    unknown = [
+        f"{b.page}:{b.line} ({b.lang or 'no language'})" for b in every if b.lang != RUN and b.lang not in EXEMPT
+    ]
     assert unknown == [], f"say which kind each block is: {RUN!r} (runs) or one of {sorted(EXEMPT)}"
 
 
