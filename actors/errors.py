@@ -7,7 +7,9 @@ never as exception objects; these are raised in the caller's own process.
     ├── ToolContextError            ToolContext.current() outside a running tool
     ├── RuntimeClosedError          the Runtime was used after it shut down
     ├── ControlRejected             the turn refused a command (code: unknown_call, duplicate, ...)
-    ├── TurnTimeout                 a wait on a turn ran out of time
+    ├── TurnTimeout                 a wait on a turn ran out of time (and only that)
+    ├── HostUnreachable             a command could not be delivered to its turn's host
+    ├── ReaderDropped               the turn's host stopped sending to this handle (it fell behind)
     ├── ChildTurnFailed             run_subagent's child turn ended without an answer
     ├── StoreError                  the turn store failed
     │   └── SnapshotError           one turn's record is corrupted or of an unknown version
@@ -30,6 +32,8 @@ __all__ = [
     "ConfigurationError",
     "ControlRejected",
     "GreenroomError",
+    "HostUnreachable",
+    "ReaderDropped",
     "RuntimeClosedError",
     "SnapshotError",
     "StoreError",
@@ -72,6 +76,17 @@ class ControlRejected(GreenroomError):
 
 class TurnTimeout(GreenroomError, TimeoutError):
     """Waiting on a turn took longer than the timeout given."""
+
+
+class HostUnreachable(GreenroomError):
+    """A command could not be delivered to the host of its turn, even after the transport's
+    retries (the host's process is gone, or the network to it is); it was not applied."""
+
+
+class ReaderDropped(GreenroomError):
+    """The turn's host stopped sending events to this handle: it had not read them for too
+    long after the turn ended (``TurnOptions.reader_grace``). The turn itself was not
+    affected; with a store, ``attach`` reads its events again."""
 
 
 class ChildTurnFailed(GreenroomError):

@@ -22,6 +22,7 @@ from .codec import (
 from .control import (
     TURN_COMMANDS,
     CancelTurn,
+    Consumed,
     ControlReply,
     RejectCode,
     RespondToApprovals,
@@ -33,6 +34,7 @@ from .control import (
     ToolApprovalResponse,
     TurnCommand,
     TurnOptions,
+    Unsubscribe,
     new_turn_id,
     reply_for,
     unaddressed,
@@ -51,7 +53,9 @@ from .events import (
     TurnEventUnion,
     TurnRetrying,
     TurnStarted,
+    extend_history,
     host_lost,
+    whole_history,
 )
 from .llm import (
     AbortStream,
@@ -75,11 +79,13 @@ __all__ = [
     "CancelTurn",
     "ChatMessage",
     "CodecError",
+    "Consumed",
     "ControlReply",
     "decode",
     "decode_snapshot",
     "encode",
     "encode_snapshot",
+    "extend_history",
     "host_lost",
     "Error",
     "Finish",
@@ -136,6 +142,8 @@ __all__ = [
     "TurnRetrying",
     "TurnStarted",
     "TurnState",
+    "Unsubscribe",
     "Usage",
     "WatchMembership",
+    "whole_history",
 ]

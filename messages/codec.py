@@ -112,7 +112,7 @@ def decode_snapshot(data: bytes) -> TurnState:
     if not isinstance(payload, dict) or "v" not in payload or "state" not in payload:
         raise CodecError("malformed snapshot: expected a map with 'v' and 'state'")
     if payload["v"] not in READABLE_VERSIONS:
-        readable = " and ".join(map(str, READABLE_VERSIONS))
+        readable = ", ".join(map(str, READABLE_VERSIONS[:-1])) + f" and {READABLE_VERSIONS[-1]}"
         raise SnapshotVersionError(
             f"snapshot schema version {payload['v']!r} is not supported (this code reads {readable})"
         )

@@ -23,6 +23,7 @@ from .tool import ToolSpec
 
 __all__ = [
     "CancelTurn",
+    "Consumed",
     "ControlReply",
     "RejectCode",
     "TURN_COMMANDS",
@@ -35,6 +36,7 @@ __all__ = [
     "ToolApprovalResponse",
     "TurnCommand",
     "TurnOptions",
+    "Unsubscribe",
     "new_turn_id",
     "reply_for",
     "unaddressed",
@@ -64,6 +66,16 @@ class TurnOptions(Message):
     SIGKILL. ``linger`` is how long a finished TurnActor stays to answer late commands.
     A call placed on another node by capability sends a heartbeat every ``heartbeat``
     seconds; one silent for ``lost_after`` seconds (its host died) ends as failed.
+
+    Bounds: a call still running after ``tool_timeout`` seconds (its tool's own
+    ``@tool(timeout=...)`` wins) is stopped and fails saying so; ``None`` lets it run until
+    the turn is stopped. A result (and each progress report) longer than
+    ``max_result_bytes`` in UTF-8 fails its call in the tool's own process, before it
+    crosses the wire. ``finish_history="new"``: each ``Finish`` carries the messages added
+    since the turn's previous ``Finish`` (from ``history_from``); ``"full"``: the whole
+    history, every time. A subscriber that reads slower than the turn runs is sent at most
+    its window of events ahead of what it read; once the turn has ended, one still behind
+    after ``reader_grace`` seconds is dropped with an ``Error(reader_dropped)``.
     """
 
     kind: Literal["turn_options"] = "turn_options"
@@ -74,6 +86,10 @@ class TurnOptions(Message):
     linger: float = Field(default=2.0, ge=0)
     heartbeat: float = Field(default=1.0, gt=0)
     lost_after: float = Field(default=5.0, gt=0)
+    tool_timeout: float | None = Field(default=300.0, gt=0)
+    max_result_bytes: int = Field(default=1024 * 1024, ge=1024)
+    finish_history: Literal["new", "full"] = "new"
+    reader_grace: float = Field(default=300.0, ge=0)
 
 
 class TurnCommand(Message):
@@ -104,6 +120,7 @@ class StartTurn(Message):
     parent_turn_id: str | None = None
     root_turn_id: str | None = None
     trace_context: dict[str, str] | None = None
+    window: int | None = Field(default=None, ge=1)  # the sender's flow control, as in Subscribe
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -182,12 +199,35 @@ class StopTool(TurnCommand):
 
 
 class Subscribe(Message):
-    """Receive this turn's events from ``since`` (its ``seq``) on, then as they happen."""
+    """Receive this turn's events from ``since`` (its ``seq``) on, then as they happen.
+
+    ``window`` (events) asks for flow control: the turn's host sends at most ``window``
+    events past the last ``Consumed`` it had from this subscriber, and holds the rest in the
+    turn's log until the subscriber says it read them; ``None`` (a supervisor's default)
+    sends every event as it happens. The first ``Finish`` a subscriber gets carries the
+    whole history, later ones what is new."""
 
     kind: Literal["subscribe"] = "subscribe"
     turn_id: str
     since: int = Field(default=0, ge=0)
     request_id: str | None = None
+    window: int | None = Field(default=None, ge=1)
+
+
+class Consumed(Message):
+    """From a subscriber to its turn's host: I have read your events up to ``seq`` (included);
+    send me up to my window past it."""
+
+    kind: Literal["consumed"] = "consumed"
+    turn_id: str
+    seq: int
+
+
+class Unsubscribe(Message):
+    """From a subscriber to its turn's host: send me nothing more of this turn."""
+
+    kind: Literal["unsubscribe"] = "unsubscribe"
+    turn_id: str
 
 
 TURN_COMMANDS: tuple[type[TurnCommand], ...] = (

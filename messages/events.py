@@ -11,6 +11,7 @@ the turn's last event. Every tool call the model made gets exactly one ``ToolFin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Discriminator, Field
@@ -33,7 +34,9 @@ __all__ = [
     "TurnEventUnion",
     "TurnRetrying",
     "TurnStarted",
+    "extend_history",
     "host_lost",
+    "whole_history",
 ]
 
 FinishReason = Literal["stop", "max_rounds", "error", "awaiting_approval", "stopped", "cancelled", "length"]
@@ -127,7 +130,13 @@ class Error(TurnEvent):
 
 
 class Finish(TurnEvent):
-    """A run ended. ``messages`` is the history so far; ``pending_approvals`` lists call ids."""
+    """A run ended; ``pending_approvals`` lists the call ids that wait for a decision.
+
+    ``messages`` are the history from message ``history_from`` on: the whole history when
+    ``history_from`` is 0, which the first ``Finish`` a subscriber receives always is; after
+    it, the messages added since the turn's previous ``Finish`` (``TurnOptions.finish_history``
+    ``"full"`` sends the whole history every time). A caller's ``TurnResult.messages`` is
+    always the whole history."""
 
     kind: Literal["finish"] = "finish"
     finish_reason: FinishReason
@@ -135,10 +144,32 @@ class Finish(TurnEvent):
     round: int = 0
     messages: list[ChatMessage] = Field(default_factory=list)
     pending_approvals: list[str] = Field(default_factory=list)
+    history_from: int = Field(default=0, ge=0)
+
+    @property
+    def history_length(self) -> int:
+        """The length of the whole history as of this ``Finish``."""
+        return self.history_from + len(self.messages)
 
     @property
     def terminal(self) -> bool:
         return self.finish_reason in TERMINAL_REASONS
+
+
+def extend_history(history: list[ChatMessage], finish: Finish) -> None:
+    """Bring ``history`` (a turn's whole history as of its previous ``Finish``, or empty)
+    up to ``finish``, in place."""
+    del history[finish.history_from :]
+    history.extend(finish.messages)
+
+
+def whole_history(events: Iterable[TurnEvent]) -> list[ChatMessage]:
+    """The whole history as of the last ``Finish`` of ``events`` (a turn's events from seq 0)."""
+    history: list[ChatMessage] = []
+    for event in events:
+        if isinstance(event, Finish):
+            extend_history(history, event)
+    return history
 
 
 TurnEventUnion = Annotated[

@@ -22,8 +22,8 @@ from .tool import ToolOutcome, ToolSpec
 
 __all__ = ["READABLE_VERSIONS", "CallState", "CallStatus", "Marker", "Phase", "SCHEMA_VERSION", "TurnState"]
 
-SCHEMA_VERSION = 2  # 2: trace contexts, tool configuration
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3  # 2: trace contexts, tool configuration; 3: finish_mark
+READABLE_VERSIONS = (1, 2, 3)
 
 Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "finished"]
 CallStatus = Literal["queued", "pending_approval", "decided", "running", "done"]
@@ -85,6 +85,7 @@ class TurnState(_State):
     created_at: float = 0.0
     updated_at: float = 0.0
     trace_context: dict[str, str] | None = None  # the turn's first span; a recovered turn's span is its child
+    finish_mark: int = 0  # the history's length at the turn's last Finish (what the next one adds to)
 
     def call(self, call_id: str) -> CallState | None:
         for c in self.batch or ():

@@ -39,7 +39,9 @@ class ToolSpec(Message):
     capabilities a node must advertise to run it. ``retry_safe`` declares that running a
     call twice with the same idempotency key is harmless (used on recovery). ``inline``
     runs an ``async def`` tool (``is_async``) in its turn's host instead of a tool process;
-    ``isolate`` gives each call a fresh tool process of its own. ``config`` is set for a
+    ``isolate`` gives each call a fresh tool process of its own. ``timeout`` (seconds) stops
+    a call that runs longer and fails it, saying so (``None``: the turn's
+    ``TurnOptions.tool_timeout``). ``config`` is set for a
     tool built from data (the tools of an MCP server): ``ref`` then names a factory, called
     with the spec, that returns the tool; it is persisted with the turn, so it never holds
     a secret.
@@ -58,6 +60,7 @@ class ToolSpec(Message):
     inline: bool = False
     isolate: bool = False
     config: dict[str, Any] | None = None
+    timeout: float | None = Field(default=None, gt=0)
 
 
 class RunTool(Message):
@@ -79,6 +82,7 @@ class RunTool(Message):
     heartbeat: float | None = None
     provider: ProviderConfig | None = None
     trace_context: dict[str, str] | None = None
+    max_result_bytes: int = 1024 * 1024  # a longer result (or progress report) fails the call where it runs
 
 
 class ToolAlive(Message):
@@ -116,7 +120,11 @@ class ReportProgress(Message):
 
 
 class InterruptTool(Message):
-    """Tell a ToolActor that its call is stopped (act now) or cancelled (cooperative)."""
+    """Tell a ToolActor that its call is stopped (act now) or cancelled (cooperative).
+
+    ``attempt`` names the run of the call it is for (a call may run again after a restart);
+    a tool process that gets it before the ``RunTool`` it overtook keeps it, and that call
+    then never starts."""
 
     kind: Literal["interrupt_tool"] = "interrupt_tool"
     turn_id: str
@@ -124,3 +132,4 @@ class InterruptTool(Message):
     mode: Literal["stop", "cancel"]
     reason: str
     cause: str = "user"
+    attempt: int | None = None

@@ -74,6 +74,7 @@ from messages import (
     TurnEvent,
     TurnOptions,
     TurnRetrying,
+    whole_history,
 )
 
 from . import fault_tools as F
@@ -711,8 +712,11 @@ class Outcome:
 
     @property
     def finish(self) -> Finish | None:
+        """The terminal Finish, with the turn's whole history (Finish events carry what is new)."""
         last = self.events[-1] if self.events else None
-        return last if isinstance(last, Finish) and last.terminal else None
+        if not isinstance(last, Finish) or not last.terminal:
+            return None
+        return last.model_copy(update={"messages": whole_history(self.events), "history_from": 0})
 
     @property
     def finish_reason(self) -> str:

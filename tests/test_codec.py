@@ -80,7 +80,9 @@ SAMPLES: dict[str, m.Message] = {
         deny_reason="later",
     ),
     "stop_tool": m.StopTool(turn_id="t1", call_id="call_1"),
-    "subscribe": m.Subscribe(turn_id="t1", since=3),
+    "subscribe": m.Subscribe(turn_id="t1", since=3, window=64),
+    "consumed": m.Consumed(turn_id="t1", seq=41),
+    "unsubscribe": m.Unsubscribe(turn_id="t1"),
     "node_info": m.NodeInfo(node="10.0.0.2:1900", capabilities={"sandbox": True, "gpu": "a100"}),
     "membership_changed": m.MembershipChanged(
         node="10.0.0.2:1900", joined=False, capabilities={"sandbox": True}, at=12.5

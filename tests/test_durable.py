@@ -224,7 +224,7 @@ def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(
     assert out.returncode == 2
     assert (
         out.stderr.strip()
-        == "greenroom: turn turn_version: snapshot schema version 99 is not supported (this code reads 1 and 2)"
+        == "greenroom: turn turn_version: snapshot schema version 99 is not supported (this code reads 1, 2 and 3)"
     )
 
 
@@ -294,3 +294,20 @@ def test_a_second_runtime_cannot_take_a_store_in_use(provider: ScriptedProvider,
     assert not store_in_use(str(store))  # free again once the first runtime closed
     with Runtime(config(provider), store=store):
         pass
+
+
+def test_attach_after_an_approval_from_another_process_shows_the_turn_as_it_is(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    store = tmp_path / "turns.db"
+    provider.add(use_tools(call("write_file", {"path": "/etc/motd", "text": "hi"})))
+    run_child(store, provider, "approval", "turn_attach1")  # paused, then its owner was killed
+    provider.add(say("Written."))
+    with Runtime(config(provider), store=store) as rt:
+        assert rt.recovered == ["turn_attach1"]
+        ok = greenroom("approve", "turn_attach1", "call_1", "--store", str(store))
+        assert ok.returncode == 0, ok.stderr
+        turn = rt.attach("turn_attach1")  # its events replay a pause that is over
+        result = turn.result(30)
+        assert result.finish_reason == "stop" and result.pending_approvals == []
+        assert result.text == "Written."

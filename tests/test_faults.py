@@ -209,9 +209,10 @@ def test_a_reason_with_a_lone_surrogate_still_ends_the_turn_for_its_caller(
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.finish_reason == ("stopped" if how == "stop" else "stop")
     assert not [e for e in turn.all_events if isinstance(e, Error) and e.error_type == "event_lost"]
-    assert history_problems(finish.messages) == []
+    history = turn.result().messages
+    assert history_problems(history) == []
     expected = "odd \ufffd reason" if how == "stop" else "Rejected: bad \ufffd reason"
-    assert expected in json.dumps([m.content for m in finish.messages], ensure_ascii=False)
+    assert expected in json.dumps([m.content for m in history], ensure_ascii=False)
 
 
 # found by this suite, fixed in 63fcb1e: a host lost while its turn was paused left the calls of

@@ -12,7 +12,8 @@ import messages
 ACTORS = [
     "AsyncRuntime", "AsyncTurnHandle", "CancelTurn", "Cancellation", "ChatMessage", "ChildTurnFailed", "CodecError",
     "CommandResult", "ConfigurationError", "ControlRejected", "ControlReply", "DIRECTORY_NAME", "DirectoryActor",
-    "Error", "EventBatch", "Finish", "FinishReason", "GreenroomError", "MembershipChanged", "ProviderConfig",
+    "Error", "EventBatch", "Finish", "FinishReason", "GreenroomError", "HostUnreachable", "MembershipChanged",
+    "ProviderConfig", "ReaderDropped",
     "Registration", "RespondToApprovals", "RetryPolicy", "Runtime", "RuntimeClosedError", "SnapshotError",
     "StartTurn", "StopTool", "StopTurn", "StoreError", "Subscribe", "Supervisor", "TextDelta", "Timeouts", "Tool",
     "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted", "ToolCancelled", "ToolContext",
@@ -23,7 +24,7 @@ ACTORS = [
 ]  # fmt: skip
 
 MESSAGES = [
-    "AbortStream", "ApprovalMode", "CallState", "CancelTurn", "ChatMessage", "CodecError", "ControlReply", "Error",
+    "AbortStream", "ApprovalMode", "CallState", "CancelTurn", "ChatMessage", "CodecError", "Consumed", "ControlReply", "Error",
     "Finish", "FinishReason", "FinishReasonLLM", "InterruptTool", "LLMCompleted", "LLMDeltas", "LLMFailed",
     "LLMRetrying", "ListNodes", "Marker", "MembershipChanged", "Message", "NodeInfo", "NodeList", "ProviderConfig",
     "RejectCode", "ReportProgress", "RespondToApprovals", "RetryPolicy", "Role", "RunTool", "SCHEMA_VERSION",
@@ -31,12 +32,12 @@ MESSAGES = [
     "TURN_COMMANDS",
     "TextDelta", "Timeouts", "ToolAlive", "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted",
     "ToolFinished", "ToolOutcome", "ToolProgress", "ToolResult", "ToolSpec", "TurnCommand", "TurnEvent", "TurnEventUnion",
-    "TurnOptions", "TurnRetrying", "TurnStarted", "TurnState", "Usage", "WatchMembership", "decode", "decode_snapshot",
-    "encode", "encode_snapshot", "host_lost", "message_classes", "new_turn_id", "reply_for", "unaddressed",
+    "TurnOptions", "TurnRetrying", "TurnStarted", "TurnState", "Unsubscribe", "Usage", "WatchMembership", "decode", "decode_snapshot",
+    "encode", "encode_snapshot", "extend_history", "host_lost", "message_classes", "new_turn_id", "reply_for", "unaddressed", "whole_history",
 ]  # fmt: skip
 
 KINDS = {
-    "AbortStream": "abort_stream", "CancelTurn": "cancel_turn", "ChatMessage": "chat_message",
+    "AbortStream": "abort_stream", "CancelTurn": "cancel_turn", "ChatMessage": "chat_message", "Consumed": "consumed",
     "ControlReply": "control_reply", "Error": "error", "Finish": "finish", "InterruptTool": "interrupt_tool",
     "ListNodes": "list_nodes", "LLMCompleted": "llm_completed", "LLMDeltas": "llm_deltas", "LLMFailed": "llm_failed",
     "LLMRetrying": "llm_retrying", "MembershipChanged": "membership_changed", "NodeInfo": "node_info",
@@ -48,6 +49,7 @@ KINDS = {
     "ToolCall": "tool_call", "ToolCallStarted": "tool_call_started", "ToolFinished": "tool_finished",
     "ToolProgress": "tool_progress", "ToolResult": "tool_result", "ToolSpec": "tool_spec",
     "TurnOptions": "turn_options", "TurnRetrying": "turn_retrying", "TurnStarted": "turn_started", "Usage": "usage",
+    "Unsubscribe": "unsubscribe",
     "WatchMembership": "watch_membership",
 }  # fmt: skip
 

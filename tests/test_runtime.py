@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import socket
 import threading
+from pathlib import Path
 
 import pytest
 
-from actors import AsyncRuntime, ConfigurationError, Runtime
+from actors import AsyncRuntime, ConfigurationError, Runtime, TurnTimeout
 from actors.lifecycle.processes import session_processes
-from actors.testing import ScriptedProvider, say
-from messages import CancelTurn, Finish, StopTurn, TextDelta
+from actors.testing import ScriptedProvider, call, say, use_tools
+from messages import CancelTurn, Finish, StopTurn, TextDelta, ToolProgress
 
-from .helpers import summary
-from .wire import listening_sockets
+from . import tools_for_tests as T
+from .helpers import summary, wait_until
+from .wire import accept_queue, listening_sockets
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +98,30 @@ def test_a_command_without_a_turn_id_is_refused_at_once_by_either_api(
                 await rt.control(CancelTurn(turn_id="", reason="which turn?"))
 
     asyncio.run(main())
+
+
+def test_every_socket_the_owner_listens_on_is_serviced(runtime: Runtime, provider: ScriptedProvider) -> None:
+    owner = {p for _, p in listening_sockets({os.getpid()}) if p != provider.port}
+    assert len(owner) >= 2, "the pump's endpoint and the actor system's own"
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for port in sorted(owner) for _ in range(20)]
+    try:
+        for port in owner:  # idle connections are accepted (then held to the transport's limits)
+            assert wait_until(lambda port=port: accept_queue(port) == 0, timeout=10), f"port {port} is never read"
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_a_command_a_host_never_answers_times_out_saying_how_long(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    provider.add(use_tools(call("host_pid", {"wait": True})))
+    turn = runtime.run("hold", tools=[T.host_pid])
+    host = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pid"]
+    os.kill(host, signal.SIGSTOP)
+    try:
+        with pytest.raises(TurnTimeout, match=r"^no answer to stop_turn after 0.5 s$"):
+            turn.stop("now", timeout=0.5)
+    finally:
+        os.kill(host, signal.SIGCONT)
+    assert turn.result(30, final=True).finish_reason == "stopped"  # it was delivered, and applied

@@ -210,3 +210,47 @@ def test_stop_before_a_tool_starts_leaves_a_valid_history(runtime: Runtime, prov
     tool_messages = [m for m in result.messages if m.role == "tool"]
     assert [m.tool_call_id for m in tool_messages] == ["call_1", "call_2"]
     provider_accepts(provider, result.messages)
+
+
+def test_a_blocking_on_stop_delays_neither_the_stop_nor_the_grace_that_ends_the_tools_children(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    release, marker = tmp_path / "release", tmp_path / "marker"
+    provider.add(use_tools(call("child_and_blocking_on_stop", {"release": str(release), "marker": str(marker)})))
+    turn = runtime.run("go", tools=[T.child_and_blocking_on_stop], options=TurnOptions(stop_grace=0.3))
+    child = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["child"]
+    turn.stop("now")
+    assert turn.result(30).finish_reason == "stopped"
+    assert wait_until(lambda: not pid_alive(child), timeout=10), "the grace did not end the tool's child"
+    assert not marker.exists(), "the callback still blocks: the grace did not wait for it"
+    release.write_text("go")
+
+
+def test_an_inline_on_stop_that_blocks_holds_up_no_other_turn_of_its_host(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    provider.add(use_tools(call("inline_blocking_on_stop", {"release": str(release)})))
+    blocked = runtime.run("block", tools=[T.inline_blocking_on_stop])
+    host = blocked.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pid"]
+    blocked.stop("now")
+    assert blocked.result(30).finish_reason == "stopped"
+    provider.add(use_tools(call("host_pid", {})), say("still here"))
+    other = runtime.run("next", tools=[T.host_pid])  # one host: the same process
+    assert other.result(30).text == "still here"
+    assert json.loads(other.result().messages[2].content or "")["data"] == host
+    release.write_text("go")
+
+
+def test_an_inline_on_stop_raising_system_exit_fails_that_callback_alone(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
+    provider.add(use_tools(call("inline_exiting_on_stop", {})))
+    first = runtime.run("exit", tools=[T.inline_exiting_on_stop])
+    host = first.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pid"]
+    first.stop("now")
+    assert first.result(30).finish_reason == "stopped"
+    provider.add(use_tools(call("host_pid", {})), say("alive"))
+    second = runtime.run("again", tools=[T.host_pid])
+    assert second.result(30).text == "alive"
+    assert json.loads(second.result().messages[2].content or "")["data"] == host, "the host process survived"

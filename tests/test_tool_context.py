@@ -29,13 +29,12 @@ def test_closing_while_the_callback_runs_is_idempotent() -> None:
         ran.append(1)
 
     registration = c.on_stop(slow)
-    stopper = threading.Thread(target=c._request, args=("stop", "user"))
-    stopper.start()
+    c._request("stop", "user")  # returns at once: the callback runs on a thread of its own
     assert entered.wait(10)
     registration.close()  # the tool reaches its finally while the callback runs
     registration.close()
     release.set()
-    stopper.join(10)
+    assert c.callbacks_returned(10)
     assert ran == [1]
     c._request("stop", "again")
     assert ran == [1]
@@ -62,6 +61,7 @@ def test_a_callback_that_raises_blocks_neither_the_others_nor_the_stop(caplog: p
     c.on_stop(bad)
     c.on_stop(lambda: ran.append("second"))
     c._request("stop", "user")
+    assert c.callbacks_returned(10)
     assert ran == ["second"]
     assert c.mode == "stop"
     assert "an on_stop callback raised; the stop goes on" in caplog.text
@@ -75,6 +75,7 @@ def test_each_callback_runs_at_most_once_and_a_closed_registration_never() -> No
     c.on_stop(lambda: ran.append("kept"))
     c._request("stop", "a")
     c._request("stop", "b")
+    assert c.callbacks_returned(10)
     assert ran == ["kept"]
     assert c.reason == "a"
 
@@ -89,7 +90,29 @@ def test_cancel_sets_the_flag_without_running_callbacks_and_stop_still_does() ->
         c.throw_if_requested()
     assert info.value.mode == "cancel"
     c._request("stop", "later")
+    assert c.callbacks_returned(10)
     assert ran == [1] and c.mode == "stop" and c.reason == "supervisor"
+
+
+def test_a_blocking_callback_delays_neither_the_stop_nor_the_next_callback_raising_system_exit() -> None:
+    c = Cancellation()
+    release, ran = threading.Event(), []
+
+    def blocks() -> None:
+        release.wait(30)
+        ran.append("blocker")
+
+    def exits() -> None:
+        raise SystemExit("a callback may not end the process")
+
+    c.on_stop(blocks)
+    c.on_stop(exits)
+    c.on_stop(lambda: ran.append("last"))
+    c._request("stop", "user")  # returns while the first callback blocks
+    assert c.mode == "stop" and ran == []
+    release.set()
+    assert c.callbacks_returned(10)
+    assert ran == ["blocker", "last"]
 
 
 def test_tool_cancelled_is_not_an_exception_a_tool_swallows() -> None:

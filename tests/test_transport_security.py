@@ -20,11 +20,11 @@ import pytest
 from actors import Runtime
 from actors.lifecycle.processes import descendants, session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
-from actors.wire.frames import MAGIC, BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint
+from actors.wire.frames import DUPLICATE, MAGIC, BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint
 
 from . import tools_for_tests as T
 from .helpers import pid_alive, wait_until
-from .wire import ACK_DATAERR, can_capture, capture, frame, listening_sockets, send_raw
+from .wire import ACK, ACK_DATAERR, can_capture, capture, frame, listening_sockets, send_raw
 
 pytestmark = pytest.mark.integration
 
@@ -140,8 +140,17 @@ def test_the_frame_reader_refuses_bad_lengths_before_sizing_anything() -> None:
 # -- replay ----------------------------------------------------------------------------------
 
 
+def test_a_frame_accepted_once_opens_as_a_duplicate_afterwards() -> None:
+    codec = FrameCodec(b"k" * 32, encrypt=False)
+    add_endpoint("127.0.0.1", 4242)
+    sealed = codec.seal(("sender", "hello"), "127.0.0.1", 4242)
+    assert codec.open(sealed) == ("sender", "hello")
+    assert codec.open(sealed) is DUPLICATE  # acknowledged again by the transport, delivered to nobody
+    assert codec.open(codec.seal(("sender", "next"), "127.0.0.1", 4242)) == ("sender", "next")
+
+
 @pytest.mark.skipif(not can_capture(), reason="capturing the loopback needs root")
-def test_frames_captured_on_the_loopback_and_sent_again_are_refused(
+def test_frames_captured_on_the_loopback_and_sent_again_are_acknowledged_and_do_nothing(
     runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
 ) -> None:
     keys = tmp_path / "keys.txt"
@@ -153,8 +162,8 @@ def test_frames_captured_on_the_loopback_and_sent_again_are_refused(
     starts = [(port, data) for port, data in wire.payloads if b"StartTurn" in data]
     assert runs and starts, "the capture saw the turn's frames"
     requests = len(provider.requests)
-    for port, data in runs + starts:
-        assert send_raw(port, data) == ACK_DATAERR
+    for port, data in runs + starts:  # accepted before: acknowledged again (a resend), delivered to nobody
+        assert send_raw(port, data) == ACK
     still_serving(runtime, provider, tree(runtime))
     assert keys.read_text() == f"{turn.turn_id}:call_1\n", "a replayed RunTool ran the tool again"
     assert len(provider.requests) == requests + 1, "a replayed StartTurn started a turn again"

@@ -127,8 +127,8 @@ def test_a_mixed_response_runs_the_safe_call_and_asks_only_about_the_gated_one()
     rules, _ = new()
     step(rules)
     out = respond(rules, ("c1", "safe", False), ("c2", "gated", True))
-    assert kinds(out) == ["persist", "spawn", "emit:tool_call_started", "emit:tool_approval_request"]
-    request = out[3].event
+    assert kinds(out) == ["persist", "spawn", "emit:tool_call_started", "settimer", "emit:tool_approval_request"]
+    request = out[4].event
     assert (request.call_id, request.name, request.arguments, request.description) == (
         "c2",
         "gated",
@@ -150,7 +150,7 @@ def test_approval_commits_after_the_window_and_runs_the_call() -> None:
     assert out[1] == SetTimer("commit", 0.05, 0)
     assert out[2].reply.ok
     out = rules.handle(TimerFired("commit", 0))
-    assert kinds(out) == ["persist", "spawn", "emit:tool_call_started"]
+    assert kinds(out) == ["persist", "spawn", "emit:tool_call_started", "settimer"]
     out = rules.handle(result("c1"))
     assert kinds(out) == ["emit:tool_finished", "persist", "persist", "schedulestep"]
     assert tool_messages(rules) == [("c1", '{"ok": true, "data": 1}')]

@@ -273,3 +273,70 @@ def delegate_gated(path: str) -> str:
     from actors.tools.subagents import run_subagent
 
     return run_subagent(f"record the key in {path}", tools=[append_key])
+
+
+@tool
+def big_result(size: int) -> str:
+    """A result of ``size`` characters."""
+    return "x" * size
+
+
+@tool
+def big_progress(size: int) -> str:
+    """Report one progress of ``size`` characters, then answer."""
+    ToolContext.current().report_progress("x" * size)
+    return "reported"
+
+
+@tool
+def many_progress(count: int, marker: str) -> str:
+    """Report ``count`` progress events, then write ``marker`` and answer."""
+    ctx = ToolContext.current()
+    for i in range(count):
+        ctx.report_progress(i)
+    Path(marker).write_text("done")
+    return "reported"
+
+
+def _block_until(path: str, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the test creates it when the callback may return
+
+
+@tool
+def child_and_blocking_on_stop(release: str, marker: str) -> str:
+    """Start a child process (reported as progress), register an on_stop callback that blocks
+    until ``release`` exists and then writes ``marker``, and wait to be stopped."""
+    import subprocess
+
+    ctx = ToolContext.current()
+    child = subprocess.Popen(["sleep", "300"])
+    ctx.cancellation.on_stop(lambda: (_block_until(release), append_line(marker, "callback returned")))
+    ctx.report_progress({"child": child.pid})
+    ctx.cancellation.wait(120)
+    return "stopped"
+
+
+@tool(inline=True)
+async def inline_blocking_on_stop(release: str) -> str:
+    """Inline: an on_stop callback that blocks (on its own thread) until ``release`` exists."""
+    ctx = ToolContext.current()
+    ctx.cancellation.on_stop(lambda: _block_until(release))
+    ctx.report_progress({"pid": os.getpid()})
+    await asyncio.sleep(300)
+    return "woke"
+
+
+def _exit() -> None:
+    raise SystemExit("an on_stop callback tried to end the process")
+
+
+@tool(inline=True)
+async def inline_exiting_on_stop() -> str:
+    """Inline: an on_stop callback that raises SystemExit."""
+    ctx = ToolContext.current()
+    ctx.cancellation.on_stop(_exit)
+    ctx.report_progress({"pid": os.getpid()})
+    await asyncio.sleep(300)
+    return "woke"

@@ -20,6 +20,7 @@ def frame(payload: bytes) -> bytes:
 
 
 ACK_DATAERR = b"%d>" % len(pickle.dumps("ACK+DATAERR")) + pickle.dumps("ACK+DATAERR")  # Thespian's refusal
+ACK = b"%d>" % len(pickle.dumps("ACK")) + pickle.dumps("ACK")  # Thespian's acknowledgement
 
 
 def send_raw(port: int, data: bytes, wait: float = 10.0) -> bytes:
@@ -120,3 +121,14 @@ def capture() -> Iterator[Capture]:
 
 def can_capture() -> bool:
     return os.geteuid() == 0 and hasattr(socket, "AF_PACKET")
+
+
+def accept_queue(port: int) -> int:
+    """Connections waiting in the backlog of the listening socket on ``port`` (nobody accepted them)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and int(cols[1].split(":")[1], 16) == port:
+                    return int(cols[4].split(":")[1], 16)
+    return 0

@@ -90,13 +90,14 @@ class AsyncRuntime:
     async def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> AsyncTurnHandle:
         """A handle on a turn started elsewhere; see ``Runtime.attach``."""
         stream, subscribed = self.sync._subscribe(turn_id, since)
+        floor = None
         if subscribed is not None:
             try:
                 reply = await asyncio.wait_for(asyncio.wrap_future(subscribed), timeout)
             except TimeoutError:
-                raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout} s") from None
-            self.sync._subscribed(turn_id, stream, reply)
-        return AsyncTurnHandle(self.sync._command, stream, since)
+                raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout:g} s") from None
+            floor = self.sync._subscribed(turn_id, stream, reply)
+        return AsyncTurnHandle(self.sync._command, stream, since, floor)
 
     async def control(self, command: Any, timeout: float = 10.0) -> ControlReply:
         """Send a command to its turn and return the turn's reply; see ``Runtime.control``."""

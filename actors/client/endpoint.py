@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -27,11 +28,14 @@ from ..logs import logger
 
 __all__ = ["Endpoint"]
 
+SERVICE_EVERY = 0.25  # seconds between two reads of the actor system's own socket
+
 
 log = logger("greenroom.runtime")
 
 
 OnFailed = Callable[[], None]
+OnSent = Callable[[], None]
 
 
 class Endpoint:
@@ -43,12 +47,15 @@ class Endpoint:
         on_message: Callable[[Any, Any], None],
         on_idle: Callable[[], None] = lambda: None,
         tick: float = 0.25,
+        service: Callable[[], None] = lambda: None,
     ) -> None:
         self._ctx = asys._systemBase.external_clone()
         self._on_message = on_message
         self._on_idle = on_idle
+        self._service = service  # reads another socket of this process (``system.SharedSystem``)
+        self._next_service = 0.0
         self._tick = timedelta(seconds=tick)
-        self._out: queue.SimpleQueue[tuple[Any, Any, OnFailed | None]] = queue.SimpleQueue()
+        self._out: queue.SimpleQueue[tuple[Any, Any, OnFailed | None, OnSent | None]] = queue.SimpleQueue()
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
@@ -63,10 +70,11 @@ class Endpoint:
     def on_pump_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
-    def send(self, to: Any, message: Any, on_failed: OnFailed | None = None) -> None:
-        """Queue ``message`` for ``to`` (thread-safe, never blocks); ``on_failed`` runs on
-        the pump thread if the transport cannot deliver it."""
-        self._out.put((to, message, on_failed))
+    def send(self, to: Any, message: Any, on_failed: OnFailed | None = None, on_sent: OnSent | None = None) -> None:
+        """Queue ``message`` for ``to`` (thread-safe, never blocks); on the pump thread,
+        ``on_sent`` runs once the receiver acknowledged it, ``on_failed`` if the transport
+        could not deliver it (after its own retries)."""
+        self._out.put((to, message, on_failed, on_sent))
         self._wake()
 
     def _wake(self) -> None:
@@ -113,6 +121,10 @@ class Endpoint:
                         log().exception("handling %s failed", type(message).__name__)
             try:
                 self._on_idle()
+                now = time.monotonic()
+                if now >= self._next_service:
+                    self._next_service = now + SERVICE_EVERY
+                    self._service()
             except Exception:
                 log().exception("the event pump's idle work failed")
 
@@ -126,7 +138,7 @@ class Endpoint:
     def _send_queued(self) -> None:
         while True:
             try:
-                to, message, on_failed = self._out.get_nowait()
+                to, message, on_failed, on_sent = self._out.get_nowait()
             except queue.Empty:
                 return
 
@@ -135,8 +147,13 @@ class Endpoint:
                 if on_failed is not None:
                     on_failed()
 
+            def sent(result: Any, intent: Any, on_sent: OnSent | None = on_sent) -> None:
+                if on_sent is not None:
+                    on_sent()
+
             try:
-                self._ctx.transport.scheduleTransmit(None, TransmitIntent(to, message, onError=failed))
+                intent = TransmitIntent(to, message, onSuccess=sent if on_sent else None, onError=failed)
+                self._ctx.transport.scheduleTransmit(None, intent)
             except Exception:
                 log().exception("could not send %s", type(message).__name__)
                 if on_failed is not None:

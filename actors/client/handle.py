@@ -6,10 +6,14 @@ through the Runtime's pump, so they behave the same:
 
 - ``events()`` keeps a cursor and yields up to and including the next ``Finish`` it has not
   yielded; it ends at once when the turn has finished and everything was read;
-- ``result()`` returns the turn as of its latest ``Finish``, waiting for one if there is none
-  yet, or if this handle resumed the turn since (the last approval of a round, a stop or a
-  cancel of a waiting turn, a ``stop_tool`` that completed a paused batch); with
+- ``result()`` returns the turn as it is: as of its latest ``Finish`` if nothing has happened
+  since; otherwise (the turn has moved on: another process approved, or it is running) it
+  waits for the next ``Finish``. It also waits when this handle resumed the turn (the last
+  approval of a round, a stop or a cancel of a waiting turn, a ``stop_tool`` that completed
+  a paused batch), or attached to a turn whose decisions are about to resume it; with
   ``final=True`` it waits for the terminal one, whoever resumes the turn;
+- ``TurnTimeout`` means a wait ran out of time, and says how long; a command that could not
+  be delivered raises ``HostUnreachable``;
 - cancelling the task (or interrupting the thread) that waits in ``result()`` does not stop
   the turn: ``stop()`` does.
 """
@@ -44,12 +48,14 @@ SendCommand = Callable[[Any], concurrent.futures.Future[ControlReply]]
 class _Handle:
     """What both faces share: the stream, the cursor, and how commands are built and read."""
 
-    def __init__(self, send: SendCommand, stream: TurnStream, since: int | None = None) -> None:
+    def __init__(
+        self, send: SendCommand, stream: TurnStream, since: int | None = None, floor: int | None = None
+    ) -> None:
         self.turn_id = stream.turn_id
         self._send_command = send  # the Runtime's: a command to its turn's host, answered in a future
         self._stream = stream
         self._cursor = 0 if since is None else since - stream._base
-        self._floor = stream._base  # result() waits for a Finish with this seq or later
+        self._floor = max(stream._base, floor or 0)  # result() waits for a Finish with this seq or later
 
     @property
     def all_events(self) -> list[TurnEvent]:
@@ -67,6 +73,12 @@ class _Handle:
         """True once the terminal ``Finish`` has arrived."""
         return self._stream.finished
 
+    @property
+    def dropped(self) -> str | None:
+        """Why the turn's host stopped sending to this handle (it fell behind), or None;
+        reading past what came then raises ``ReaderDropped``."""
+        return self._stream.dropped
+
     def received_at(self, seq: int) -> float | None:
         """When (``time.monotonic()``) this process received event ``seq``, for latency figures."""
         return self._stream.received_at(seq)
@@ -74,11 +86,9 @@ class _Handle:
     def _exhausted(self) -> bool:
         return self._stream.finished and self._cursor >= len(self._stream.events)
 
-    def _result_from(self, index: int, final: bool) -> tuple[TurnResult | None, int]:
-        end = self._stream.finish_after(index, final)
-        if end is not None:
-            return self._stream.result_at(end), index
-        return None, len(self._stream.events)
+    def _current(self, final: bool) -> TurnResult | None:
+        end = self._stream.current_finish(self._floor - self._stream._base, final)
+        return self._stream.result_at(end) if end is not None else None
 
     def _send(self, command: Any) -> concurrent.futures.Future[ControlReply]:
         return self._send_command(command)
@@ -126,19 +136,21 @@ class TurnHandle(_Handle):
             index += 1
 
     def result(self, timeout: float | None = None, *, final: bool = False) -> TurnResult:
-        """The turn as of its latest ``Finish`` (see the module docstring for when it waits)."""
-        index = max(0, self._floor - self._stream._base)
-        while True:
-            self._stream.wait_index(index, timeout)
-            found, index = self._result_from(index, final)
-            if found is not None:
-                return found
+        """The turn as it is (see the module docstring for when it waits); ``timeout`` bounds
+        each wait for an event."""
+        while (found := self._current(final)) is None:
+            self._stream.wait_index(len(self._stream.events), timeout)
+        return found
 
     def _command(self, command: Any, timeout: float) -> ControlReply:
+        future = self._send(command)
         try:
-            return self._after(self._send(command).result(timeout))
+            return self._after(future.result(timeout))
         except concurrent.futures.TimeoutError:
-            raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
+            if not future.done():  # a real timeout (a delivery failure raises HostUnreachable)
+                future.cancel()  # and the Runtime forgets it
+                raise TurnTimeout(f"no answer to {command.kind} after {timeout:g} s") from None
+            raise
 
     def stop(self, reason: str = "stop requested", timeout: float = 10.0) -> None:
         """Stop now (idempotent; no effect once the turn has ended)."""
@@ -187,12 +199,12 @@ class AsyncTurnHandle(_Handle):
         while True:
             ready = self._stream.ready(index)
             if ready is None:
-                return self._stream.events[index]
+                return self._stream.take(index)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 await asyncio.wait_for(ready, remaining)
             except TimeoutError:
-                raise TurnTimeout(f"turn {self.turn_id}: no event after {timeout} s") from None
+                raise TurnTimeout(f"turn {self.turn_id}: no event after {timeout:g} s") from None
 
     async def events(self, timeout: float | None = None) -> AsyncIterator[TurnEvent]:
         """Yield events up to and including the next ``Finish``; ``timeout`` bounds each wait."""
@@ -217,19 +229,19 @@ class AsyncTurnHandle(_Handle):
             index += 1
 
     async def result(self, timeout: float | None = None, *, final: bool = False) -> TurnResult:
-        """The turn as of its latest ``Finish``; cancelling the awaiting task does not stop the turn."""
-        index = max(0, self._floor - self._stream._base)
-        while True:
-            await self._wait_index(index, timeout)
-            found, index = self._result_from(index, final)
-            if found is not None:
-                return found
+        """The turn as it is (see the module docstring); cancelling the awaiting task does not
+        stop the turn."""
+        while (found := self._current(final)) is None:
+            await self._wait_index(len(self._stream.events), timeout)
+        return found
 
     async def _command(self, command: Any, timeout: float) -> ControlReply:
+        future = self._send(command)
         try:
-            reply = await asyncio.wait_for(asyncio.wrap_future(self._send(command)), timeout)
-        except TimeoutError:
-            raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
+            reply = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:  # from wait_for only: a delivery failure raises HostUnreachable
+            future.cancel()  # and the Runtime forgets it
+            raise TurnTimeout(f"no answer to {command.kind} after {timeout:g} s") from None
         return self._after(reply)
 
     async def stop(self, reason: str = "stop requested", timeout: float = 10.0) -> None:

@@ -13,12 +13,15 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
+import uuid
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from messages import ControlReply, MembershipChanged, NodeList, TurnEvent
+from messages import ControlReply, Error, ListNodes, MembershipChanged, NodeInfo, NodeList, TurnEvent
 
-from ..errors import ControlRejected, RuntimeClosedError
+from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
 from ..wire.protocol import EventBatch, HostReplaced, ShutdownDone, SpanBatch
 from .stream import TurnStream
 
@@ -35,14 +38,18 @@ class Inbound:
         closed: Callable[[], bool],
         on_host_replaced: Callable[[HostReplaced], None],
         on_spans: Callable[[list[Any]], None] = lambda spans: None,
+        on_forgotten: Callable[[str], None] = lambda turn_id: None,
     ) -> None:
         self._closed = closed
         self._on_host_replaced = on_host_replaced
         self._on_spans = on_spans
+        self._on_forgotten = on_forgotten
         self._lock = threading.RLock()
-        self.streams: dict[str, TurnStream] = {}
+        # streams live as long as something reads them (a handle): one nobody holds any more is
+        # forgotten here, and its host told to stop sending (``on_forgotten``)
+        self.streams: weakref.WeakValueDictionary[str, TurnStream] = weakref.WeakValueDictionary()
         self._futures: dict[str, concurrent.futures.Future[Any]] = {}
-        self.membership: list[MembershipChanged] = []
+        self.membership: deque[MembershipChanged] = deque(maxlen=1000)  # the latest joins and leaves
         self._members: dict[str, dict[str, Any]] = {}
         self._members_cond = threading.Condition()
         self._next_gap_check = 0.0
@@ -56,18 +63,45 @@ class Inbound:
             self._futures[key] = future
         return future
 
+    def ask(self, send: Callable[..., None], to: Any, message: Any, expect: type, timeout: float) -> Any:
+        """Send ``message`` with ``send`` (the endpoint's) and wait, at most ``timeout``
+        seconds, for the first reply of class ``expect``."""
+        future = self.expect(expect.__name__)
+        undelivered = RuntimeError(f"{type(message).__name__} was not delivered")
+        send(to, message, lambda: future.set_exception(undelivered))
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            self.forget(expect.__name__)
+            raise RuntimeError(
+                f"the actor system did not answer {type(message).__name__} within {timeout:g} s"
+            ) from None
+
     def forget(self, key: str) -> concurrent.futures.Future[Any] | None:
         with self._lock:
             return self._futures.pop(key, None)
 
-    def open_stream(self, turn_id: str, since: int, fresh: bool) -> TurnStream:
+    def open_stream(
+        self,
+        turn_id: str,
+        since: int,
+        fresh: bool,
+        window: int | None = None,
+        consumed: Callable[[int], None] = lambda seq: None,
+    ) -> TurnStream:
         """A new stream for ``turn_id``; with ``fresh``, refused if one is still open."""
         with self._lock:
             if fresh and turn_id in self.streams:
                 raise ControlRejected("invalid", f"turn id {turn_id} is already in use by a running turn")
-            stream = TurnStream(turn_id, since, closed=self._closed)
+            stream = TurnStream(turn_id, since, closed=self._closed, window=window, consumed=consumed)
             self.streams[turn_id] = stream
+            weakref.finalize(stream, self._forgotten, turn_id, stream.ended)
             return stream
+
+    def _forgotten(self, turn_id: str, ended: threading.Event) -> None:
+        """A stream nobody holds was collected: unless its turn had ended, its host may stop."""
+        if not ended.is_set() and not self._closed():
+            self._on_forgotten(turn_id)
 
     def open_streams(self) -> list[tuple[str, TurnStream]]:
         """The streams open now, by turn id (a copy)."""
@@ -132,6 +166,11 @@ class Inbound:
             stream = self.stream(event.turn_id)
             if stream is None:
                 continue
+            if event.seq < 0:  # not one of the turn's own events: about this reader
+                if isinstance(event, Error) and event.error_type == "reader_dropped":
+                    stream.drop(event.message)
+                    self.drop(event.turn_id, stream)
+                continue
             touched[event.turn_id] = stream
             if stream.deliver(event, wake=False):
                 self.drop(event.turn_id, stream)
@@ -160,7 +199,18 @@ class Inbound:
                 self._members.pop(msg.node, None)
             self._members_cond.notify_all()
 
-    def wait_for_node(self, capabilities: dict[str, Any], timeout: float) -> str | None:
+    def nodes(self, send: Callable[..., None], directory: Any, timeout: float) -> list[NodeInfo]:
+        """The nodes the directory lists (asked with ``send``, the endpoint's)."""
+        request = ListNodes(request_id=uuid.uuid4().hex)
+        future = self.expect(request.request_id or "")
+        send(directory, request)
+        try:
+            return list(future.result(timeout).nodes)
+        except concurrent.futures.TimeoutError:
+            self.forget(request.request_id or "")
+            raise TurnTimeout(f"the directory did not list its nodes within {timeout:g} s") from None
+
+    def wait_for_node(self, capabilities: dict[str, Any], timeout: float) -> str:
         """The name of a joined node advertising ``capabilities``, waiting up to ``timeout``."""
 
         def found() -> str | None:
@@ -171,4 +221,7 @@ class Inbound:
 
         with self._members_cond:
             self._members_cond.wait_for(lambda: found() is not None, timeout)
-            return found()
+            node = found()
+        if node is None:
+            raise TurnTimeout(f"no node with {capabilities} joined within {timeout:g} s")
+        return node

@@ -26,15 +26,13 @@ import os
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from thespian.actors import ActorSystem
 
 from messages import (
     ControlReply,
-    ListNodes,
     MembershipChanged,
     NodeInfo,
     ProviderConfig,
@@ -47,25 +45,20 @@ from messages import (
     new_turn_id,
 )
 
-from ..cluster.directory import DirectoryActor
-from ..cluster.names import DIRECTORY_NAME, LEADER_CAPABILITY
 from ..errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from ..lifecycle import owner
 from ..lifecycle.processes import free_port
-from ..lifecycle.tree import ProcessTree
 from ..logs import logger
-from ..store.files import remove_runtime_file, write_runtime_file
 from ..store.sqlite import SQLiteStore, TurnSummary
 from ..telemetry.export import SpanSink
 from ..tools.definition import Tool
-from ..wire import transport
-from ..wire.protocol import Configure, Configured, Hello, HostReplaced, Shutdown, Welcome
+from ..wire.protocol import Configure, HostReplaced
 from ..wire.transport import TransportConfig
-from .endpoint import Endpoint
 from .handle import TurnHandle
 from .inputs import History, checked_provider, checked_tools, history
 from .receiving import Inbound
 from .routing import Hosts, addressed
+from .session import Session
 from .stream import TurnResult, TurnStream
 
 __all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
@@ -83,12 +76,17 @@ class Runtime:
     ``host`` is the only interface anything listens on. With ``store`` (a SQLite file
     path) every turn is durable: unfinished turns are recovered at start, and the command
     line finds this runtime through ``<store>.runtime.json``. ``hosts`` TurnHost processes
-    (default: one per CPU) run the turns; ``tool_processes`` idle tool processes are kept
+    (default: one per CPU) run the turns; at most ``max_tool_processes`` tool processes run on
+    this node (calls beyond them wait for one, and can be stopped or cancelled while they
+    wait); ``tool_processes`` idle tool processes are kept
     forked ahead of need, each recycled after ``recycle_after`` calls;
     ``inline_async_tools`` runs every ``async def`` tool in its turn's host. ``transport``
     sets encryption and the limits of the wire (``transport.TransportConfig``); the first
     Runtime of a process decides them for the process. Turns are traced with OpenTelemetry
-    when ``tracer_provider`` (default: the global one) is configured (``telemetry_export``).
+    when ``tracer_provider`` (default: the global one) is configured (``telemetry.export``).
+    ``event_window`` bounds what each turn handle holds unread: the turn's host sends it at
+    most that many events past what its readers have read, and keeps the rest in the turn's
+    log until they read on (``None``: no bound).
 
     Starting a Runtime changes Thespian in this process and every process it forks: frames
     are signed and sockets bound to ``host`` (``transport``), a lost node is noticed in
@@ -108,6 +106,7 @@ class Runtime:
         capabilities: dict[str, Any] | None = None,
         hosts: int | None = None,
         tool_processes: int = 2,
+        max_tool_processes: int = 16,
         recycle_after: int = 100,
         inline_async_tools: bool = False,
         handle_signals: bool = True,
@@ -115,14 +114,17 @@ class Runtime:
         start_timeout: float = 30.0,
         close_timeout: float = 5.0,
         tracer_provider: Any = None,
+        event_window: int | None = 1024,
     ) -> None:
         self.provider = provider
+        self.event_window = event_window
         self.store_path = os.path.abspath(os.fspath(store)) if store is not None else None
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
         self.hosts = hosts if hosts is not None else max(1, os.cpu_count() or 1)
         self.tool_processes = tool_processes
+        self.max_tool_processes = max(1, max_tool_processes)
         self.recycle_after = recycle_after
         self.inline_async_tools = inline_async_tools
         self.handle_signals = handle_signals
@@ -132,12 +134,10 @@ class Runtime:
         self._transport = transport
         self._start_timeout = start_timeout
         self._close_timeout = close_timeout
-        self._tree = ProcessTree()
-        self._endpoint: Endpoint | None = None
-        self._directory: Any = None
+        self._session: Session | None = None
         self._hosts: Hosts | None = None
         self._spans = SpanSink(tracer_provider)
-        self._inbound = Inbound(lambda: self._closed, self._host_replaced, self._spans.put)
+        self._inbound = Inbound(lambda: self._closed, self._host_replaced, self._spans.put, self._forgotten)
         self._closed = False
         self._started = False
         self._lock = threading.RLock()
@@ -178,43 +178,30 @@ class Runtime:
         self._main_names = set(vars(main)) if main is not None else set()  # importable by the tree
         if self.admin_port is None:
             self.admin_port = free_port(self.host)
-        capabilities = {"Admin Port": self.admin_port, LEADER_CAPABILITY: True, **self.capabilities}
-        asys = self._tree.start(
-            capabilities, host=self.host, key=self._key, transport_config=self._transport, store_path=self.store_path
-        )
-        self._directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
-        self._endpoint = Endpoint(asys, self._inbound.on_message, self._inbound.on_idle)
-        self._endpoint.start()
-        self._tree.sid = self._ask(self._directory, Hello(), Welcome).sid
         configure = Configure(
             self.store_path,
             hosts=self.hosts,
             tool_processes=self.tool_processes,
+            max_tool_processes=self.max_tool_processes,
             recycle_after=self.recycle_after,
             inline_async_tools=self.inline_async_tools,
             node=f"{self.host}:{self.admin_port}",
             capabilities=self.capabilities,
         )
-        configured = self._ask(self._directory, configure, Configured)
-        self._hosts = Hosts(self._endpoint, self._inbound, configured.hosts)
+        self._session, configured = Session.open(
+            configure,
+            self._inbound,
+            host=self.host,
+            admin_port=self.admin_port,
+            capabilities=self.capabilities,
+            key=self._key,
+            transport_config=self._transport,
+            event_window=self.event_window,
+            start_timeout=self._start_timeout,
+        )
+        self._hosts = self._session.hosts
         self.recovered, self.unrecoverable = configured.recovered, configured.errors
-        self._endpoint.send(self._directory, WatchMembership())
-        if self.store_path is not None:
-            info = {"pid": os.getpid(), "host": self.host, "admin_port": self.admin_port}
-            write_runtime_file(self.store_path, {**info, "key": transport.current_key().hex()})
-
-    def _ask(self, to: Any, message: Any, expect: type) -> Any:
-        """Send ``message`` and wait (bounded) for the first reply of type ``expect``."""
-        future = self._inbound.expect(expect.__name__)
-        assert self._endpoint is not None
-        undelivered = RuntimeError(f"{type(message).__name__} was not delivered")
-        self._endpoint.send(to, message, lambda: future.set_exception(undelivered))
-        try:
-            return future.result(self._start_timeout)
-        except concurrent.futures.TimeoutError:
-            raise RuntimeError(
-                f"the actor system did not answer {type(message).__name__} within {self._start_timeout} s"
-            ) from None
+        self._session.endpoint.send(self._session.directory, WatchMembership())
 
     def _host_replaced(self, msg: HostReplaced) -> None:
         if self._hosts is not None:
@@ -227,19 +214,15 @@ class Runtime:
                 return
             self._closed = True
         deadline = time.monotonic() + self._close_timeout
-        if self._endpoint is not None and self._directory is not None and self._hosts is not None:
-            shutdown = Shutdown(keep_turns=self.store_path is not None)
-            self._endpoint.send(self._directory, shutdown)
-            self._hosts.shut_down(shutdown, min(2.0, deadline - time.monotonic() - 1.0))
-        if self.store_path is not None and self._tree.lock_fd is not None:  # ours: we hold the lock
-            remove_runtime_file(self.store_path)
-        self._inbound.close()  # readers and callers still waiting raise RuntimeClosedError
-        if self._endpoint is not None:
-            self._endpoint.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        session = self._session
+        if session is not None:
+            session.close(deadline, keep_turns=self.store_path is not None, store_path=self.store_path)
+        self._inbound.close()
         self._spans.close(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
         if self._store is not None:
             self._store.close()
-        self._tree.end(deadline)  # and the store's lock is free once the tree is gone
+        if session is not None:
+            session.end_tree(deadline)
 
     @property
     def closed(self) -> bool:
@@ -249,7 +232,7 @@ class Runtime:
     def admin_sid(self) -> int | None:
         """The session of the runtime's actor system (every process of the tree is in it,
         or below one that is)."""
-        return self._tree.sid
+        return self._session.tree.sid if self._session is not None else None
 
     # -- commands -------------------------------------------------------------------------
 
@@ -324,47 +307,49 @@ class Runtime:
         """A handle on a turn started elsewhere (or recovered), with its events from ``since``
         on, then as they happen. An unknown turn raises ``ControlRejected("unknown_turn")``."""
         stream, subscribed = self._subscribe(turn_id, since)
+        floor = None
         if subscribed is not None:
             try:
                 reply = subscribed.result(timeout)
             except concurrent.futures.TimeoutError:
-                raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout} s") from None
-            self._subscribed(turn_id, stream, reply)
-        return TurnHandle(self._command, stream, since)
+                subscribed.cancel()
+                raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout:g} s") from None
+            floor = self._subscribed(turn_id, stream, reply)
+        return TurnHandle(self._command, stream, since, floor)
 
     def _subscribe(self, turn_id: str, since: int) -> tuple[TurnStream, concurrent.futures.Future[ControlReply] | None]:
         """The turn's stream; and the host's answer to our subscription, unless we have it."""
-        self._running()
+        hosts = self._running()
+        addressed(Subscribe(turn_id=turn_id))
         mine = self._inbound.stream(turn_id)
         if mine is not None and since >= mine._base:  # started here: already subscribed
             return mine, None
-        stream = self._inbound.open_stream(turn_id, since, fresh=False)
-        return stream, self._command(Subscribe(turn_id=turn_id, since=since))
+        return hosts.subscribe(turn_id, since)
 
-    def _subscribed(self, turn_id: str, stream: TurnStream, reply: ControlReply) -> None:
+    def _subscribed(self, turn_id: str, stream: TurnStream, reply: ControlReply) -> int | None:
+        """The host's answer to an attach: a refusal raises; ``resumes_at`` (the turn was
+        about to resume when it answered) is where ``result()`` waits from."""
         if not reply.ok:
             self._inbound.drop(turn_id, stream)
             raise ControlRejected(reply.code or "invalid", reply.message)
+        return reply.resumes_at
+
+    def _forgotten(self, turn_id: str) -> None:
+        """A handle's stream was collected before its turn ended: its host may stop sending."""
+        if self._hosts is not None:
+            self._hosts.unsubscribe(turn_id)
 
     # -- nodes ----------------------------------------------------------------------------
 
     def nodes(self, timeout: float = 10.0) -> list[NodeInfo]:
         """The nodes that joined this runtime's convention, as its directory sees them."""
         self._running()
-        request = ListNodes(request_id=uuid.uuid4().hex)
-        future = self._inbound.expect(request.request_id or "")
-        self._endpoint.send(self._directory, request)  # type: ignore[union-attr]
-        try:
-            return list(future.result(timeout).nodes)
-        except concurrent.futures.TimeoutError:
-            raise TurnTimeout(f"the directory did not list its nodes within {timeout} s") from None
+        assert self._session is not None
+        return self._inbound.nodes(self._session.endpoint.send, self._session.directory, timeout)
 
     def wait_for_node(self, capabilities: dict[str, Any], timeout: float = 30.0) -> str:
         """Wait until a node advertising ``capabilities`` has joined; return its name."""
-        node = self._inbound.wait_for_node(capabilities, timeout)
-        if node is None:
-            raise TurnTimeout(f"no node with {capabilities} joined within {timeout} s")
-        return node
+        return self._inbound.wait_for_node(capabilities, timeout)
 
     @property
     def membership(self) -> list[MembershipChanged]:
@@ -391,10 +376,10 @@ class Runtime:
     @property
     def directory(self) -> Any:
         """The DirectoryActor's address, for actors that start and steer turns themselves."""
-        return self._directory
+        return self._session.directory if self._session is not None else None
 
     @property
     def actor_system(self) -> ActorSystem:
-        if self._tree.asys is None or self._closed:
+        if self._session is None or self._closed:
             raise RuntimeClosedError("the Runtime is not running")
-        return self._tree.asys
+        return cast(ActorSystem, self._session.system)  # an ActorSystem whose calls take turns

@@ -7,6 +7,13 @@ timeout (threads) or on a future of their event loop (asyncio).
 Guarantees:
 
 - events are read in ``seq`` order, each once; a run of events ends with one ``Finish``;
+- the history is whole: ``Finish`` events carry what is new since the previous one, and
+  the stream joins them (``TurnResult.messages`` is always the whole history);
+- flow control: with a ``window``, the stream tells the turn's host (``consumed(seq)``)
+  each time its readers have read half a window more, so the host never sends more than a
+  window ahead of the slowest point read, and a reader that stops reading holds at most a
+  window of events here; a reader dropped by the host (``reader_dropped``) raises
+  ``ReaderDropped`` once it has read what came;
 - a reader never waits for ever on a turn that cannot go on: an event lost in transit is
   replaced (after ``GAP_WAIT``) by an ``Error(event_lost)`` once a later ``Finish`` shows
   the run ended; a lost host ends the turn with ``Error(host_lost)`` + ``Finish(error)``,
@@ -32,11 +39,12 @@ from messages import (
     ToolFinished,
     TurnEvent,
     Usage,
+    extend_history,
     host_lost,
 )
 from messages.events import FinishReason
 
-from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
+from ..errors import ControlRejected, ReaderDropped, RuntimeClosedError, TurnTimeout
 from ..logs import logger
 from ..providers.formats import WireApi, messages_as
 from ..turn.history import close_open_calls
@@ -80,16 +88,31 @@ class TurnResult:
 class TurnStream:
     """The events of one turn in this process, in order. Thread-safe."""
 
-    def __init__(self, turn_id: str, since: int = 0, closed: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        turn_id: str,
+        since: int = 0,
+        closed: Callable[[], bool] = lambda: False,
+        window: int | None = None,
+        consumed: Callable[[int], None] = lambda seq: None,
+    ) -> None:
         self.turn_id = turn_id
         self._closed = closed
         self._cond = threading.Condition(threading.RLock())
         self._base = since  # the seq of events[0]
         self.events: list[TurnEvent] = []
+        self._arrived: list[float] = []  # when each of ``events`` arrived (time.monotonic())
         self._order: Reorder[TurnEvent] = Reorder(since)
-        self._arrived: dict[int, float] = {}
         self._gap_since: float | None = None
         self._finished = False  # a terminal Finish is in ``events``
+        self.ended = threading.Event()  # the same, for whoever outlives the stream (its finalizer)
+        self._history: list[ChatMessage] = []  # the whole history as of the last Finish in events
+        self._history_at: dict[int, int] = {}  # index of a Finish in events -> history length then
+        self.window = window
+        self._consumed = consumed
+        self._read = 0  # events[:_read] were read
+        self._reported = since  # the host was told seq < _reported were read
+        self._dropped: str | None = None  # why the host dropped this reader
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.rejection: ControlReply | None = None  # the turn's StartTurn was refused
         self.rejections: list[ControlReply] = []
@@ -103,21 +126,31 @@ class TurnStream:
         arrived = time.monotonic()
         with self._cond:
             ready = self._order.add(event.seq, event)
-            if not ready and event.seq not in self._order.early:
-                return False  # a duplicate, or one already read
-            self._arrived[event.seq] = arrived
-            ended = self._append(ready)
+            if not ready:
+                if event.seq in self._order.early:
+                    self._gap_since = self._gap_since or arrived
+                return False  # early, a duplicate, or one already read
+            ended = self._append(ready, arrived)
             self._gap_since = (self._gap_since or arrived) if self._order.waiting else None
             if wake:
                 self._wake()
             return ended
 
-    def _append(self, ready: list[TurnEvent]) -> bool:
+    def _append(self, ready: list[TurnEvent], arrived: float) -> bool:
         ended = False
         for event in ready:
+            if isinstance(event, Finish):
+                if event.history_from > len(self._history):  # cannot happen: the first one is whole
+                    log().error("turn %s: a Finish starts its history at %d of %d", self.turn_id,
+                                event.history_from, len(self._history))  # fmt: skip
+                extend_history(self._history, event)
+                self._history_at[len(self.events)] = len(self._history)
+                ended = ended or event.terminal
             self.events.append(event)
-            if isinstance(event, Finish) and event.terminal:
-                ended = self._finished = True
+            self._arrived.append(arrived)
+        if ended:
+            self._finished = True
+            self.ended.set()
         return ended
 
     def fill_gaps(self, now: float) -> bool:
@@ -136,28 +169,34 @@ class TurnStream:
                     turn_id=self.turn_id, seq=seq, error_type="event_lost", message=f"event {seq} was lost in transit"
                 )
 
-            ended = self._append(self._order.fill_gaps(lost))
+            ended = self._append(self._order.fill_gaps(lost), now)
             self._gap_since = None
             self._wake()
             return ended
 
     def lost(self, detail: str) -> None:
         """End the turn here, after what arrived: its host was lost (``messages.host_lost``),
-        with a tool message for every call the last history left open."""
+        with a tool message for every call the history left open."""
         with self._cond:
             seq = max([self._order.next - 1, *self._order.early]) + 1
-            last = next((e for e in reversed(self.events) if isinstance(e, Finish)), None)
-            history = list(last.messages) if last is not None else []
             results: dict[str, list[str]] = {}
             if self._base == 0:  # every ToolFinished of the turn is here
                 for e in self.events:
                     if isinstance(e, ToolFinished):
                         results.setdefault(e.call_id, []).append(e.content)
             interrupted = error_result(f"Interrupted: Agent run lost ({detail})")
-            for event in host_lost(self.turn_id, seq, detail, close_open_calls(history, interrupted, results)):
+            history = close_open_calls(self._history, interrupted, results)
+            for event in host_lost(self.turn_id, seq, detail, history):
                 self.deliver(event)
             self._gap_since = time.monotonic() - GAP_WAIT
             self.fill_gaps(time.monotonic())
+
+    def drop(self, why: str) -> None:
+        """The host stopped sending to this reader: readers raise ``ReaderDropped`` once they
+        have read what came."""
+        with self._cond:
+            self._dropped = why
+            self._wake()
 
     def refuse(self, reply: ControlReply) -> None:
         with self._cond:
@@ -187,21 +226,43 @@ class TurnStream:
             return self._order.next
 
     @property
+    def dropped(self) -> str | None:
+        return self._dropped
+
+    @property
     def finished(self) -> bool:
         """True once the terminal ``Finish`` is in order (a flag: reading it costs nothing)."""
         return self._finished
 
     def received_at(self, seq: int) -> float | None:
-        return self._arrived.get(seq)
+        index = seq - self._base
+        return self._arrived[index] if 0 <= index < len(self._arrived) else None
 
     def _check(self) -> None:
         if self.rejection is not None:
             raise ControlRejected(self.rejection.code or "invalid", self.rejection.message)
+        if self._dropped is not None:
+            raise ReaderDropped(self._dropped)
         if self._closed():
             raise RuntimeClosedError("the Runtime has shut down")
 
+    def _note_read(self, upto: int) -> None:
+        """Readers have read ``events[:upto]``; tell the host each half window (under the lock)."""
+        if upto <= self._read:
+            return
+        self._read = upto
+        if self.window is not None and self._base + upto - self._reported >= max(1, self.window // 2):
+            self._reported = self._base + upto
+            self._consumed(self._reported - 1)
+
+    def take(self, index: int) -> TurnEvent:
+        """The event at ``index``, which is here; it counts as read."""
+        with self._cond:
+            self._note_read(index + 1)
+            return self.events[index]
+
     def wait_index(self, index: int, timeout: float | None) -> TurnEvent:
-        """The event at ``index`` (0 is ``seq`` ``since``), waiting for it."""
+        """The event at ``index`` (0 is ``seq`` ``since``), waiting for it; it counts as read."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while len(self.events) <= index:
@@ -210,6 +271,7 @@ class TurnStream:
                 if remaining is not None and remaining <= 0:
                     raise TurnTimeout(f"turn {self.turn_id}: no event after {timeout} s")
                 self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+            self._note_read(index + 1)
             return self.events[index]
 
     def ready(self, index: int) -> asyncio.Future[None] | None:
@@ -224,9 +286,23 @@ class TurnStream:
             self._waiters.append((loop, fut))
             return fut
 
+    def current_finish(self, floor: int, final: bool) -> int | None:
+        """If the turn's events so far end with a ``Finish`` (terminal if ``final``) at or after
+        position ``floor``, the position just after it: the turn is as that ``Finish`` says.
+        None while the turn has moved on since its latest ``Finish`` (or made none yet)."""
+        with self._cond:
+            if not self.events or len(self.events) <= floor:
+                return None
+            last = self.events[-1]
+            if isinstance(last, Finish) and (last.terminal or not final):
+                self._note_read(len(self.events))
+                return len(self.events)
+            return None
+
     def result_at(self, end: int) -> TurnResult:
         with self._cond:
             events = self.events[:end]
+            history = self._history[: self._history_at[end - 1]]
         finish = events[-1]
         assert isinstance(finish, Finish)
         requests = {e.call_id: e for e in events if isinstance(e, ToolApprovalRequest) and e.child_turn_id is None}
@@ -234,22 +310,12 @@ class TurnStream:
         return TurnResult(
             turn_id=self.turn_id,
             finish_reason=finish.finish_reason,
-            messages=list(finish.messages),
+            messages=history,
             usage=finish.usage,
             round=finish.round,
             pending_approvals=[requests[c] for c in finish.pending_approvals if c in requests],
             error=errors[-1] if errors and finish.terminal else None,
         )
-
-    def finish_after(self, index: int, final: bool) -> int | None:
-        """The position just after the last (terminal, if ``final``) ``Finish`` from ``index`` on."""
-        with self._cond:
-            found = None
-            for i in range(index, len(self.events)):
-                e = self.events[i]
-                if isinstance(e, Finish) and (e.terminal or not final):
-                    found = i + 1
-            return found
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

@@ -38,6 +38,7 @@ from ..lifecycle import lifeline
 from ..logs import logger
 from ..store.sqlite import SQLiteStore
 from ..tools.pool import ToolPool
+from ..wire.dispatch import Dispatcher
 from ..wire.protocol import (
     Configure,
     Configured,
@@ -85,7 +86,7 @@ class DirectoryLocator(ActorTypeDispatcher):
             self.send(self.myAddress, ActorExitRequest())
 
 
-class DirectoryActor(ActorTypeDispatcher):
+class DirectoryActor(Dispatcher):
     """Create it with ``globalName=DIRECTORY_NAME``; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -115,7 +116,8 @@ class DirectoryActor(ActorTypeDispatcher):
             return  # a redelivery: configuration happens once
         self.config = msg
         self.pool = self.createActor(ToolPool)
-        self.send(self.pool, PoolConfig(msg.tool_processes, msg.recycle_after, self.myAddress, msg.node))
+        config = PoolConfig(msg.tool_processes, msg.recycle_after, self.myAddress, msg.node, msg.max_tool_processes)
+        self.send(self.pool, config)
         local = PoolInfo(msg.node, dict(msg.capabilities), self.pool)
         if msg.upstream is not None:
             self.upstream = msg.upstream

@@ -14,6 +14,17 @@
 
 A process that exits while it runs a call (crash, kill, the pool's grace) fails that call
 with a tool message saying so; the turn goes on.
+
+Whatever order messages arrive in:
+
+- a call waiting for a process (more calls than the pool may fork) can be stopped or
+  cancelled while it waits: it never starts, and a cancelled one ends ``interrupted`` at
+  once; an interrupt that reaches a tool process before the call it is for is kept there
+  (``worker``), and the call never starts;
+- every process this host was lent is remembered with where it came from (this node's
+  pool, a fresh isolated one, or a placed call's node), so a result that comes late, or
+  twice, is matched to its call or dropped, and its process goes back where it belongs,
+  never into another pool's list.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from messages import InterruptTool, RunTool
 
 from ..tools.tool_actor import ToolActor
 from ..turn.decisions import ToolLost
+from ..turn.results import interrupted_content
 from ..wire.protocol import FindPool, LeaseWorkers, PoolFound, PoolInfo, ReturnWorkers, WorkerResult, WorkersLeased
 from .ports import HostedTurn, ToolHost
 
@@ -68,6 +80,7 @@ class ToolRunner:
         self.placed_idle: dict[str, list[Any]] = {}  # requires -> free processes on matching nodes
         self.placed_waiting: dict[str, deque[Key]] = {}
         self.pools: dict[str, PoolInfo | None] = {}  # requires -> pool (None: none matches)
+        self.origin: dict[str, str] = {}  # each process lent: "local", "isolated", or its requires key
         self.watching = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -109,6 +122,9 @@ class ToolRunner:
         self.host.send(worker, busy.run)
 
     def on_leased(self, msg: WorkersLeased) -> None:
+        origin = "isolated" if msg.isolate else _requires_key(msg.requires) if msg.requires else "local"
+        for worker in msg.workers:
+            self.origin[str(worker)] = origin
         if msg.isolate:
             for worker in msg.workers:
                 key = next((k for k, b in self.calls.items() if b.where == "isolated" and b.worker is None), None)
@@ -234,31 +250,49 @@ class ToolRunner:
     # -- results, interrupts, losses ------------------------------------------------------
 
     def on_result(self, msg: WorkerResult, worker: Any) -> None:
-        key = self.by_worker.pop(str(worker), None)
+        """A call's result: to its turn if the call is still known here (a late or repeated
+        one is dropped); its process goes back where it came from."""
+        name = str(worker)
+        key = self.by_worker.pop(name, None)
         busy = self.calls.pop(key, None) if key is not None else None
         if busy is not None:
             busy.turn.tell(msg.result)
-        where = busy.where if busy is not None else "local"
-        if msg.retiring or where == "isolated":
-            if where == "isolated" and not msg.retiring:
+        origin = self.origin.get(name)
+        if origin is None:
+            return  # not a process of ours (any more)
+        if msg.retiring or origin == "isolated":
+            del self.origin[name]
+            if origin == "isolated" and not msg.retiring:
                 self.host.send(worker, ActorExitRequest())
             return
-        if where == "placed":
-            self.placed_idle.setdefault(_requires_key(busy.run.spec.requires), []).append(worker)  # type: ignore[union-attr]
+        if origin != "local":  # a placed call's process: free for that node's next call
+            free = self.placed_idle.setdefault(origin, [])
+            if all(str(w) != name for w in free):
+                free.append(worker)
+            self._start_placed(origin)
             return
+        if any(str(w) == name for w in self.idle):
+            return  # told twice
         if self.waiting:
             key = self.waiting.popleft()
             self._send_run(key, self.calls[key], worker)
         else:
             self.idle.append(worker)
             if len(self.idle) > 4:
-                self.host.send(self.host.pool, ReturnWorkers([self.idle.pop(0)]))
+                returned = self.idle.pop(0)
+                self.origin.pop(str(returned), None)
+                self.host.send(self.host.pool, ReturnWorkers([returned]))
 
     def interrupt(self, msg: InterruptTool) -> None:
-        busy = self.calls.get((msg.turn_id, msg.call_id))
-        if busy is None or busy.worker is None:
-            if busy is not None and msg.mode == "stop":  # not started yet: it never will
-                self._forget((msg.turn_id, msg.call_id))
+        key = (msg.turn_id, msg.call_id)
+        busy = self.calls.get(key)
+        if busy is None:
+            return
+        if busy.worker is None:  # still waiting for a process: it never starts
+            self._forget(key)
+            if msg.mode == "cancel":  # a stop has ended the call already; a cancel waits for this
+                why = interrupted_content("the call was cancelled before it started", msg.reason)
+                busy.turn.tell(_as_result(busy.run, ("interrupted", why)))
             return
         if busy.where == "inline":
             busy.worker.tell(msg)  # in this host's mailboxes, run after this handler
@@ -267,6 +301,7 @@ class ToolRunner:
 
     def on_worker_exited(self, worker: Any) -> None:
         name = str(worker)
+        self.origin.pop(name, None)
         self.idle = [w for w in self.idle if str(w) != name]
         for free in self.placed_idle.values():
             free[:] = [w for w in free if str(w) != name]

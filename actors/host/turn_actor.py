@@ -22,11 +22,14 @@ out, in order. It never blocks.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from messages import (
     AbortStream,
     CancelTurn,
+    Consumed,
+    Error,
     Finish,
     RespondToApprovals,
     StartTurn,
@@ -38,6 +41,8 @@ from messages import (
     TurnEvent,
     TurnStarted,
     TurnState,
+    Unsubscribe,
+    encode,
     reply_for,
 )
 
@@ -64,6 +69,7 @@ from ..turn.decisions import (
 from ..turn.rules import TurnRules
 from .outbox import encode_event
 from .ports import TurnHostFace
+from .subscriptions import Subscription, whole_finish
 
 __all__ = ["TurnActor"]
 
@@ -81,9 +87,10 @@ class TurnActor(LocalActor):
         self.host = host
         self.rules = rules
         self.turn_id = rules.state.turn_id
-        self.subscribers: list[Any] = []
-        self.log: list[tuple[str, bytes]] = []  # (kind, encoded event), kept when there is no store
+        self.subscribers: dict[str, Subscription] = {}  # by str(address)
+        self.log: list[tuple[str, bytes]] = []  # (kind, encoded event) by seq, kept when there is no store
         self.ended = False
+        self.ended_at = 0.0  # time.monotonic() when it ended
         self.trace = TurnTrace.of(rules.state, trace_parent)  # its spans; None unless it is traced
 
     @classmethod
@@ -108,11 +115,32 @@ class TurnActor(LocalActor):
 
     def receiveMsg_StartTurn(self, message: StartTurn, sender: Any) -> None:
         if sender is not None:
-            self._subscribe(sender)
+            self._subscribe(sender, 0, message.window)
         self._apply(self.rules.start(), sender)
 
     def receiveMsg_Subscribe(self, message: Subscribe, sender: Any) -> None:
-        self._replay(message, sender)
+        """Send ``sender`` the events from ``since`` on (as its window allows), then what
+        happens; confirm if asked."""
+        sub = self._subscribe(sender, message.since, message.window)
+        try:
+            self._catch_up(sub)
+        except StoreError as exc:
+            self._unsubscribe(sub.key)
+            reply = reply_for(message, False, "invalid", f"cannot read the events of {self.turn_id}: {exc}")
+            self.host.reply(sender, reply)
+            return
+        if message.request_id is not None:  # a turn about to resume says where its next run starts
+            resumes_at = self.state.next_seq if self.state.commit_pending else None
+            self.host.reply(sender, reply_for(message, True, resumes_at=resumes_at))
+
+    def receiveMsg_Consumed(self, message: Consumed, sender: Any) -> None:
+        sub = self.subscribers.get(str(sender))
+        if sub is not None:
+            sub.read(message.seq)
+            self._catch_up(sub)
+
+    def receiveMsg_Unsubscribe(self, message: Unsubscribe, sender: Any) -> None:
+        self._unsubscribe(str(sender))
 
     def receiveMsg_RecoverTurn(self, message: RecoverTurn, sender: Any) -> None:
         self._apply(self.rules.recover(), None)
@@ -152,28 +180,56 @@ class TurnActor(LocalActor):
         for command in commands:
             self._apply(self.rules.handle(command), None)
 
-    def _subscribe(self, who: Any) -> None:
-        if who not in self.subscribers:
-            self.subscribers.append(who)
+    # -- subscribers ----------------------------------------------------------------------
 
-    def _replay(self, request: Subscribe, who: Any) -> None:
-        """Send ``who`` the events from ``since`` on, then everything new; confirm if asked."""
+    def _subscribe(self, who: Any, since: int, window: int | None) -> Subscription:
+        sub = Subscription.of(who, since, window)
+        if sub.key not in self.subscribers:
+            self.host.hold_outbox(sub.key)
+        self.subscribers[sub.key] = sub  # a new subscription from the same address replaces the old
+        return sub
+
+    def _unsubscribe(self, key: str) -> None:
+        if self.subscribers.pop(key, None) is not None:
+            self.host.release_outbox(key)
+
+    def let_go(self) -> float | None:
+        """The turn has ended: let go of its subscribers and return None, or, while one is
+        still behind (its window holds back events it has not read), return how long to wait.
+        One still behind ``reader_grace`` seconds after the end is dropped and told so (an
+        ``Error(reader_dropped)`` with seq -1: not one of the turn's events)."""
+        options = self.state.options
+        lagging = [s for s in self.subscribers.values() if s.next_seq < self.state.next_seq]
+        left = self.ended_at + options.reader_grace - time.monotonic()
+        if lagging and left > 0:
+            return min(left, max(options.linger, 1.0))
+        why = f"this reader was still behind {options.reader_grace:g} s after the turn ended, and was dropped"
+        for sub in lagging:
+            lost = Error(turn_id=self.turn_id, seq=-1, error_type="reader_dropped", message=why)
+            self.host.deliver(sub.key, sub.address, encode(lost), lost.kind)
+        for key in list(self.subscribers):
+            self._unsubscribe(key)
+        return None
+
+    def _catch_up(self, sub: Subscription) -> None:
+        """Send ``sub`` the events it may be sent and has not been (from the log or the store)."""
+        end = self.state.next_seq if sub.limit is None else min(self.state.next_seq, sub.limit)
+        if sub.next_seq >= end:
+            return
         store = self.host.store
-        if store is not None:
-            try:
-                past = store.event_payloads(self.turn_id, request.since)
-            except StoreError as exc:
-                self.host.reply(
-                    who, reply_for(request, False, "invalid", f"cannot read the events of {self.turn_id}: {exc}")
-                )
-                return
-        else:
-            past = self.log[request.since :]
+        past = (
+            store.event_payloads(self.turn_id, sub.next_seq, end) if store is not None else self.log[sub.next_seq : end]
+        )
         for kind, payload in past:
-            self.host.deliver(who, payload, kind)
-        self._subscribe(who)
-        if request.request_id is not None:
-            self.host.reply(who, reply_for(request, True))
+            self._send(sub, kind, payload)
+
+    def _send(self, sub: Subscription, kind: str, payload: bytes) -> None:
+        if kind == "finish":
+            if not sub.whole:
+                payload = whole_finish(payload, self.state.messages)
+            sub.whole = True
+        self.host.deliver(sub.key, sub.address, payload, kind)
+        sub.next_seq += 1
 
     # -- carrying decisions out ---------------------------------------------------------
 
@@ -197,8 +253,9 @@ class TurnActor(LocalActor):
             if isinstance(d, Emit):
                 event, payload = next(events)
                 _log_event(event, self.state)
-                for sub in self.subscribers:
-                    host.deliver(sub, payload, event.kind)
+                for sub in self.subscribers.values():
+                    if sub.next_seq == event.seq and sub.may_send(event.seq):
+                        self._send(sub, event.kind, payload)
             elif isinstance(d, Stream):
                 host.llm.tell(d.request, self)
             elif isinstance(d, Abort):
@@ -237,7 +294,7 @@ class TurnActor(LocalActor):
     def _wind_down(self) -> None:
         if self.ended:
             return
-        self.ended = True
+        self.ended, self.ended_at = True, time.monotonic()
         self.host.turn_ended(self)
 
 

@@ -32,10 +32,11 @@ from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
 
-from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
+from thespian.actors import ActorExitRequest, ThespianWatch
 from thespian.system.transport import TransmitIntent
 
 from messages import (
+    Consumed,
     ControlReply,
     ReportProgress,
     StartTurn,
@@ -43,11 +44,12 @@ from messages import (
     Subscribe,
     ToolAlive,
     TurnCommand,
+    Unsubscribe,
     reply_for,
     unaddressed,
 )
 
-from ..errors import SnapshotError, StoreError
+from ..errors import StoreError
 from ..handoff import Handoff
 from ..logs import logger, quiet_third_party
 from ..mailbox import Kernel
@@ -56,6 +58,7 @@ from ..mcp.session import open_count as open_mcp_sessions
 from ..store.sqlite import SQLiteStore
 from ..telemetry.spans import RECORDER
 from ..turn.decisions import SetTimer, TimerFired
+from ..wire.dispatch import Dispatcher
 from ..wire.protocol import (
     HostConfig,
     HostReady,
@@ -73,7 +76,8 @@ from ..wire.protocol import (
 )
 from .held import HOLD, HeldCommands
 from .llm_actor import LLMActor
-from .outbox import Outbox
+from .outbox import Outbox, Outboxes
+from .stored import is_stored, recoverable, replay
 from .tool_runner import ToolRunner
 from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
 
@@ -85,7 +89,7 @@ _REMEMBER_ENDED = 10_000
 log = logger("greenroom.host")
 
 
-class TurnHost(ActorTypeDispatcher):
+class TurnHost(Dispatcher):
     """Hosts the TurnActors of one slot; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -98,8 +102,7 @@ class TurnHost(ActorTypeDispatcher):
         self.turns: dict[str, TurnActor] = {}
         self.ended: OrderedDict[str, str] = OrderedDict()
         self.held = HeldCommands()
-        self.outboxes: dict[str, Outbox] = {}
-        self.dirty: list[Outbox] = []
+        self.outboxes = Outboxes(self._send_tracked, self.handoff.put)
         self.store: SQLiteStore | None = None
         self.slot = -1
         self.pool: Any = None
@@ -119,9 +122,7 @@ class TurnHost(ActorTypeDispatcher):
         spans = RECORDER.take() if RECORDER.finished else None
         if spans and self.owner is not None:  # to the Runtime's process, which exports them
             self.send(self.owner, SpanBatch(spans))
-        for outbox in self.dirty:
-            outbox.flush_if_ready()
-        self.dirty.clear()
+        self.outboxes.flush()
         if self.shutting_down is not None:
             self._maybe_shut()
         return ThespianWatch([self.handoff.fd])
@@ -143,7 +144,7 @@ class TurnHost(ActorTypeDispatcher):
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
         tid = msg.turn_id
-        if tid in self.turns or tid in self.ended or (self.store is not None and self._stored(tid)):
+        if tid in self.turns or tid in self.ended or is_stored(self.store, tid):
             self.reply(sender, reply_for(msg, False, "invalid", f"turn id {tid} is already in use"))
             return
         turn = TurnActor.starting(self, msg)
@@ -158,19 +159,26 @@ class TurnHost(ActorTypeDispatcher):
         turn = self.turns.get(msg.turn_id)
         if turn is not None:
             turn.tell(msg, sender)
-        elif self.store is not None and self._stored(msg.turn_id):
-            try:
-                for kind, payload in self.store.event_payloads(msg.turn_id, msg.since):
-                    self.deliver(sender, payload, kind)
-            except StoreError as exc:
-                self.reply(sender, reply_for(msg, False, "invalid", f"cannot read turn {msg.turn_id}: {exc}"))
-                return
-            if msg.request_id is not None:
+        elif is_stored(self.store, msg.turn_id):
+            assert self.store is not None
+            failed = replay(self.store, msg.turn_id, msg.since, sender, self.deliver)
+            self.outboxes.unless_held(str(sender))  # forgotten once these are acknowledged
+            if failed is not None:
+                self.reply(sender, reply_for(msg, False, "invalid", failed))
+            elif msg.request_id is not None:
                 self.reply(sender, reply_for(msg, True, None, "the turn has ended; its events follow from the store"))
         elif msg.turn_id in self.ended:
             self.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended"))
         else:
             self.reply(sender, reply_for(msg, False, "unknown_turn", f"no turn {msg.turn_id}"))
+
+    def _to_turn(self, msg: Consumed | Unsubscribe | ReportProgress, sender: Any) -> None:
+        """To the turn's own mailbox, if it is here (else it is moot)."""
+        turn = self.turns.get(msg.turn_id)
+        if turn is not None:
+            turn.tell(msg, sender)
+
+    receiveMsg_Consumed = receiveMsg_Unsubscribe = receiveMsg_ReportProgress = _to_turn
 
     def receiveMsg_TurnCommand(self, msg: TurnCommand, sender: Any) -> None:
         refused = unaddressed(msg)
@@ -181,7 +189,7 @@ class TurnHost(ActorTypeDispatcher):
         turn = self.turns.get(tid)
         if turn is not None:
             turn.tell(msg, sender)
-        elif tid in self.ended or (self.store is not None and self._stored(tid)):
+        elif tid in self.ended or is_stored(self.store, tid):
             self._answer_for_ended(msg, sender, self.ended.get(tid, "see the store"))
         else:
             self.held.hold(tid, msg, sender)
@@ -194,43 +202,33 @@ class TurnHost(ActorTypeDispatcher):
         else:
             self.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended ({reason})"))
 
-    def _stored(self, turn_id: str) -> bool:
-        try:
-            return self.store is not None and self.store.exists(turn_id)
-        except StoreError:
-            return False
-
     def receiveMsg_Recover(self, msg: Recover, sender: Any) -> None:
-        recovered: list[str] = []
-        errors: dict[str, str] = {}
-        for tid in msg.turn_ids:
-            if tid in self.turns or self.store is None:
-                continue
-            try:
-                state = self.store.load(tid)
-                commands = self.store.take_commands(tid)
-            except (SnapshotError, StoreError, KeyError) as exc:
-                errors[tid] = str(exc)
-                log().error("cannot recover turn %s: %s", tid, exc)
-                continue
-            turn = TurnActor.recovering(self, state)
-            self.turns[tid] = turn
+        turn_ids = [t for t in msg.turn_ids if t not in self.turns]
+        found, errors = recoverable(self.store, turn_ids) if self.store is not None else ([], {})
+        for state, commands in found:
+            turn = self.turns[state.turn_id] = TurnActor.recovering(self, state)
             for command in commands:
                 turn.tell(command, None)
             turn.tell(RECOVER, None)
-            recovered.append(tid)
-        self.send(sender, Recovered(self.slot, recovered, errors))
+        self.send(sender, Recovered(self.slot, [state.turn_id for state, _ in found], errors))
 
     def turn_ended(self, turn: TurnActor) -> None:
-        options = turn.state.options
-        self.wakeupAfter(timedelta(seconds=options.linger), payload=("linger", turn.turn_id))
+        self.wakeupAfter(timedelta(seconds=turn.state.options.linger), payload=("linger", turn.turn_id))
 
     def _evict(self, turn_id: str) -> None:
-        turn = self.turns.pop(turn_id, None)
-        if turn is not None:
-            self.ended[turn_id] = turn.state.finish_reason or "error"
-            while len(self.ended) > _REMEMBER_ENDED:
-                self.ended.popitem(last=False)
+        """Forget a turn that ended ``linger`` s ago, once every reader has caught up (or was
+        dropped, ``TurnActor.let_go``)."""
+        turn = self.turns.get(turn_id)
+        if turn is None:
+            return
+        wait = turn.let_go()
+        if wait is not None:
+            self.wakeupAfter(timedelta(seconds=wait), payload=("linger", turn_id))
+            return
+        del self.turns[turn_id]
+        self.ended[turn_id] = turn.state.finish_reason or "error"
+        while len(self.ended) > _REMEMBER_ENDED:
+            self.ended.popitem(last=False)
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -298,11 +296,6 @@ class TurnHost(ActorTypeDispatcher):
     def receiveMsg_PoolsChanged(self, msg: PoolsChanged, sender: Any) -> None:
         self.tools.pools.clear()
 
-    def receiveMsg_ReportProgress(self, msg: ReportProgress, sender: Any) -> None:
-        turn = self.turns.get(msg.turn_id)
-        if turn is not None:
-            turn.tell(msg, None)
-
     def receiveMsg_ToolAlive(self, msg: ToolAlive, sender: Any) -> None:
         self.tools.on_alive(msg.turn_id, msg.call_id, msg.node)
 
@@ -317,6 +310,10 @@ class TurnHost(ActorTypeDispatcher):
                 llm.append((item[1], item[2]))
             elif item[0] == "tool":
                 self.tools.on_inline(item[1], item[2], item[3])
+            elif item[0] == "outbox":
+                self.outboxes.acknowledged(item[1])
+            elif item[0] == "lost":
+                self._drop_subscriber(item[1])
         if llm:
             self.llm.on_outputs(llm)
 
@@ -326,18 +323,21 @@ class TurnHost(ActorTypeDispatcher):
 
     # -- events and replies ---------------------------------------------------------------
 
-    def deliver(self, to: Any, payload: bytes, kind: str) -> None:
-        key = str(to)
-        outbox = self.outboxes.get(key)
-        if outbox is None:
-            outbox = self.outboxes[key] = Outbox(to, self._send_tracked, self._outbox_ready)
-        outbox.add(payload, kind)
-        self.dirty.append(outbox)
+    def deliver(self, key: str, to: Any, payload: bytes, kind: str) -> None:
+        """Queue one encoded event for the subscriber ``to`` (``key`` is ``str(to)``)."""
+        self.outboxes.deliver(key, to, payload, kind)
 
-    def _outbox_ready(self, outbox: Outbox) -> None:
-        """From an ACK callback: flush ``outbox`` in the next handler (woken through the inbox)."""
-        self.dirty.append(outbox)
-        self.handoff.put(("flush",))
+    def hold_outbox(self, key: str) -> None:
+        self.outboxes.hold(key)
+
+    def release_outbox(self, key: str) -> None:
+        self.outboxes.release(key)
+
+    def _drop_subscriber(self, outbox: Outbox) -> None:
+        log().warning("subscriber %s cannot be reached; the turns here stop sending to it", outbox.key)
+        for turn in self.turns.values():
+            turn._unsubscribe(outbox.key)
+        self.outboxes.forget(outbox)
 
     def _send_tracked(self, to: Any, message: Any, done: Any) -> None:
         def finished(ok: bool) -> None:  # in Thespian's ACK callback: send nothing from here
@@ -372,7 +372,7 @@ class TurnHost(ActorTypeDispatcher):
         self.wakeupAfter(timedelta(seconds=1.0), payload=("shutdown",))
 
     def _maybe_shut(self) -> None:
-        if open_mcp_sessions() == 0 and all(o.idle or o.dead for o in self.outboxes.values()):
+        if open_mcp_sessions() == 0 and self.outboxes.all_idle:
             self._shut()
 
     def _shut(self) -> None:

@@ -77,14 +77,20 @@ class ProcessTree:
         return sorted(found)
 
     def end(self, deadline: float) -> None:
-        """Cut the lifeline and make sure every process of the tree is gone by ``deadline``."""
+        """Cut the lifeline and make sure every process of the tree is gone by ``deadline``
+        (looked for again after each wait: a process forked while the tree was ending, such
+        as a spare tool process, is in the next look)."""
         tree = self.processes()
         if self.lifeline is not None:
             self.lifeline.cut_now()
-        left = wait_gone(tree, max(0.2, deadline - time.monotonic() - 0.5))
-        if left:
-            log().warning("%d process(es) of the runtime outlived its lifeline; killing them", len(left))
-            end_processes(left, timeout=0.5)
+        for _ in range(3):
+            left = wait_gone(tree, max(0.2, deadline - time.monotonic() - 0.5))
+            if left:
+                log().warning("%d process(es) of the runtime outlived its lifeline; killing them", len(left))
+                end_processes(left, timeout=0.5)
+            tree = self.processes()
+            if not tree:
+                break
         if self.asys is not None:
             with contextlib.suppress(Exception):
                 self.asys._systemBase.transport.close()

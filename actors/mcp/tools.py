@@ -66,6 +66,7 @@ def mcp_tools(
     headers: Mapping[str, str] | None = None,
     headers_env: Mapping[str, str] | None = None,
     timeout: float = 30.0,
+    call_timeout: float | None = None,
 ) -> list[Tool]:
     """The tools of one MCP server, as greenroom tools, in the order the server lists them.
 
@@ -83,6 +84,9 @@ def mcp_tools(
         headers: HTTP headers, plain settings only; ``Authorization`` and the like are refused.
         headers_env: HTTP header -> name of the variable that holds its whole value.
         timeout: seconds to connect and list (here), and to connect (in a host).
+        call_timeout: seconds a call may take; past it the call is stopped (the client sends
+            ``notifications/cancelled``) and fails saying so. Default: the turn's
+            ``TurnOptions.tool_timeout`` (300 s unless set).
     """
     server = _server_params(command, url, name, env, env_from, cwd, headers, headers_env, timeout)
     own_name, listed = _listed(server)
@@ -102,6 +106,7 @@ def mcp_tools(
                 description=t.description or t.title or "",
                 parameters=schema,
                 approval=approval(t.name),
+                timeout=call_timeout,
             )
         )
     seen: set[str] = set()
@@ -126,10 +131,13 @@ class MCPTool(Tool):
         description: str,
         parameters: dict[str, Any],
         approval: bool | Callable[[dict[str, Any]], bool],
+        timeout: float | None = None,
     ) -> None:
         self.server = server
         self.mcp_name = mcp_name
-        super().__init__(self._call, name=name, description=description, requires_approval=approval, inline=True)
+        super().__init__(
+            self._call, name=name, description=description, requires_approval=approval, inline=True, timeout=timeout
+        )
         self.parameters = parameters
 
     async def _call(self, arguments: dict[str, Any]) -> Any:
@@ -160,6 +168,7 @@ class MCPTool(Tool):
             is_async=True,
             inline=True,
             config={"server": self.server.model_dump(mode="json"), "tool": self.mcp_name},
+            timeout=self.timeout,
         )
 
     def __repr__(self) -> str:
@@ -175,7 +184,13 @@ def load_mcp_tool(spec: ToolSpec) -> Tool:
     except (KeyError, ValueError) as exc:
         raise ToolDefinitionError(f"tool {spec.name!r}: its MCP server is not described: {exc}") from None
     return MCPTool(
-        server, mcp_name, name=spec.name, description=spec.description, parameters=spec.parameters, approval=False
+        server,
+        mcp_name,
+        name=spec.name,
+        description=spec.description,
+        parameters=spec.parameters,
+        approval=False,
+        timeout=spec.timeout,
     )
 
 

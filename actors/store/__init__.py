@@ -8,5 +8,6 @@ May import: ``messages`` and the shared modules.
 ``from actors.store import SQLiteStore`` and the other names of ``sqlite`` keep working.
 """
 
-from .sqlite import *
-from .sqlite import __all__
+from .sqlite import EncodedEvent, SQLiteStore, TurnStore, TurnSummary  # the names of the 0.1.0 module actors.store
+
+__all__ = ["EncodedEvent", "SQLiteStore", "TurnStore", "TurnSummary"]

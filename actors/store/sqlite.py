@@ -79,8 +79,8 @@ class TurnStore(Protocol):
     def events(self, turn_id: str, since: int = 0) -> list[TurnEvent]:
         """The turn's events with ``seq >= since``, in order."""
 
-    def event_payloads(self, turn_id: str, since: int = 0) -> list[tuple[str, bytes]]:
-        """The turn's events with ``seq >= since`` as ``(kind, bytes)``, in order."""
+    def event_payloads(self, turn_id: str, since: int = 0, until: int | None = None) -> list[tuple[str, bytes]]:
+        """The turn's events with ``since <= seq < until`` as ``(kind, bytes)``, in order."""
 
     def add_command(self, turn_id: str, command: Message) -> int:
         """Queue a command for the turn; returns its id."""
@@ -295,10 +295,11 @@ class SQLiteStore:
             out.append(event)
         return out  # type: ignore[return-value]
 
-    def event_payloads(self, turn_id: str, since: int = 0) -> list[tuple[str, bytes]]:
+    def event_payloads(self, turn_id: str, since: int = 0, until: int | None = None) -> list[tuple[str, bytes]]:
         try:
             rows = self._conn().execute(
-                "SELECT kind, data FROM events WHERE turn_id = ? AND seq >= ? ORDER BY seq", (turn_id, since)
+                "SELECT kind, data FROM events WHERE turn_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
+                (turn_id, since, until if until is not None else 2**62),
             )
             return [(kind, bytes(data)) for kind, data in rows]
         except sqlite3.Error as exc:

@@ -8,5 +8,26 @@ May import: ``turn`` (the decisions it watches), ``messages`` and the shared mod
 ``from actors.telemetry import ...`` keeps the names of ``spans``.
 """
 
-from .spans import *
-from .spans import __all__
+from .spans import (  # the names of the 0.1.0 module actors.telemetry
+    RECORDER,
+    Recorder,
+    Span,
+    SpanRecord,
+    TraceContext,
+    attach,
+    chat_span,
+    current_context,
+    end_chat,
+)
+
+__all__ = [
+    "RECORDER",
+    "Recorder",
+    "Span",
+    "SpanRecord",
+    "TraceContext",
+    "attach",
+    "chat_span",
+    "current_context",
+    "end_chat",
+]

@@ -10,8 +10,13 @@ describes it:
 
 - ``on_stop(callback)`` registers a callback that runs once when the call is stopped; the
   returned ``Registration`` is a context manager, ``close()`` unregisters it (idempotent);
+- on stop the callbacks run on a thread of their own, one after the other, never on the
+  thread that delivered the stop (a tool process's or a TurnHost's actor thread): one that
+  blocks delays neither the stop, nor the grace timer that ends the tool's processes, nor
+  any other turn; one still running after ``CALLBACK_DEADLINE`` seconds is logged;
 - registering after a stop runs the callback at once, in the registering thread;
-- a callback that raises is logged and blocks neither the other callbacks nor the stop;
+- a callback that raises anything (``SystemExit`` included) is logged, and fails that
+  callback alone: the others run, the stop goes on, the process lives;
 - when the call ends, its remaining registrations are dropped; a stop that comes later
   runs nothing;
 - ``throw_if_requested()`` raises ``ToolCancelled`` once stop *or* cancel was requested;
@@ -30,7 +35,9 @@ from typing import Any, Literal
 from ..errors import ToolCancelled, ToolContextError
 from ..logs import logger
 
-__all__ = ["Cancellation", "Registration", "ToolContext"]
+__all__ = ["CALLBACK_DEADLINE", "Cancellation", "Registration", "ToolContext"]
+
+CALLBACK_DEADLINE = 5.0  # seconds after which an on_stop callback still running is logged
 
 
 log = logger("greenroom.tools")
@@ -69,6 +76,7 @@ class Cancellation:
         self._stopped = False
         self._closed = False
         self._requested = threading.Event()
+        self._callbacks_done = threading.Event()  # the stop's callbacks have all returned
 
     @property
     def requested(self) -> bool:
@@ -130,8 +138,13 @@ class Cancellation:
             self._stopped = True
             callbacks = list(self._callbacks.values())
             self._callbacks.clear()
-        for callback in callbacks:
-            _run_callback(callback)
+        threading.Thread(
+            target=_run_callbacks, args=(callbacks, self._callbacks_done), name="greenroom on_stop", daemon=True
+        ).start()
+
+    def callbacks_returned(self, timeout: float | None = None) -> bool:
+        """Wait until the stop's callbacks have all returned (True), or ``timeout`` passes."""
+        return self._callbacks_done.wait(timeout)
 
     def _close(self) -> None:
         """The call has ended: drop what is left; later stops run nothing."""
@@ -143,8 +156,36 @@ class Cancellation:
 def _run_callback(callback: Callable[[], Any]) -> None:
     try:
         callback()
-    except Exception:
+    except BaseException:  # noqa: BLE001 - SystemExit from a callback fails that callback alone
         log().exception("an on_stop callback raised; the stop goes on")
+
+
+def _run_callbacks(callbacks: list[Callable[[], Any]], done_all: threading.Event) -> None:
+    """The stop's callbacks, on their own thread; a watchdog logs one that overstays."""
+    try:
+        _run_each(callbacks)
+    finally:
+        done_all.set()
+
+
+def _run_each(callbacks: list[Callable[[], Any]]) -> None:
+    for callback in callbacks:
+        done = threading.Event()
+        watchdog = threading.Timer(CALLBACK_DEADLINE, _overstayed, args=(callback, done))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            _run_callback(callback)
+        finally:
+            done.set()
+            watchdog.cancel()
+
+
+def _overstayed(callback: Callable[[], Any], done: threading.Event) -> None:
+    if not done.is_set():
+        name = getattr(callback, "__qualname__", repr(callback))
+        log().warning("an on_stop callback (%s) is still running after %g s; the stop went on without it",
+                      name, CALLBACK_DEADLINE)  # fmt: skip
 
 
 class ToolContext:

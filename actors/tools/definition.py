@@ -71,6 +71,7 @@ class Tool:
         retry_safe: bool = False,
         inline: bool = False,
         isolate: bool = False,
+        timeout: float | None = None,
     ) -> None:
         if not callable(fn):
             raise ToolDefinitionError(f"a tool needs a function, got {fn!r}")
@@ -94,6 +95,9 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r}: a tool is either inline or isolated, not both")
         self.inline = inline
         self.isolate = isolate
+        if timeout is not None and timeout <= 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: timeout must be a positive number of seconds")
+        self.timeout = timeout
         self.approval: bool | Callable[[dict[str, Any]], bool] = requires_approval
         self.args_model = self._build_model(arg_docs)
         try:
@@ -156,6 +160,7 @@ class Tool:
             is_async=self.is_async,
             inline=self.inline,
             isolate=self.isolate,
+            timeout=self.timeout,
         )
 
     def _approval_spec(self) -> tuple[str, str | None]:
@@ -209,6 +214,7 @@ def tool(
     retry_safe: bool = False,
     inline: bool = False,
     isolate: bool = False,
+    timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -222,8 +228,11 @@ def tool(
     retry_safe: bool = False,
     inline: bool = False,
     isolate: bool = False,
+    timeout: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make ``fn`` a ``Tool``; usable bare (``@tool``) or with options (``@tool(...)``)."""
+    """Make ``fn`` a ``Tool``; usable bare (``@tool``) or with options (``@tool(...)``).
+    ``timeout`` (seconds) stops a call that runs longer and fails it, saying so; without it
+    the turn's ``TurnOptions.tool_timeout`` applies."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(
@@ -235,6 +244,7 @@ def tool(
             retry_safe=retry_safe,
             inline=inline,
             isolate=isolate,
+            timeout=timeout,
         )
 
     return wrap(fn) if fn is not None else wrap

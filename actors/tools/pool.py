@@ -3,9 +3,11 @@
 A TurnHost has threads (its streams), so it must not fork; the pool has none and does all
 the forking of its node, off every turn's path.
 
-- ``LeaseWorkers(n)`` is answered at once with ``n`` processes: idle ones first, freshly
-  forked ones if there are not enough; the pool then forks again, a moment later, to keep
-  ``spares`` idle processes ready;
+- ``LeaseWorkers(n)`` is answered with up to ``n`` processes at once: idle ones first, then
+  freshly forked ones while the node has fewer than ``max_processes``; what it cannot give
+  yet is owed, and paid in the order asked as processes come back or exit (the calls wait,
+  stoppable, in their host). The pool then forks again, a moment later, to keep ``spares``
+  idle processes ready, within the same cap;
 - a lent process stays the host's until the host returns it or the process exits; when a
   process exits (retired after its calls, stopped past its grace, crashed, killed) the
   host that had it gets ``WorkerExited`` and the pool forks a replacement;
@@ -23,10 +25,11 @@ import signal
 from datetime import timedelta
 from typing import Any
 
-from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ChildActorExited
+from thespian.actors import ActorExitRequest, ChildActorExited
 
 from ..lifecycle.processes import alive, become_subreaper, children, descendants, signal_all
 from ..logs import logger
+from ..wire.dispatch import Dispatcher
 from ..wire.protocol import (
     HostGone,
     LeaseWorkers,
@@ -47,7 +50,7 @@ __all__ = ["ToolPool"]
 log = logger("greenroom.pool")
 
 
-class ToolPool(ActorTypeDispatcher):
+class ToolPool(Dispatcher):
     """The tool processes of one node; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -58,6 +61,7 @@ class ToolPool(ActorTypeDispatcher):
         self.replenish_scheduled = False
         self.quiet = False
         self.worker_pids: set[int] = set()
+        self.owed: list[tuple[Any, int, LeaseWorkers]] = []  # (host, how many, its request), oldest first
         become_subreaper()
 
     def receiveMsg_WorkerReady(self, msg: WorkerReady, sender: Any) -> None:
@@ -77,15 +81,29 @@ class ToolPool(ActorTypeDispatcher):
         return worker
 
     def receiveMsg_LeaseWorkers(self, msg: LeaseWorkers, sender: Any) -> None:
-        given: list[Any] = []
-        while len(given) < msg.count and self.idle:
-            given.append(self.idle.pop(0))
-        while len(given) < msg.count and not self.quiet and self.config is not None:
-            given.append(self._fork())
-        self.leased.extend((w, sender) for w in given)
-        node = self.config.node if self.config is not None else ""
-        self.send(sender, WorkersLeased(given, node, msg.requires, msg.isolate))
+        self.owed.append((sender, msg.count, msg))
+        self._pay()
         self._schedule_replenish()
+
+    def _processes(self) -> int:
+        return len(self.idle) + len(self.leased)
+
+    def _pay(self) -> None:
+        """Lend what is owed, oldest request first, within ``max_processes``."""
+        while self.owed and self.config is not None and not self.quiet:
+            host, count, request = self.owed[0]
+            given: list[Any] = []
+            while len(given) < count and self.idle:
+                given.append(self.idle.pop(0))
+            while len(given) < count and self._processes() + len(given) < self.config.max_processes:
+                given.append(self._fork())
+            if given:
+                self.leased.extend((w, host) for w in given)
+                self.send(host, WorkersLeased(given, self.config.node, request.requires, request.isolate))
+            if len(given) < count:
+                self.owed[0] = (host, count - len(given), request)
+                return
+            self.owed.pop(0)
 
     def receiveMsg_ReturnWorkers(self, msg: ReturnWorkers, sender: Any) -> None:
         for worker in msg.workers:
@@ -93,6 +111,7 @@ class ToolPool(ActorTypeDispatcher):
             if pair is not None:
                 self.leased.remove(pair)
                 self.idle.append(worker)
+        self._pay()
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
         worker = msg.childAddress
@@ -103,9 +122,11 @@ class ToolPool(ActorTypeDispatcher):
         if pair is not None:
             self.leased.remove(pair)
             self.send(pair[1], WorkerExited(worker))
+        self._pay()
         self._schedule_replenish()
 
     def receiveMsg_HostGone(self, msg: HostGone, sender: Any) -> None:
+        self.owed = [o for o in self.owed if o[0] != msg.host]
         for pair in [p for p in self.leased if p[1] == msg.host]:
             self.leased.remove(pair)
             self.send(pair[0], ActorExitRequest())
@@ -141,9 +162,9 @@ class ToolPool(ActorTypeDispatcher):
             self._replenish()
 
     def _replenish(self) -> None:
-        if self.quiet or self.config is None:
+        if self.quiet or self.config is None or self.owed:
             return
-        while len(self.idle) < self.config.spares:
+        while len(self.idle) < self.config.spares and self._processes() < self.config.max_processes:
             self.idle.append(self._fork())
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:

@@ -10,8 +10,8 @@ everything it has to say (progress, a child turn to start, the outcome) goes thr
 
 - ``interrupt("cancel", reason)`` sets the call's flag; the tool sees it at its next
   ``throw_if_requested()``;
-- ``interrupt("stop", reason)`` sets the flag, runs the ``on_stop`` callbacks at once on
-  the caller's thread, and cancels an ``async def`` tool's task;
+- ``interrupt("stop", reason)`` sets the flag, starts the ``on_stop`` callbacks at once on
+  a thread of their own (``context.Cancellation``), and cancels an ``async def`` tool's task;
 - the outcome is reported exactly once: ``("result", (outcome, content))``, where a value
   becomes ``{"ok": true, "data": ...}`` and an exception ``{"ok": false, "error": ...}``,
   as the seeds do it; arguments that do not fit the tool's parameters come back as such an
@@ -21,6 +21,7 @@ everything it has to say (progress, a child turn to start, the outcome) goes thr
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -129,7 +130,7 @@ class ToolActor(LocalActor):
             idempotency_key=run.idempotency_key,
             attempt=run.attempt,
             stop_grace=run.stop_grace,
-            progress=lambda data: self._report("progress", data),
+            progress=self._progress,
             provider=run.provider,
             child_starter=lambda child: self._report("child", child),
             trace_context=run.trace_context,
@@ -176,7 +177,26 @@ class ToolActor(LocalActor):
             loop.call_soon_threadsafe(task.cancel)
 
     def _done(self, outcome: tuple[str, str]) -> None:
-        self._report("result", (outcome[0], safe_text(outcome[1])))
+        """Report the call's one outcome; one too long for ``RunTool.max_result_bytes`` fails
+        here, in the tool's process, before anything large crosses the wire."""
+        content = safe_text(outcome[1])
+        size, limit = len(content.encode("utf-8", "replace")), self.run.max_result_bytes
+        if size > limit:
+            why = f"its result is {size:,} bytes, over the limit of {limit:,} (TurnOptions.max_result_bytes)"
+            outcome = ("failed", error_result(f"Tool '{self.run.spec.name}' failed: {why}"))
+        else:
+            outcome = (outcome[0], content)
+        self._report("result", outcome)
+
+    def _progress(self, data: Any) -> None:
+        """A progress report; one too long for the limit is replaced by a note saying so."""
+        try:
+            size = len(json.dumps(data, ensure_ascii=False, default=str).encode("utf-8", "replace"))
+        except (TypeError, ValueError, RecursionError):
+            size = 0  # not JSON: the codec says so where the event is made
+        if size > self.run.max_result_bytes:
+            data = {"dropped": f"a progress report of {size:,} bytes, over the limit of {self.run.max_result_bytes:,}"}
+        self._report("progress", data)
 
     def interrupt(self, mode: str, reason: str) -> None:
         """Cancel (cooperative) or stop (callbacks now, async task cancelled) this call."""

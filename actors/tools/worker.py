@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from datetime import timedelta
 from typing import Any
 
-from thespian.actors import ActorExitRequest, ActorTypeDispatcher, ThespianWatch
+from thespian.actors import ActorExitRequest, ThespianWatch
 
 from messages import (
     CancelTurn,
@@ -43,17 +44,21 @@ from ..handoff import Handoff
 from ..lifecycle.processes import become_subreaper, descendants, reap_children, signal_all
 from ..logs import logger, quiet_third_party
 from ..mailbox import Kernel
-from ..turn.results import error_result
+from ..turn.results import error_result, interrupted_content
+from ..wire.dispatch import Dispatcher
 from ..wire.protocol import EventBatch, WorkerInit, WorkerReady, WorkerResult
 from .tool_actor import ToolActor
 
 __all__ = ["ToolWorker"]
 
+TOMBSTONE_TTL = 300.0  # seconds an interrupt waits for the call it overtook
+TOMBSTONES = 256
+
 
 log = logger("greenroom.tools")
 
 
-class ToolWorker(ActorTypeDispatcher):
+class ToolWorker(Dispatcher):
     """One pooled tool process; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -74,6 +79,7 @@ class ToolWorker(ActorTypeDispatcher):
         self._generation = 0  # which call a timer belongs to
         self._initialized = False
         self._early: list[tuple[Any, Any]] = []  # (message, sender) that overtook WorkerInit
+        self._tombstones: dict[tuple[str, str, int], tuple[str, str, float]] = {}  # interrupts ahead of their call
 
     def receiveMessage(self, message: Any, sender: Any) -> Any:
         super().receiveMessage(message, sender)
@@ -97,6 +103,12 @@ class ToolWorker(ActorTypeDispatcher):
 
     def receiveMsg_RunTool(self, run: RunTool, sender: Any) -> None:
         if self._before_init(run, sender):
+            return
+        interrupted = self._tombstones.pop((run.turn_id, run.call.id, run.attempt), None)
+        if interrupted is not None:  # its interrupt overtook it: it never starts
+            what = "the call was stopped" if interrupted[0] == "stop" else "the call was cancelled"
+            content = interrupted_content(f"{what} before it started", interrupted[1])
+            self.send(sender, WorkerResult(_result(run, "interrupted", content)))
             return
         if self._call is not None or self._exiting:
             reason = "exiting" if self._exiting else f"busy with call {self._call.call_id}"  # type: ignore[union-attr]
@@ -151,7 +163,8 @@ class ToolWorker(ActorTypeDispatcher):
         if self._before_init(msg, sender):
             return
         call = self._call
-        if call is None or msg.call_id != call.call_id:
+        if call is None or msg.call_id != call.call_id or msg.turn_id != call.run.turn_id:
+            self._tombstone(msg)
             return
         call.tell(msg)
         self._kernel.run()
@@ -159,6 +172,17 @@ class ToolWorker(ActorTypeDispatcher):
         if msg.mode == "stop":
             signal_all(descendants(os.getpid()), signal.SIGTERM)
             self.wakeupAfter(timedelta(seconds=call.run.stop_grace), payload=("grace", self._generation))
+
+    def _tombstone(self, msg: InterruptTool) -> None:
+        """Keep an interrupt for a call this process has not been given yet (Thespian does not
+        order the host's messages): if its ``RunTool`` comes, the call never starts. Kept
+        ``TOMBSTONE_TTL`` seconds, at most ``TOMBSTONES`` of them."""
+        now = time.monotonic()
+        for key in [k for k, v in self._tombstones.items() if now - v[2] > TOMBSTONE_TTL]:
+            del self._tombstones[key]
+        while len(self._tombstones) >= TOMBSTONES:
+            del self._tombstones[next(iter(self._tombstones))]
+        self._tombstones[(msg.turn_id, msg.call_id, msg.attempt or 1)] = (msg.mode, msg.reason, now)
 
     def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
         what, arg = msg.payload

@@ -81,4 +81,5 @@ def run_message(state: TurnState, call: CallState, spec: ToolSpec) -> RunTool:
         stop_grace=state.options.stop_grace,
         heartbeat=state.options.heartbeat if spec.requires else None,
         provider=state.provider,
+        max_result_bytes=state.options.max_result_bytes,
     )

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from messages import (
     TURN_COMMANDS,
@@ -221,6 +221,8 @@ class TurnRules:
             return []  # a timer of a batch that has ended
         if msg.name == "commit" and s.commit_pending:
             return self._advance(commit_due=True)
+        if msg.name.startswith("tool_timeout:"):
+            return self._on_tool_timeout(*msg.name.split(":")[1:])
         if msg.name == "approval_timeout" and s.pending_approvals:
             for cs in s.batch:
                 if cs.status == "pending_approval":
@@ -268,15 +270,22 @@ class TurnRules:
     def _pause(self) -> list[Decision]:
         s = self.state
         s.paused, s.phase, s.waiting_since = True, "awaiting_approval", self._clock()
-        finish = self._emit(
+        return [self._finish("awaiting_approval", pending_approvals=s.pending_approvals), Persist("paused")]
+
+    def _finish(self, reason: FinishReason, **fields: Any) -> Emit:
+        """The run's ``Finish``: the history since the previous one (or all of it, if asked)."""
+        s = self.state
+        start = 0 if s.options.finish_history == "full" else s.finish_mark
+        s.finish_mark = len(s.messages)
+        return self._emit(
             Finish,
-            finish_reason="awaiting_approval",
+            finish_reason=reason,
             usage=s.usage,
             round=s.round,
-            messages=list(s.messages),
-            pending_approvals=s.pending_approvals,
+            messages=s.messages[start:],
+            history_from=start,
+            **fields,
         )
-        return [finish, Persist("paused")]
 
     # -- the model's stream ---------------------------------------------------------------
 
@@ -369,8 +378,12 @@ class TurnRules:
         cs.status = "running"
         cs.attempt += 1
         run = run_message(s, cs, spec)
-        started = dict(call_id=cs.call.id, name=cs.call.name, arguments=cs.arguments, round=s.round)
-        return [Spawn(run), self._emit(ToolCallStarted, **started)]
+        started = {"call_id": cs.call.id, "name": cs.call.name, "arguments": cs.arguments, "round": s.round}
+        out: list[Decision] = [Spawn(run), self._emit(ToolCallStarted, **started)]
+        timeout = spec.timeout if spec.timeout is not None else s.options.tool_timeout
+        if timeout is not None:
+            out.append(SetTimer(f"tool_timeout:{cs.call.id}:{cs.attempt}", timeout, s.round))
+        return out
 
     def _done(self, cs: CallState, outcome: ToolOutcome, content: str) -> list[Decision]:
         cs.status, cs.outcome, cs.content = "done", outcome, content
@@ -396,6 +409,20 @@ class TurnRules:
         if s.phase == "finished" or cs is None or cs.status != "running":
             return []  # a call that was stopped, or a duplicate: the first end wins
         return self._done(cs, outcome, content) + [Persist("tool_result")] + self._advance()
+
+    def _on_tool_timeout(self, call_id: str, attempt: str) -> list[Decision]:
+        """A call that outlived its time limit is stopped and fails, saying so."""
+        s = self.state
+        cs = s.call(call_id)
+        if cs is None or cs.status != "running" or str(cs.attempt) != attempt:
+            return []
+        spec = self._specs[cs.call.name]
+        limit = spec.timeout if spec.timeout is not None else s.options.tool_timeout
+        reason = f"Tool '{cs.call.name}' timed out after {limit:g} s"
+        interrupt = Interrupt(
+            InterruptTool(turn_id=s.turn_id, call_id=call_id, mode="stop", reason=reason, attempt=cs.attempt)
+        )
+        return [interrupt, *self._done(cs, "failed", error_result(reason)), Persist("tool_result"), *self._advance()]
 
     def _on_progress(self, msg: ReportProgress) -> list[Decision]:
         cs = self.state.call(msg.call_id)
@@ -499,10 +526,21 @@ class TurnRules:
         self._keep_partial_text()
         return [abort]
 
-    def _interrupt_running(self, mode: str, reason: str, cause: StopCause = "user") -> list[Decision]:
+    def _interrupt_running(
+        self, mode: Literal["stop", "cancel"], reason: str, cause: StopCause = "user"
+    ) -> list[Decision]:
         s = self.state
         return [
-            Interrupt(InterruptTool(turn_id=s.turn_id, call_id=cs.call.id, mode=mode, reason=reason, cause=cause))  # type: ignore[arg-type]
+            Interrupt(
+                InterruptTool(
+                    turn_id=s.turn_id,
+                    call_id=cs.call.id,
+                    mode=mode,
+                    reason=reason,
+                    cause=cause,
+                    attempt=cs.attempt,
+                )
+            )
             for cs in s.batch or ()
             if cs.status == "running"
         ]
@@ -521,7 +559,10 @@ class TurnRules:
         out: list[Decision] = []
         resumes_at = s.next_seq if s.paused else None  # ending the last waiting call resumes the turn
         if cs.status == "running":
-            out.append(Interrupt(InterruptTool(turn_id=s.turn_id, call_id=msg.call_id, mode="stop", reason=msg.reason)))
+            stop = InterruptTool(
+                turn_id=s.turn_id, call_id=msg.call_id, mode="stop", reason=msg.reason, attempt=cs.attempt
+            )
+            out.append(Interrupt(stop))
         out += self._done(cs, "interrupted", interrupted_content("the call was stopped", msg.reason))
         out += [Persist("tool_result")] + self._advance()
         return out + self._reply(msg, True, None, "", resumes_at if not s.paused else None)
@@ -553,8 +594,7 @@ class TurnRules:
         elif error is not None:
             out.append(self._emit(Error, error_type=error[0], message=error[1]))
         s.phase, s.finish_reason = "finished", reason
-        out.append(self._emit(Finish, finish_reason=reason, usage=s.usage, round=s.round, messages=list(s.messages)))
-        return out + [Persist("finished"), Done()]
+        return out + [self._finish(reason), Persist("finished"), Done()]
 
     # -- helpers --------------------------------------------------------------------------
 

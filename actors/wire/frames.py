@@ -16,6 +16,10 @@ the length parser (``BoundedReceiveBuffer``):
   ``FRESHNESS`` seconds of its time, and once: each sender (a random id per process) numbers
   its frames, and a receiver keeps, per sender, the highest number and a window of the
   ones below it it has seen, as IPsec does;
+- a frame already accepted (its number is in the window) is opened as ``DUPLICATE``: the
+  transport acknowledges it again and delivers nothing. Thespian resends the same sealed
+  bytes when an ACK is lost, so the resend succeeds and the message is delivered once; a
+  replay by anyone else is dropped the same way, having done nothing;
 - nothing is unpickled before all of that holds; anything else raises ``FrameRejected``
   (the connection is then closed, and the reason logged once per peer and reason).
 
@@ -32,7 +36,7 @@ import pickle
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -42,11 +46,13 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from ..logs import logger
 
 __all__ = [
+    "DUPLICATE",
     "FRESHNESS",
     "BoundedReceiveBuffer",
     "FrameCodec",
     "FrameRejected",
     "add_endpoint",
+    "is_duplicate",
     "log_rejection",
 ]
 
@@ -117,24 +123,43 @@ class _Window:
         self.seen = 0  # bit i: frame top - i was accepted
         self.last = 0.0
 
-    def accept(self, n: int) -> bool:
+    def accept(self, n: int) -> Receipt:
         if n > self.top:
             shift = n - self.top
             self.seen = ((self.seen << shift) | 1) & ((1 << WINDOW) - 1) if shift < WINDOW else 1
             self.top = n
-            return True
+            return "new"
         offset = self.top - n
-        if offset >= WINDOW or self.seen >> offset & 1:
-            return False
+        if offset >= WINDOW:
+            return "outside"
+        if self.seen >> offset & 1:
+            return "again"
         self.seen |= 1 << offset
-        return True
+        return "new"
 
 
 _windows: dict[bytes, _Window] = {}
 _windows_lock = threading.Lock()
 
 
-def _first_time(sender: bytes, counter: int) -> bool:
+Receipt = Literal["new", "again", "outside"]  # first time; already accepted; too old to tell
+
+
+class _Duplicate:
+    """What a frame already accepted opens as: acknowledged again, delivered to nobody."""
+
+    def __repr__(self) -> str:
+        return "DUPLICATE"
+
+
+DUPLICATE: Any = (None, _Duplicate())  # in the shape of an opened frame: (sender's address, message)
+
+
+def is_duplicate(message: Any) -> bool:
+    return message is DUPLICATE[1]
+
+
+def _receipt(sender: bytes, counter: int) -> Receipt:
     now = time.monotonic()
     with _windows_lock:
         window = _windows.get(sender)
@@ -217,8 +242,11 @@ class FrameCodec:
             raise FrameRejected(f"meant for {host}:{port}, not for this process")
         if abs(time.time() - ms / 1000) > FRESHNESS:
             raise FrameRejected("stale")
-        if not _first_time(sender, counter):
-            raise FrameRejected("replayed")
+        receipt = _receipt(sender, counter)
+        if receipt == "again":
+            return DUPLICATE
+        if receipt == "outside":
+            raise FrameRejected("replayed, or too old to tell")
         return pickle.loads(body)
 
 

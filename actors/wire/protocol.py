@@ -86,6 +86,7 @@ class Configure(_Internal):
     store_path: str | None = None
     hosts: int = 1
     tool_processes: int = 2
+    max_tool_processes: int = 16
     recycle_after: int = 100
     inline_async_tools: bool = False
     node: str = ""
@@ -211,12 +212,14 @@ class PoolFound(_Internal):
 
 @dataclass(frozen=True)
 class PoolConfig(_Internal):
-    """From a directory to its node's tool pool: keep ``spares`` idle processes forked."""
+    """From a directory to its node's tool pool: keep ``spares`` idle processes forked, and
+    never more than ``max_processes`` in all."""
 
     spares: int
     recycle_after: int
     directory: Any
     node: str
+    max_processes: int = 16
 
 
 @dataclass(frozen=True)

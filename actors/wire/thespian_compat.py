@@ -10,9 +10,9 @@ it fails loudly, naming the version and what is missing. Thespian is pinned in
 What greenroom patches or calls, and why:
 
 - ``TCPTransport.serializer`` (the module's and the method), ``ReceiveBuffer``,
-  ``MAX_INCOMING_SOCKET_PERIOD``, ``_acceptNewIncoming`` and ``_handlePossibleIncoming``:
-  frames sealed and opened by
-  ``frames``, lengths read within bounds, connections limited (``transport``);
+  ``MAX_INCOMING_SOCKET_PERIOD``, ``_acceptNewIncoming``, ``_handlePossibleIncoming`` and
+  ``_processReceivedEnvelope``: frames sealed and opened by ``frames``, lengths read within
+  bounds, connections limited, a resent frame acknowledged and dropped (``transport``);
 - ``IPActorAddress.bindArgs``: binds sockets to the configured interface (``transport``);
 - ``convention`` timer globals: notice a lost node in seconds, not minutes (``tune_convention``);
 - ``TransmitIntent.identify`` and ``ReceiveEnvelope.identify``: Thespian formats every
@@ -56,6 +56,7 @@ def _internals() -> list[tuple[object, str]]:
         (TCPTransport, "Thespian__UpdateWork"),
         (TCPTransport.TCPTransport, "_acceptNewIncoming"),
         (TCPTransport.TCPTransport, "_handlePossibleIncoming"),
+        (TCPTransport.TCPTransport, "_processReceivedEnvelope"),
         (TCPTransport.TCPTransport, "serializer"),
         (streamBuffer, "toSendBuffer"),
         (streamBuffer, "ackPacket"),

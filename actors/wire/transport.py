@@ -8,7 +8,8 @@ in every admin and actor forked from it (so it runs before the ActorSystem start
 
 - every listening socket binds to ``bind_host`` only, and the system advertises it;
 - frames are sealed and opened by ``frames.FrameCodec`` (signed or encrypted, target-bound,
-  fresh, never replayed); nothing is unpickled before every check has passed;
+  fresh, accepted once); nothing is unpickled before every check has passed; a frame
+  already accepted (a resend after a lost ACK) is acknowledged again and dropped;
 - the length prefix is read within bounds (``TransportConfig.max_frame``); a malformed,
   oversized, forged or replayed frame closes its connection only, and is logged once;
 - a connection must deliver a whole frame within ``frame_timeout`` seconds; from one peer
@@ -36,7 +37,7 @@ from typing import Any
 
 from ..debug_trace import trace
 from ..errors import ConfigurationError, TransportAuthError
-from .frames import BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint, log_rejection
+from .frames import BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint, is_duplicate, log_rejection
 from .thespian_compat import check
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "TransportConfig", "current_key", "install", "load_key"]
@@ -160,12 +161,28 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
     TCPTransport.TCPTransport.__init__ = init
     TCPTransport.TCPTransport._acceptNewIncoming = _accept_with_limits(config)
     TCPTransport.TCPTransport._handlePossibleIncoming = _expire_slow(TCPTransport.TCPTransport._handlePossibleIncoming)
+    TCPTransport.TCPTransport._processReceivedEnvelope = _drop_duplicates(
+        TCPTransport.TCPTransport._processReceivedEnvelope
+    )
     TCPTransport.ReceiveBuffer = BoundedReceiveBuffer
     TCPTransport.MAX_INCOMING_SOCKET_PERIOD = timedelta(seconds=config.frame_timeout)
     BoundedReceiveBuffer.max_frame = config.max_frame
     if bind_host not in ("", "0.0.0.0"):
         os.environ["THESPIAN_BASE_IPADDR"] = bind_host
         IPBase.thisSystem.add_local_addr(bind_host)
+
+
+def _drop_duplicates(process: Any) -> Any:
+    """A frame already accepted was acknowledged again (Thespian sends the ACK before this
+    runs); it is delivered to nobody."""
+
+    def process_envelope(self: Any, envelope: Any, has_exclusive_flag: bool = False) -> Any:
+        if is_duplicate(envelope.message):
+            trace("duplicate frame dropped")
+            return None
+        return process(self, envelope, has_exclusive_flag=has_exclusive_flag)
+
+    return process_envelope
 
 
 def _expire_slow(handle: Any) -> Any:
