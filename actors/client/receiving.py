@@ -3,7 +3,8 @@
 The pump thread hands every message to ``Inbound.on_message``: events go to their turn's
 ``TurnStream`` (in any order; the stream orders them), a ``ControlReply`` to the future of
 the command that asked for it (a refusal nobody awaits goes to the turn's stream), node
-changes to ``membership``, a host's finished spans to ``on_spans``. Callers in any thread
+changes to ``membership``, a host's finished spans to ``on_spans`` and its metrics to
+``on_metrics``. Callers in any thread
 open streams and futures here and wait on them; ``close()`` makes every waiter raise
 ``RuntimeClosedError``.
 """
@@ -19,6 +20,7 @@ from typing import Any
 from messages import ControlReply, MembershipChanged, NodeList, TurnEvent
 
 from ..errors import ControlRejected, RuntimeClosedError
+from ..telemetry.metrics import MetricBatch
 from ..wire.protocol import EventBatch, HostReplaced, ShutdownDone, SpanBatch
 from .stream import TurnStream
 
@@ -35,12 +37,15 @@ class Inbound:
         closed: Callable[[], bool],
         on_host_replaced: Callable[[HostReplaced], None],
         on_spans: Callable[[list[Any]], None] = lambda spans: None,
+        on_metrics: Callable[[MetricBatch], None] = lambda batch: None,
     ) -> None:
         self._closed = closed
         self._on_host_replaced = on_host_replaced
         self._on_spans = on_spans
+        self._on_metrics = on_metrics
         self._lock = threading.RLock()
         self.streams: dict[str, TurnStream] = {}
+        self.on_open: list[Callable[[TurnStream], None]] = []  # told of every stream opened (the console)
         self._futures: dict[str, concurrent.futures.Future[Any]] = {}
         self.membership: list[MembershipChanged] = []
         self._members: dict[str, dict[str, Any]] = {}
@@ -67,6 +72,8 @@ class Inbound:
                 raise ControlRejected("invalid", f"turn id {turn_id} is already in use by a running turn")
             stream = TurnStream(turn_id, since, closed=self._closed)
             self.streams[turn_id] = stream
+            for watcher in self.on_open:
+                watcher(stream)
             return stream
 
     def open_streams(self) -> list[tuple[str, TurnStream]]:
@@ -117,6 +124,8 @@ class Inbound:
             self._resolve(f"ShutdownDone:{msg.slot}", msg)
         elif isinstance(msg, SpanBatch):
             self._on_spans(msg.spans)
+        elif isinstance(msg, MetricBatch):
+            self._on_metrics(msg)
         else:
             self._resolve(type(msg).__name__, msg)
 

@@ -32,31 +32,20 @@ from typing import Any
 
 from thespian.actors import ActorSystem
 
-from messages import (
-    ControlReply,
-    ListNodes,
-    MembershipChanged,
-    NodeInfo,
-    ProviderConfig,
-    StartTurn,
-    Subscribe,
-    ToolSpec,
-    TurnEvent,
-    TurnOptions,
-    WatchMembership,
-    new_turn_id,
-)
+from messages import ControlReply, ListNodes, MembershipChanged, NodeInfo, ProviderConfig, StartTurn, Subscribe
+from messages import ToolSpec, TurnEvent, TurnOptions, WatchMembership, new_turn_id
 
 from ..cluster.directory import DirectoryActor
 from ..cluster.names import DIRECTORY_NAME, LEADER_CAPABILITY
+from ..console import NO_CONSOLE, start_console
 from ..errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from ..lifecycle import owner
 from ..lifecycle.processes import free_port
 from ..lifecycle.tree import ProcessTree
-from ..logs import logger
 from ..store.files import remove_runtime_file, write_runtime_file
 from ..store.sqlite import SQLiteStore, TurnSummary
 from ..telemetry.export import SpanSink
+from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
 from ..wire import transport
 from ..wire.protocol import Configure, Configured, Hello, HostReplaced, Shutdown, Welcome
@@ -73,9 +62,6 @@ __all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
 ToolLike = Tool | Callable[..., Any] | ToolSpec
 
 
-log = logger("greenroom.runtime")
-
-
 class Runtime:
     """An embedded greenroom: its own actor system, its turns, and a clean end.
 
@@ -88,7 +74,8 @@ class Runtime:
     ``inline_async_tools`` runs every ``async def`` tool in its turn's host. ``transport``
     sets encryption and the limits of the wire (``transport.TransportConfig``); the first
     Runtime of a process decides them for the process. Turns are traced with OpenTelemetry
-    when ``tracer_provider`` (default: the global one) is configured (``telemetry_export``).
+    when ``tracer_provider`` (default: the global one) is configured (``telemetry_export``); metrics
+    likewise with ``meter_provider`` (``telemetry.metrics``). ``console`` serves the console (``console``).
 
     Starting a Runtime changes Thespian in this process and every process it forks: frames
     are signed and sockets bound to ``host`` (``transport``), a lost node is noticed in
@@ -115,6 +102,8 @@ class Runtime:
         start_timeout: float = 30.0,
         close_timeout: float = 5.0,
         tracer_provider: Any = None,
+        meter_provider: Any = None,
+        console: Any = None,
     ) -> None:
         self.provider = provider
         self.store_path = os.path.abspath(os.fspath(store)) if store is not None else None
@@ -136,8 +125,9 @@ class Runtime:
         self._endpoint: Endpoint | None = None
         self._directory: Any = None
         self._hosts: Hosts | None = None
-        self._spans = SpanSink(tracer_provider)
-        self._inbound = Inbound(lambda: self._closed, self._host_replaced, self._spans.put)
+        self._spans, self._metrics = SpanSink(tracer_provider), MetricSink(meter_provider)  # arms metrics: before forks
+        self._inbound = Inbound(lambda: self._closed, self._host_replaced, self._spans.put, self._metrics.put)
+        self._console_config, self._console = console, NO_CONSOLE
         self._closed = False
         self._started = False
         self._lock = threading.RLock()
@@ -202,6 +192,7 @@ class Runtime:
         if self.store_path is not None:
             info = {"pid": os.getpid(), "host": self.host, "admin_port": self.admin_port}
             write_runtime_file(self.store_path, {**info, "key": transport.current_key().hex()})
+        self._console = start_console(self, self._console_config)  # NO_CONSOLE without one
 
     def _ask(self, to: Any, message: Any, expect: type) -> Any:
         """Send ``message`` and wait (bounded) for the first reply of type ``expect``."""
@@ -227,6 +218,7 @@ class Runtime:
                 return
             self._closed = True
         deadline = time.monotonic() + self._close_timeout
+        self._console.close(timeout=1.0)
         if self._endpoint is not None and self._directory is not None and self._hosts is not None:
             shutdown = Shutdown(keep_turns=self.store_path is not None)
             self._endpoint.send(self._directory, shutdown)

@@ -42,6 +42,7 @@ from messages import (
 
 from ..errors import StoreError
 from ..logs import logger
+from ..telemetry.metrics import TurnMeter
 from ..telemetry.turn_spans import TurnTrace
 from ..tools.definition import needs_approval
 from ..turn.decisions import (
@@ -86,6 +87,7 @@ class TurnActor(LocalActor):
         self.log: list[tuple[str, bytes]] = []  # (kind, encoded event), kept when there is no store
         self.ended = False
         self.trace = TurnTrace.of(rules.state, trace_parent)  # its spans; None unless it is traced
+        self.meter = TurnMeter.of(rules.state)  # its metrics; None unless a MeterProvider is configured
 
     @classmethod
     def starting(cls, host: TurnHost, start: StartTurn) -> TurnActor:
@@ -102,6 +104,8 @@ class TurnActor(LocalActor):
     # -- inputs ---------------------------------------------------------------------------
 
     def receive(self, message: Any, sender: Any) -> None:
+        if self.meter is not None:
+            self.meter.received(message)
         logger = log()
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("turn %s handles %s", self.turn_id, getattr(message, "kind", type(message).__name__))
@@ -181,6 +185,8 @@ class TurnActor(LocalActor):
     def _carry_out(self, decisions: list[Decision], encoded: list[tuple[TurnEvent, bytes]], sender: Any) -> None:
         if self.trace is not None:
             decisions = self.trace.observe(decisions, self.state)
+        if self.meter is not None:
+            self.meter.observe(decisions, self.state)
         events = iter(encoded)
         host = self.host
         for d in decisions:

@@ -46,6 +46,7 @@ from ..logs import logger, quiet_third_party
 from ..mcp.session import close_all as close_mcp_sessions
 from ..mcp.session import open_count as open_mcp_sessions
 from ..store.sqlite import SQLiteStore
+from ..telemetry.metrics import METRICS, armed
 from ..telemetry.spans import RECORDER
 from ..turn.decisions import SetTimer, TimerFired
 from ..wire.protocol import (
@@ -120,6 +121,9 @@ class TurnHost(ActorTypeDispatcher):
         spans = RECORDER.take() if RECORDER.finished else None
         if spans and self.owner is not None:  # to the Runtime's process, which exports them
             self.send(self.owner, SpanBatch(spans))
+        metrics = METRICS.take(self.slot) if METRICS.dirty else None
+        if metrics is not None and self.owner is not None:  # the same, for metrics (when armed)
+            self.send(self.owner, metrics)
         for outbox in self.dirty:
             outbox.flush_if_ready()
         self.dirty.clear()
@@ -130,6 +134,7 @@ class TurnHost(ActorTypeDispatcher):
     def on_HostConfig(self, msg: HostConfig, sender: Any) -> None:
         self.slot, self.pool, self.directory = msg.slot, msg.pool, msg.directory
         self.owner = msg.owner
+        METRICS.dirty = armed()  # a replacement host reports its (empty) state at once
         self.inline_async_tools = msg.inline_async_tools
         if msg.store_path is not None:
             self.store = SQLiteStore(msg.store_path)

@@ -118,6 +118,7 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER NOT NULL,
     kind TEXT NOT NULL,
     data BLOB NOT NULL,
+    at REAL,
     PRIMARY KEY (turn_id, seq)
 );
 CREATE TABLE IF NOT EXISTS commands (
@@ -178,6 +179,8 @@ class SQLiteStore:
                 if not columns <= found:
                     lacking = ", ".join(sorted(columns - found))
                     raise StoreError(f"{self.path} is not a greenroom turn store: table {table!r} lacks {lacking}")
+                if table == "events" and "at" not in found:  # a store written before events had times
+                    conn.execute("ALTER TABLE events ADD COLUMN at REAL")
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path} is not a greenroom turn store: {exc}") from None
 
@@ -225,9 +228,10 @@ class SQLiteStore:
                 ),
             )
             if events:
+                now = time.time()  # when the transition was written, before anything was carried out
                 conn.executemany(
-                    "INSERT OR IGNORE INTO events (turn_id, seq, kind, data) VALUES (?, ?, ?, ?)",
-                    [(state.turn_id, seq, kind, data) for seq, kind, data in events],
+                    "INSERT OR IGNORE INTO events (turn_id, seq, kind, data, at) VALUES (?, ?, ?, ?, ?)",
+                    [(state.turn_id, seq, kind, data, now) for seq, kind, data in events],
                 )
             conn.execute("COMMIT")
         except Exception as exc:  # whatever failed, the transaction must not stay open
@@ -294,6 +298,34 @@ class SQLiteStore:
                 raise SnapshotError(f"turn {turn_id}: event {seq}: {exc}") from None
             out.append(event)
         return out  # type: ignore[return-value]
+
+    def timed_events(self, turn_id: str, since: int = 0) -> list[tuple[TurnEvent, float | None]]:
+        """The turn's events with ``seq >= since`` and when each was written (``time.time()``;
+        None for events written before the store kept times), in order."""
+        rows = self._conn().execute(
+            "SELECT seq, data, at FROM events WHERE turn_id = ? AND seq >= ? ORDER BY seq", (turn_id, since)
+        )
+        out: list[tuple[TurnEvent, float | None]] = []
+        for seq, data, at in rows:
+            try:
+                out.append((decode(data), at))  # type: ignore[arg-type]
+            except CodecError as exc:
+                raise SnapshotError(f"turn {turn_id}: event {seq}: {exc}") from None
+        return out
+
+    def version(self, turn_id: str | None = None) -> tuple[float, int] | None:
+        """A cheap value that changes whenever the store (or one turn) changes: the latest
+        ``updated_at`` and the number of turns (or the turn's last ``seq``); None for an
+        unknown turn."""
+        conn = self._conn()
+        if turn_id is None:
+            count, latest = conn.execute("SELECT count(*), max(updated_at) FROM turns").fetchone()
+            return (latest or 0.0, count)
+        row = conn.execute(
+            "SELECT updated_at, (SELECT max(seq) FROM events WHERE turn_id = ?) FROM turns WHERE turn_id = ?",
+            (turn_id, turn_id),
+        ).fetchone()
+        return None if row is None else (row[0], -1 if row[1] is None else row[1])
 
     def event_payloads(self, turn_id: str, since: int = 0) -> list[tuple[str, bytes]]:
         try:
