@@ -125,7 +125,7 @@ class Runtime:
         self._endpoint: Endpoint | None = None
         self._directory: Any = None
         self._hosts: Hosts | None = None
-        self._spans, self._metrics = SpanSink(tracer_provider), MetricSink(meter_provider)  # arms metrics: before forks
+        self._spans, self._metrics = SpanSink(tracer_provider), MetricSink(meter_provider)
         self._inbound = Inbound(lambda: self._closed, self._host_replaced, self._spans.put, self._metrics.put)
         self._console_config, self._console = console, NO_CONSOLE
         self._closed = False
@@ -169,9 +169,11 @@ class Runtime:
         if self.admin_port is None:
             self.admin_port = free_port(self.host)
         capabilities = {"Admin Port": self.admin_port, LEADER_CAPABILITY: True, **self.capabilities}
-        asys = self._tree.start(
-            capabilities, host=self.host, key=self._key, transport_config=self._transport, store_path=self.store_path
-        )
+        with self._metrics.forking():  # the tree records metrics when a MeterProvider is configured
+            asys = self._tree.start(
+                capabilities, host=self.host, key=self._key, transport_config=self._transport,
+                store_path=self.store_path,
+            )  # fmt: skip
         self._directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
         self._endpoint = Endpoint(asys, self._inbound.on_message, self._inbound.on_idle)
         self._endpoint.start()

@@ -28,9 +28,10 @@ instruments, their units and attributes (``docs/metrics.md``):
   ``cancel``, ``stop_tool``) and ``greenroom.cause`` (``user``, ``parent``, ``shutdown``,
   ``grace_expired``).
 
-No cost when no MeterProvider is configured: the Runtime arms recording (``arm()``) before
-its processes fork, only when a provider was given or the global one is an SDK provider
-when the Runtime is created; otherwise no TurnMeter exists and no point is made or sent.
+No cost when no MeterProvider is configured: a Runtime arms recording in the processes of
+its tree as it forks them (``MetricSink.forking``), only when a provider was given or the
+global one is an SDK provider when the Runtime is created; otherwise no TurnMeter exists
+and no point is made or sent.
 No message contents, arguments, reasons or turn ids become attributes.
 """
 
@@ -39,6 +40,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,7 +50,7 @@ from messages import Error, Finish, LLMCompleted, LLMFailed, ToolFinished, TurnS
 
 from ..turn.decisions import Decision, Emit, Interrupt, Spawn, Stream
 
-__all__ = ["METRICS", "MetricBatch", "MetricSink", "Point", "Recorder", "TurnMeter", "arm", "armed"]
+__all__ = ["METRICS", "MetricBatch", "MetricSink", "Point", "Recorder", "TurnMeter", "armed", "armed_while"]
 
 Attributes = tuple[tuple[str, Any], ...]
 Point = tuple[str, float, Attributes]  # (instrument, value, attributes); gauges: ("~gauge", slot, state)
@@ -55,13 +58,19 @@ Point = tuple[str, float, Attributes]  # (instrument, value, attributes); gauges
 _armed = False
 
 
-def arm() -> None:
-    """Record metrics in this process and every process it forks from now on."""
+@contextmanager
+def armed_while(on: bool) -> Iterator[None]:
+    """Record metrics in the processes forked in the block (they keep the flag), if ``on``."""
     global _armed
-    _armed = True
+    before, _armed = _armed, on or _armed
+    try:
+        yield
+    finally:
+        _armed = before
 
 
 def armed() -> bool:
+    """Whether this process records metrics (a host forked while its Runtime armed them)."""
     return _armed
 
 
@@ -224,8 +233,8 @@ class MetricSink:
     """The owner's side: records the hosts' points into a MeterProvider's instruments.
 
     ``meter_provider`` (default: the global one, looked at now) must be an SDK
-    ``MeterProvider`` for anything to be recorded; with one, ``arm()`` is called, so the
-    hosts forked after this record. ``put`` runs on the pump thread and only records."""
+    ``MeterProvider`` for anything to be recorded; with one, the processes forked inside
+    ``forking()`` record. ``put`` runs on the pump thread and only records."""
 
     def __init__(self, meter_provider: Any = None) -> None:
         self._provider = meter_provider if meter_provider is not None else _global_provider()
@@ -233,12 +242,15 @@ class MetricSink:
         self._instruments: dict[str, Any] = {}
         self._hosts: dict[int, MetricBatch] = {}
         if self._provider is not None:
-            arm()
             self._meter()  # the gauges read 0 until a host reports
 
     @property
     def enabled(self) -> bool:
         return self._provider is not None
+
+    def forking(self) -> Any:
+        """A block in which the Runtime's tree is forked: armed if this sink records."""
+        return armed_while(self._provider is not None)
 
     def _meter(self) -> Any:
         if "meter" not in self._instruments:

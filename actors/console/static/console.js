@@ -28,7 +28,8 @@ function svg(tag, attrs, ...children) {
 
 function when(ts) {
   if (!ts) return "-";
-  return new Date(ts * 1000).toLocaleTimeString();
+  const d = new Date(ts * 1000);
+  return [d.getHours(), d.getMinutes(), d.getSeconds()].map((n) => String(n).padStart(2, "0")).join(":");
 }
 
 function ago(ts) {
@@ -53,20 +54,19 @@ async function api(path, body) {
   return { status: response.status, data };
 }
 
-// A command's answer beside its button: applied, or refused and why. Never applied when refused.
-async function command(replyNode, path, body) {
-  replyNode.className = "reply pending";
-  replyNode.textContent = "sending...";
+// A command's answer beside its button (and in #last-reply, which stays when the button goes):
+// applied, or refused and why. A refused command never looks applied.
+async function command(replyNode, label, path, body) {
+  const last = document.getElementById("last-reply");
+  for (const node of [replyNode, last]) { if (node) { node.className = "reply pending"; node.textContent = "sending..."; } }
   let result;
   try { result = await api(path, body); } catch (e) { result = { status: 0, data: { error: String(e) } }; }
   const { status, data } = result;
-  if (status === 200 && data.ok) {
-    replyNode.className = "reply ok";
-    replyNode.textContent = "applied";
-  } else {
-    replyNode.className = "reply refused";
-    replyNode.textContent = "refused: " + (data.message || data.error || `HTTP ${status}`);
-  }
+  const ok = status === 200 && data.ok;
+  const text = ok ? (data.message || "applied") : "refused: " + (data.message || data.error || `HTTP ${status}`);
+  replyNode.className = ok ? "reply ok" : "reply refused";
+  replyNode.textContent = text;
+  if (last) { last.className = replyNode.className; last.textContent = `${label}: ${text}`; }
   return result;
 }
 
@@ -87,18 +87,40 @@ function showList() {
       el("thead", {}, el("tr", {}, ["turn", "status", "round", "pending approvals", "waiting since", "parent", "children", "updated"].map((h) => el("th", {}, h)))),
       table),
     numbers);
+  // Rows are kept by turn id and only their cells change, so a link stays where it is while
+  // the list updates under the pointer.
+  const kept = new Map();
   const render = (data) => {
     const rows = data.turns.filter((t) => filter === "all" || t.status === filter);
-    table.replaceChildren(...rows.map((t) => el("tr", { "data-turn": t.turn_id, class: t.status },
-      el("td", {}, el("a", { href: `#/turn/${encodeURIComponent(t.turn_id)}` }, t.turn_id)),
-      el("td", { class: "status" }, t.status === "finished" ? `finished: ${t.finish_reason}` : t.status),
-      el("td", {}, t.round),
-      el("td", { class: "pending-count" }, t.pending_approvals.join(", ") || "-"),
-      el("td", {}, t.waiting_since ? `${when(t.waiting_since)} (${ago(t.waiting_since)})` : "-"),
-      el("td", {}, t.parent_turn_id ? el("a", { href: `#/turn/${encodeURIComponent(t.parent_turn_id)}` }, t.parent_turn_id) : "-"),
-      el("td", {}, t.children.length ? t.children.map((c) => el("a", { href: `#/turn/${encodeURIComponent(c)}` }, c, " ")) : "-"),
-      el("td", {}, when(t.updated_at)))));
+    const trs = rows.map((t) => {
+      let tr = kept.get(t.turn_id);
+      if (!tr) {
+        tr = el("tr", { "data-turn": t.turn_id }, el("td", {}, el("a", { href: `#/turn/${encodeURIComponent(t.turn_id)}` }, t.turn_id)));
+        for (let i = 0; i < 7; i++) tr.append(el("td", {}));
+        kept.set(t.turn_id, tr);
+      }
+      tr.className = t.status;
+      const cells = [
+        [t.status === "finished" ? `finished: ${t.finish_reason}` : t.status],
+        [t.round],
+        [t.pending_approvals.join(", ") || "-"],
+        [t.waiting_since ? `${when(t.waiting_since)} (${ago(t.waiting_since)})` : "-"],
+        [t.parent_turn_id ? el("a", { href: `#/turn/${encodeURIComponent(t.parent_turn_id)}` }, t.parent_turn_id) : "-"],
+        [t.children.length ? t.children.map((c) => el("a", { href: `#/turn/${encodeURIComponent(c)}` }, c, " ")) : "-"],
+        [when(t.updated_at)],
+      ];
+      const tds = tr.querySelectorAll("td");
+      cells.forEach((content, i) => {
+        const td = tds[i + 1];
+        const key = JSON.stringify(content.map((c) => (c instanceof Node ? c.textContent : c)));
+        if (td.dataset.key !== key) { td.dataset.key = key; td.replaceChildren(...content.flat()); }
+      });
+      tds[1].className = "status";
+      tds[3].className = "pending-count";
+      return tr;
+    });
     if (!rows.length) table.replaceChildren(el("tr", {}, el("td", { colspan: 8 }, "no turns")));
+    else if (trs.some((tr, i) => table.children[i] !== tr) || table.children.length !== trs.length) table.replaceChildren(...trs);
     renderNumbers(numbers, data.numbers);
   };
   follow("api/stream/turns", { turns: (d) => render(d) });
@@ -202,10 +224,11 @@ function renderControls(node, turnId) {
   const base = `api/turns/${encodeURIComponent(turnId)}`;
   node.replaceChildren(el("h2", {}, "Steer"),
     el("div", { class: "row" }, reason,
-      el("button", { id: "stop-turn", class: "danger", onclick: () => command(reply, `${base}/stop`, reason.value ? { reason: reason.value } : {}) }, "Stop the turn"),
+      el("button", { id: "stop-turn", class: "danger", onclick: () => command(reply, "stop the turn", `${base}/stop`, reason.value ? { reason: reason.value } : {}) }, "Stop the turn"),
       grace,
-      el("button", { id: "cancel-turn", onclick: () => command(reply, `${base}/cancel`, { ...(reason.value ? { reason: reason.value } : {}), grace: grace.value === "" ? null : Number(grace.value) }) }, "Cancel with grace"),
-      reply));
+      el("button", { id: "cancel-turn", onclick: () => command(reply, "cancel the turn", `${base}/cancel`, { ...(reason.value ? { reason: reason.value } : {}), grace: grace.value === "" ? null : Number(grace.value) }) }, "Cancel with grace"),
+      reply),
+    el("p", {}, "Last answer: ", el("span", { id: "last-reply", class: "reply" }, "-")));
 }
 
 function renderPending(node, turnId, view) {
@@ -218,7 +241,7 @@ function renderPending(node, turnId, view) {
     if (old) { old.querySelector(".decision").textContent = p.decision ? `(${p.decision}; waiting for the other decisions)` : ""; return old; }
     const reason = el("input", { class: "reason", placeholder: "reason the model will read (deny)" });
     const reply = el("span", { class: "reply" });
-    const decide = (approved) => command(reply, `${base}/decide`, { decisions: [{ turn_id: p.turn_id, call_id: p.call_id, approved, reason: reason.value || null }] });
+    const decide = (approved) => command(reply, `${approved ? "approve" : "deny"} ${p.call_id}`, `${base}/decide`, { decisions: [{ turn_id: p.turn_id, call_id: p.call_id, approved, reason: reason.value || null }] });
     return el("div", { class: "pending", "data-call": p.call_id, "data-turn": p.turn_id },
       el("h3", {}, el("span", { class: "tool" }, p.name), " ", el("code", {}, p.call_id),
         p.turn_id !== turnId ? el("span", { class: "of-child" }, " of sub-agent ", el("a", { href: `#/turn/${encodeURIComponent(p.turn_id)}` }, p.turn_id)) : ""),
@@ -232,7 +255,7 @@ function renderPending(node, turnId, view) {
   });
   const allReason = node.querySelector("#all-reason") || el("input", { id: "all-reason", placeholder: "reason for denying all" });
   const allReply = node.querySelector("#all-reply") || el("span", { id: "all-reply", class: "reply" });
-  const all = (approved) => command(allReply, `${base}/decide`, {
+  const all = (approved) => command(allReply, approved ? "approve all" : "deny all", `${base}/decide`, {
     decisions: view.pending.filter((p) => !p.decision).map((p) => ({ turn_id: p.turn_id, call_id: p.call_id, approved, reason: approved ? null : (allReason.value || null) })),
   });
   node.replaceChildren(el("h2", {}, "Waiting for a decision"), ...items,
@@ -242,16 +265,16 @@ function renderPending(node, turnId, view) {
 }
 
 function renderRunning(node, turnId, view) {
-  const keep = new Map([...node.querySelectorAll(".running")].map((n) => [n.dataset.call, n]));
+  const keep = new Map([...node.querySelectorAll(".running-call")].map((n) => [n.dataset.call, n]));
   if (!view.running.length) { node.replaceChildren(); return; }
   const base = `api/turns/${encodeURIComponent(turnId)}`;
   node.replaceChildren(el("h2", {}, "Running calls"), ...view.running.map((c) => {
     if (keep.has(c.call_id)) return keep.get(c.call_id);
     const reply = el("span", { class: "reply" });
-    return el("div", { class: "running", "data-call": c.call_id },
+    return el("div", { class: "running-call", "data-call": c.call_id },
       el("span", { class: "tool" }, c.name), " ", el("code", {}, c.call_id), ` since ${when(c.started_at)} `,
       el("pre", { class: "arguments" }, json(c.arguments)),
-      el("button", { class: "stop-call danger", onclick: () => command(reply, `${base}/calls/${encodeURIComponent(c.call_id)}/stop`, {}) }, "Stop this call"),
+      el("button", { class: "stop-call danger", onclick: () => command(reply, `stop ${c.call_id}`, `${base}/calls/${encodeURIComponent(c.call_id)}/stop`, {}) }, "Stop this call"),
       reply);
   }));
 }
