@@ -270,6 +270,8 @@ class RuntimeSource(Source):
         try:  # started elsewhere (a supervisor, say): follow it from here on
             self.runtime.attach(turn_id, timeout=self.timeout)
         except (ControlRejected, TurnTimeout) as exc:
+            with self._lock:
+                self._streams.pop(turn_id, None)  # the stream the refused attach opened
             raise UnknownTurn(f"no turn {turn_id}" if getattr(exc, "code", "") == "unknown_turn" else str(exc)) from None
         with self._lock:
             stream = self._streams.get(turn_id)

@@ -189,7 +189,7 @@ function showTurn(turnId) {
       for (const e of d.events) {
         parts.events.append(eventItem(e));
         if (e.kind === "text_delta") text += e.text;
-        if (e.kind === "finish") text += "\n";
+        if (e.kind === "finish" && text && !text.endsWith("\n")) text += "\n";
       }
       parts.text.textContent = text;
       view = d.view;
@@ -305,7 +305,7 @@ function renderHistory(node, history) {
 // -- the timeline, drawn as an SVG of shapes and text nodes -----------------------------------
 
 function drawTimeline(node, t) {
-  const width = 960, left = 150, right = 20, rowH = 26, top = 24;
+  const width = 960, left = 150, right = 20, rowH = 26, top = 40;
   const now = t.open && t.start ? Math.max(t.end, Date.now() / 1000 - t.start) : t.end;
   const span = Math.max(now, 0.001);
   const x = (s) => left + (Math.min(s, span) / span) * (width - left - right);
@@ -316,7 +316,7 @@ function drawTimeline(node, t) {
   for (const w of t.waits) {
     const end = w.end ?? now;
     g.append(svg("rect", { x: x(w.start), y: top - 6, width: Math.max(2, x(end) - x(w.start)), height: rows * rowH + 6, class: "tl-wait" }));
-    g.append(svg("text", { x: x(w.start) + 4, y: top + rows * rowH + 14, class: "tl-wait-label" }, `waiting for a person ${(end - w.start).toFixed(1)} s`));
+    g.append(svg("text", { x: Math.min(x(w.start) + 4, width - 200), y: 14, class: "tl-wait-label" }, `waiting for a person ${(end - w.start).toFixed(1)} s`));
   }
   g.append(svg("text", { x: 8, y: top + 17, class: "tl-label" }, "model"));
   for (const m of t.model) {
@@ -334,11 +334,12 @@ function drawTimeline(node, t) {
   });
   for (const m of t.marks) {
     g.append(svg("line", { x1: x(m.at), x2: x(m.at), y1: top - 10, y2: top + rows * rowH, class: `tl-mark ${m.kind}` }));
-    g.append(svg("text", { x: Math.min(x(m.at) + 3, width - 160), y: top - 12, class: "tl-mark-label" }, `${m.kind}${m.cause ? ` (${m.cause})` : ""}`));
+    g.append(svg("text", { x: Math.min(x(m.at) + 3, width - 160), y: 30, class: "tl-mark-label" }, `${m.kind}${m.cause ? ` (${m.cause})` : ""}`));
   }
   for (let i = 0; i <= 4; i++) {
     const s = (span * i) / 4;
-    g.append(svg("text", { x: x(s) - 10, y: height - 4, class: "tl-tick" }, `${s.toFixed(s < 10 ? 2 : 0)} s`));
+    const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+    g.append(svg("text", { x: x(s), y: height - 4, class: "tl-tick", "text-anchor": anchor }, `${s.toFixed(s < 10 ? 2 : 0)} s`));
   }
   node.replaceChildren(g);
 }
