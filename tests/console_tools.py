@@ -9,3 +9,11 @@ from actors import tool
 def publish(text: str) -> str:
     """Publish a note (needs a person's approval)."""
     return f"published {len(text)} characters"
+
+
+@tool(inline=True)
+async def host_armed() -> bool:
+    """Whether the TurnHost this runs in records metrics (an inline tool runs in the host)."""
+    from actors.telemetry.metrics import armed
+
+    return armed()
