@@ -61,6 +61,8 @@ class Browser:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
 
+        os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager, should anything wake it, fetches nothing
+        os.environ.setdefault("SE_AVOID_STATS", "true")
         self.profile = tempfile.mkdtemp(prefix="greenroom-chromium-")
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM

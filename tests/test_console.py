@@ -209,13 +209,15 @@ def test_the_command_line_says_what_is_wrong(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         busy = greenroom("console", "--store", str(store), "--port", str(port))
     assert busy.returncode == 2
-    assert busy.stderr.startswith(f"greenroom: the console cannot listen on 127.0.0.1:{port}: the port is already in use")
+    assert busy.stderr.startswith(
+        f"greenroom: the console cannot listen on 127.0.0.1:{port}: the port is already in use"
+    )
 
 
 def test_the_console_mounts_in_an_application_of_ones_own(rt: Runtime, provider: ScriptedProvider) -> None:
     from starlette.applications import Starlette
-    from starlette.routing import Mount, Route
     from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
     from starlette.testclient import TestClient
 
     turn_id = waiting_turn(rt, provider)

@@ -168,11 +168,14 @@ def test_stopping_one_running_call_lets_its_sibling_finish(
         assert bars["call_1"].get_attribute("class") == "tl-call interrupted"
         assert bars["call_2"].get_attribute("class") == "tl-call success"
         one, two = (
-            (float(bars[c].get_attribute("x")), float(bars[c].get_attribute("x")) + float(bars[c].get_attribute("width")))
+            (
+                float(bars[c].get_attribute("x")),
+                float(bars[c].get_attribute("x")) + float(bars[c].get_attribute("width")),
+            )
             for c in ("call_1", "call_2")
         )
         assert one[0] < two[1] and two[0] < one[1], "the two calls ran at the same time"
-        browser.screenshot("timeline-stopped-call", "#timeline", docs=True)
+        browser.screenshot("timeline-stopped-call", "#timeline-svg", docs=True)
         browser.screenshot("turn-stopped-call")
     assert marker.read_text() == "stopped\n"
 
@@ -190,11 +193,13 @@ def test_stopping_a_turn_from_its_page_ends_it_and_marks_the_timeline(
         browser.find("#stop-turn").click()
         assert browser.wait_text("#turn-reply", lambda s: s != "sending...") == "applied"
         browser.wait_text("#turn-status", lambda s: s == "finished: stopped")
-        assert event_texts(browser, "error")[0].split(" ", 3)[3] == "stopped: Agent run stopped (the person pressed stop)"
+        assert (
+            event_texts(browser, "error")[0].split(" ", 3)[3] == "stopped: Agent run stopped (the person pressed stop)"
+        )
         assert browser.find("#timeline line.tl-mark").get_attribute("class") == "tl-mark stopped"
         assert browser.text("#timeline .tl-mark-label") == "stopped (user)"
         assert browser.find_all(".running-call") == []
-        browser.screenshot("timeline-stopped-turn", "#timeline")
+        browser.screenshot("timeline-stopped-turn", "#timeline-svg")
         assert turn.result(10).finish_reason == "stopped"
 
 
@@ -243,7 +248,7 @@ def test_a_sub_agents_approval_is_decided_from_its_parents_page(
 class _Forger(http.server.BaseHTTPRequestHandler):
     page = b""
 
-    def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/html")
         self.end_headers()
@@ -319,6 +324,6 @@ def test_a_durable_turn_is_approved_from_the_console_after_its_owner_was_killed(
         assert browser.text("#text").endswith("Written.")
     finally:
         console.terminate()
-        out, err = console.communicate(timeout=20)
+        _, err = console.communicate(timeout=20)
     assert console.returncode == 0, err
     assert os.path.exists(store)

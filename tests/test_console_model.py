@@ -66,15 +66,22 @@ def test_the_timeline_shows_rounds_parallel_calls_the_wait_and_the_stop() -> Non
 def test_an_open_turn_keeps_its_running_call_and_its_wait_open() -> None:
     events = paused_then_stopped()[:6]
     t = timeline(events, now=130.0)
-    assert (t["open"], t["end"], t["waits"], t["model"]) == (True, 30.0, [{"start": 2.0, "end": None}], [
-        {"n": 1, "start": 0.0, "end": 1.0}
-    ])
+    assert (t["open"], t["end"], t["waits"], t["model"]) == (
+        True,
+        30.0,
+        [{"start": 2.0, "end": None}],
+        [{"n": 1, "start": 0.0, "end": 1.0}],
+    )
     running = timeline(events[:4], now=101.5)
     assert running["calls"][0]["end"] is None and running["end"] == 1.5
 
 
 def test_events_without_times_take_the_time_before_them() -> None:
-    events = [(ev(TurnStarted, 0), None), (ev(TextDelta, 1, text="x"), 5.0), (ev(Finish, 2, finish_reason="stop"), None)]
+    events = [
+        (ev(TurnStarted, 0), None),
+        (ev(TextDelta, 1, text="x"), 5.0),
+        (ev(Finish, 2, finish_reason="stop"), None),
+    ]
     assert timeline(events)["model"] == [{"n": 1, "start": 0.0, "end": 5.0}]
 
 
@@ -86,7 +93,10 @@ def test_pending_calls_are_those_asked_and_not_answered_the_childrens_included()
         (T, "c1", {"text": "<b>"}),
         ("turn_k", "k1", {}),
     ]
-    child_started = {"child_turn_id": "turn_k", "event": ev(ToolCallStarted, 3, turn_id="turn_k", call_id="k1", name="append_key").model_dump(mode="json")}
+    child_started = {
+        "child_turn_id": "turn_k",
+        "event": ev(ToolCallStarted, 3, turn_id="turn_k", call_id="k1", name="append_key").model_dump(mode="json"),
+    }
     events.append((ev(ToolProgress, 7, call_id="c9", data=child_started), 104.0))
     assert [p["call_id"] for p in pending_from_events(events)] == ["c1"]
     assert pending_from_events(paused_then_stopped()) == []
@@ -138,7 +148,7 @@ def test_the_store_keeps_when_each_event_was_written_and_a_version_that_changes(
     state.updated_at = 50.0
     started = ev(TurnStarted, 0)
     store.save(state, [(0, started.kind, encode(started))])
-    (event, at), = store.timed_events(T)
+    ((event, at),) = store.timed_events(T)
     assert event == started and at is not None
     assert store.version() == (50.0, 1) and store.version(T) == (50.0, 0)
     state.updated_at = 51.0
@@ -154,7 +164,9 @@ def test_a_store_written_before_events_had_times_gets_the_column_and_reads_as_no
     started = ev(TurnStarted, 0)
     with sqlite3.connect(path) as conn:  # as release 0.1.0 left it: no time column
         conn.execute("DROP TABLE events")
-        conn.execute("CREATE TABLE events (turn_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (turn_id, seq))")
+        conn.execute(
+            "CREATE TABLE events (turn_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (turn_id, seq))"
+        )
         conn.execute("INSERT INTO events VALUES (?, 0, ?, ?)", (T, started.kind, encode(started)))
     store = SQLiteStore(path)
     assert store.timed_events(T) == [(started, None)]

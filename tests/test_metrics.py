@@ -78,7 +78,12 @@ def test_a_turn_reports_tokens_and_durations_per_request_and_per_call_by_the_con
 ) -> None:
     provider.add(use_tools(call("add", {"a": 2, "b": 3})), say("Five."))
     assert measured.run("add", tools=[T.add]).result(30).finish_reason == "stop"
-    assert wait_until(lambda: collect(reader).get("greenroom.turns.live") == [({}, 0)] and "gen_ai.execute_tool.duration" in collect(reader))
+    assert wait_until(
+        lambda: (
+            collect(reader).get("greenroom.turns.live") == [({}, 0)]
+            and "gen_ai.execute_tool.duration" in collect(reader)
+        )
+    )
     found = collect(reader)
     assert found["gen_ai.client.token.usage"] == [
         ({**chat(provider), "gen_ai.token.type": "input"}, (2, 24)),
@@ -142,7 +147,9 @@ def test_stops_cancels_and_stopped_calls_are_counted_by_cause(
         ({"greenroom.interruption.kind": "stop_tool", "greenroom.cause": "user"}, 1),
     ]
     assert wait_until(lambda: collect(reader).get("greenroom.turn.interruptions") == expected), collect(reader)
-    outcomes = {(a["gen_ai.tool.name"], a["greenroom.tool.outcome"]) for a, _ in collect(reader)["gen_ai.execute_tool.duration"]}
+    outcomes = {
+        (a["gen_ai.tool.name"], a["greenroom.tool.outcome"]) for a, _ in collect(reader)["gen_ai.execute_tool.duration"]
+    }
     assert outcomes == {("wait_for_stop", "interrupted"), ("cooperative", "interrupted"), ("add", "success")}
 
 

@@ -42,7 +42,9 @@ def offline(store: SQLiteStore, command: Message) -> ControlReply:
     except KeyError:
         return reply_for(command, False, "unknown_turn", f"no turn {turn_id}")
     if state.phase == "finished":
-        return reply_for(command, False, "turn_finished", f"turn {turn_id} has already finished ({state.finish_reason})")
+        return reply_for(
+            command, False, "turn_finished", f"turn {turn_id} has already finished ({state.finish_reason})"
+        )
     rules = TurnRules(state)
     for queued in store.pending_commands(turn_id):
         rules.handle(queued)

@@ -16,7 +16,6 @@ page puts in text nodes, never in markup.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -125,7 +124,9 @@ def pending_from_state(state: TurnState, events: Sequence[Timed]) -> list[dict[s
     with their decision, until the round goes on)."""
     if state.phase == "finished":
         return []
-    requests = {e.call_id: (e, at) for e, at in events if isinstance(e, ToolApprovalRequest) and e.child_turn_id is None}
+    requests = {
+        e.call_id: (e, at) for e, at in events if isinstance(e, ToolApprovalRequest) and e.child_turn_id is None
+    }
     out = []
     for c in state.batch or ():
         if c.call.id not in requests or c.status not in ("pending_approval", "decided"):
@@ -221,8 +222,3 @@ def _marker(marker: Any) -> dict[str, Any] | None:
     if marker is None:
         return None
     return {"reason": marker.reason, "at": marker.at, "cause": marker.cause, "grace": marker.grace}
-
-
-def arguments_text(arguments: Any) -> str:
-    """Arguments as the page shows them: JSON, indented."""
-    return json.dumps(arguments, indent=2, ensure_ascii=False, default=str)

@@ -27,7 +27,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
-from http.cookies import SimpleCookie
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -130,7 +130,7 @@ class Guard:
         jar: SimpleCookie = SimpleCookie()
         try:
             jar.load(headers.get("cookie", ""))
-        except Exception:
+        except CookieError:
             return None
         morsel = jar.get(self.cookie)
         return morsel.value if morsel is not None else None

@@ -272,7 +272,9 @@ class RuntimeSource(Source):
         except (ControlRejected, TurnTimeout) as exc:
             with self._lock:
                 self._streams.pop(turn_id, None)  # the stream the refused attach opened
-            raise UnknownTurn(f"no turn {turn_id}" if getattr(exc, "code", "") == "unknown_turn" else str(exc)) from None
+            raise UnknownTurn(
+                f"no turn {turn_id}" if getattr(exc, "code", "") == "unknown_turn" else str(exc)
+            ) from None
         with self._lock:
             stream = self._streams.get(turn_id)
         if stream is None:
@@ -283,9 +285,7 @@ class RuntimeSource(Source):
         turns = self._all()
         children = [t for t, evs in turns.items() if evs and evs[0][0].parent_turn_id == turn_id]
         pending = self._pending(events)
-        return model.view(
-            turn_id, events, line=self._row(turn_id, events, children), pending=pending, now=time.time()
-        )
+        return model.view(turn_id, events, line=self._row(turn_id, events, children), pending=pending, now=time.time())
 
     def send(self, command: Message) -> ControlReply:
         reply = self.runtime.control(command, self.timeout)
@@ -296,7 +296,10 @@ class RuntimeSource(Source):
         return reply
 
     def about(self) -> dict[str, Any]:
-        return {"source": self.kind, "where": "the runtime of this process (no store: the turns started or attached here)"}
+        return {
+            "source": self.kind,
+            "where": "the runtime of this process (no store: the turns started or attached here)",
+        }
 
     def close(self) -> None:
         try:

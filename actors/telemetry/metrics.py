@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from messages import Error, Finish, LLMCompleted, LLMFailed, ToolFinished, TurnStarted, TurnState
+from messages import Finish, LLMCompleted, LLMFailed, ToolFinished, TurnStarted, TurnState
 
 from ..turn.decisions import Decision, Emit, Interrupt, Spawn, Stream
 
@@ -157,7 +157,9 @@ class TurnMeter:
         self.recorder.add("gen_ai.client.operation.duration", time.monotonic() - begun, attributes)
         usage = message.usage if isinstance(message, LLMCompleted) else None
         if usage is not None:
-            self.recorder.add("gen_ai.client.token.usage", usage.prompt_tokens, {**attributes, "gen_ai.token.type": "input"})
+            self.recorder.add(
+                "gen_ai.client.token.usage", usage.prompt_tokens, {**attributes, "gen_ai.token.type": "input"}
+            )
             self.recorder.add(
                 "gen_ai.client.token.usage", usage.completion_tokens, {**attributes, "gen_ai.token.type": "output"}
             )
@@ -181,9 +183,15 @@ class TurnMeter:
 
     def _emitted(self, event: Any, state: TurnState) -> None:
         r = self.recorder
-        if self.paused_at is not None and not (isinstance(event, Finish) and event.finish_reason == "awaiting_approval"):
+        if self.paused_at is not None and not (
+            isinstance(event, Finish) and event.finish_reason == "awaiting_approval"
+        ):
             ended_by = "stop" if state.stop is not None else "cancel" if state.cancel is not None else "decision"
-            r.add("greenroom.approval.wait.duration", time.time() - self.paused_at, {"greenroom.approval.ended_by": ended_by})
+            r.add(
+                "greenroom.approval.wait.duration",
+                time.time() - self.paused_at,
+                {"greenroom.approval.ended_by": ended_by},
+            )
             self.paused_at = None
             r.waiting.pop(self.turn_id, None)
             r.dirty = True
@@ -318,4 +326,3 @@ def _global_provider() -> Any:
     if sdk is None or not isinstance(provider, sdk.MeterProvider):
         return None
     return provider
-
