@@ -12,8 +12,10 @@ Screenshots go to ``ARTIFACTS`` (``test-artifacts/console``, not committed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -128,8 +130,25 @@ class Browser:
             shutil.copy(path, DOCS_IMAGES / path.name)
         return path
 
+    def leftovers(self) -> list[int]:
+        """Live processes of this browser: those whose command line names its profile."""
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if self.profile.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue  # it ended meanwhile
+        return found
+
     def close(self) -> None:
-        """End the browser and its driver, and remove the profile."""
+        """End the browser and its driver, and remove the profile; fail if a process of it
+        was still alive 10 s after (it is killed, by pid, first)."""
+        from .helpers import wait_until
+
         try:
             self.driver.quit()
         finally:
@@ -137,4 +156,9 @@ class Browser:
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait(10)
+            left = [] if wait_until(lambda: not self.leftovers(), timeout=10) else self.leftovers()
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             shutil.rmtree(self.profile, ignore_errors=True)
+        assert not left, f"Chromium processes {left} outlived the browser"
