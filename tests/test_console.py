@@ -83,6 +83,14 @@ def test_every_request_needs_the_token_and_a_wrong_one_changes_nothing(rt: Runti
     assert page.status_code == 401 and "This console needs its token" in page.text
 
 
+def test_the_pages_own_script_is_served_to_anyone_and_never_writes_markup(rt: Runtime) -> None:
+    script = httpx.get(f"{base(rt)}/static/console.js")
+    assert script.status_code == 200
+    assert "innerHTML" not in script.text.replace("there is no innerHTML here", "")
+    assert "insertAdjacentHTML" not in script.text and "document.write" not in script.text
+    assert httpx.get(f"{base(rt)}/static/console.css").status_code == 200
+
+
 def test_the_printed_address_signs_a_browser_in_and_a_wrong_token_does_not(rt: Runtime) -> None:
     with httpx.Client(base_url=base(rt)) as browser:
         wrong = browser.get("/?token=wrong", headers={"Accept": "text/html"})

@@ -93,6 +93,11 @@ def test_a_person_watches_a_turn_stream_from_the_list_to_its_end(provider: Scrip
         browser.find("#home").click()
         browser.wait_text(f"{row(turn.turn_id)} td.status", lambda s: s == "finished: stop")
         assert browser.text("#n-live") == "0"
+        browser.find('#filters a[data-status="running"]').click()
+        browser.until(lambda d: browser.texts("#turn-rows td") == ["no turns"], message="no running turn listed")
+        browser.find('#filters a[data-status="finished"]').click()
+        browser.wait_text(f"{row(turn.turn_id)} td.status", lambda s: s == "finished: stop")
+        browser.screenshot("turns-list")
 
 
 def test_two_people_decide_calls_the_first_decision_wins_and_the_model_reads_the_reason(

@@ -171,3 +171,18 @@ def test_a_store_written_before_events_had_times_gets_the_column_and_reads_as_no
     store = SQLiteStore(path)
     assert store.timed_events(T) == [(started, None)]
     assert store.events(T) == [started]
+
+
+def test_with_a_snapshot_the_timeline_also_marks_when_a_stop_was_asked_for() -> None:
+    from actors.console.model import view
+    from messages import Marker
+
+    state = _state()
+    state.stop = Marker(kind="stop", reason="enough", at=112.0, cause="user")
+    events = paused_then_stopped()
+    page = view(T, events, line=row(T, events), pending=[], state=state)
+    assert page["timeline"]["marks"] == [
+        {"at": 12.5, "kind": "stopped", "cause": "user", "label": "Agent run stopped"},
+        {"at": 12.0, "kind": "stop_requested", "cause": "user", "label": "enough"},
+    ]
+    assert page["stop"] == {"reason": "enough", "at": 112.0, "cause": "user", "grace": None}

@@ -206,12 +206,19 @@ def view(
 ) -> dict[str, Any]:
     """The page of one turn, but its events (sent on their own as they come)."""
     usage = _last_finish(events)
+    picture = timeline(events, now)
+    for marker in (state.stop, state.cancel) if state is not None and picture["start"] is not None else ():
+        if marker is not None:  # when it was asked for; its Error says where it landed
+            at = marker.at - picture["start"]
+            picture["marks"].append(
+                {"at": at, "kind": f"{marker.kind}_requested", "cause": marker.cause, "label": marker.reason}
+            )
     return {
         "turn": line,
         "history": history(events, state),
         "pending": pending,
         "running": running_calls(events),
-        "timeline": timeline(events, now),
+        "timeline": picture,
         "usage": usage[0].usage.model_dump(mode="json", exclude={"kind"}) if usage is not None else None,
         "stop": _marker(state.stop) if state is not None else None,
         "cancel": _marker(state.cancel) if state is not None else None,

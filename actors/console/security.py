@@ -5,17 +5,19 @@
 
 - ``Authorization: Bearer <token>`` (scripts; such requests are never CSRF, since a browser
   does not add that header on its own), or
-- the cookie ``Guard.cookie`` (HttpOnly, SameSite=Strict), set when a browser opens the
-  printed URL (``?token=...``, then redirected to the same page without it) or posts the
-  token to ``login``.
+- the cookie ``Guard.cookie`` (HttpOnly, SameSite=Strict; its value is derived from the
+  token, ``Guard.session``), set when a browser opens the printed URL (``?token=...``, then
+  redirected to the same page without it) or posts the token to ``login``.
 
-A request without a valid token gets 401 and changes nothing. A request that changes state
-(any method but GET, HEAD, OPTIONS) made with the cookie must also come from the console's
-own origin (its ``Origin``, else its ``Referer``, must be the console's; a browser's
-``Sec-Fetch-Site`` must be ``same-origin``) and carry ``X-Greenroom-CSRF``, the CSRF token
-the page reads from ``api/session`` (a page of another origin cannot read it): a forged
-cross-site request is refused with 403. With ``hosts`` set (``serve`` sets it when bound to
-loopback), a request whose ``Host`` is not one of them is refused (DNS rebinding).
+A request without a valid token gets 401 and changes nothing; only the page's own script
+and style (``static/``, which hold no data) are served to anyone. A request that changes
+state (any method but GET, HEAD, OPTIONS) made with the cookie must also come from the
+console's own origin (its ``Origin``, else its ``Referer``, must be the console's; a
+browser's ``Sec-Fetch-Site`` must be ``same-origin``) and carry ``X-Greenroom-CSRF``, the
+CSRF token the page reads from ``api/session`` (a page of another origin cannot read it):
+a forged cross-site request is refused with 403. With ``hosts`` set (``server`` sets it
+when bound to loopback), a request whose ``Host`` is not one of them is refused (DNS
+rebinding).
 
 Every response forbids framing, sniffing, caching and any script or style not served by
 the console itself (``Content-Security-Policy``).
@@ -114,6 +116,8 @@ class Guard:
             rest = {k: v for k, v in query.items() if k != "token"}
             location = (path or "/") + (f"?{urlencode(rest, doseq=True)}" if rest else "")
             return await self._redirect(send, location, set_cookie=True)
+        if method == "GET" and relative.startswith("/static/"):  # the page's own code and style: no data
+            return await self.app(scope, receive, _with_headers(send))
         bearer = headers.get("authorization", "")
         by_header = bearer.startswith("Bearer ") and self.valid(bearer[7:])
         by_cookie = self.valid(self._cookie_of(headers), self.session)

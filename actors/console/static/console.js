@@ -333,8 +333,10 @@ function drawTimeline(node, t) {
     g.append(svg("text", { x: Math.min(x(end) + 4, width - 90), y: y + 17, class: "tl-outcome" }, c.outcome || "running"));
   });
   for (const m of t.marks) {
-    g.append(svg("line", { x1: x(m.at), x2: x(m.at), y1: top - 10, y2: top + rows * rowH, class: `tl-mark ${m.kind}` }));
-    g.append(svg("text", { x: Math.min(x(m.at) + 3, width - 160), y: 30, class: "tl-mark-label" }, `${m.kind}${m.cause ? ` (${m.cause})` : ""}`));
+    const asked = m.kind.endsWith("_requested");  // when a stop or cancel was asked for; the other kinds: where it landed
+    g.append(svg("line", { x1: x(m.at), x2: x(m.at), y1: top - 10, y2: top + rows * rowH, class: `tl-mark ${m.kind}${asked ? " asked" : ""}` }));
+    g.append(svg("text", { x: Math.min(x(m.at) + 3, width - 160), y: asked ? top + rows * rowH + 14 : 30, class: "tl-mark-label" },
+      `${m.kind.replace("_", " ")}${m.cause ? ` (${m.cause})` : ""}`));
   }
   for (let i = 0; i <= 4; i++) {
     const s = (span * i) / 4;
