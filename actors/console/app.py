@@ -88,7 +88,7 @@ async def session(request: Request) -> Response:
 
 def _listing(source: Source) -> dict[str, Any]:
     rows = source.rows()
-    return {"turns": rows, "numbers": numbers(rows, source.events, time.time())}
+    return {"turns": rows, "numbers": numbers(rows, source.events, time.time()), **source.about()}
 
 
 def _turn(source: Source, turn_id: str, since: int = 0) -> dict[str, Any]:

@@ -123,7 +123,7 @@ function showList() {
     else if (trs.some((tr, i) => table.children[i] !== tr) || table.children.length !== trs.length) table.replaceChildren(...trs);
     renderNumbers(numbers, data.numbers);
   };
-  follow("api/stream/turns", { turns: (d) => render(d) });
+  follow("api/stream/turns", { turns: (d) => { document.getElementById("where").textContent = d.where; render(d); } });
 }
 
 function renderNumbers(node, n) {
