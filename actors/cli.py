@@ -8,6 +8,7 @@
     greenroom cancel ID [--reason R] [--grace S]
     greenroom nodes [--admin HOST:PORT]        the nodes of a running runtime's deployment
     greenroom demo [--yes | --no]
+    greenroom console ...                      a web page over the store (``greenroom console --help``)
     greenroom node ...                         (see ``greenroom node --help``)
 
 The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``. When a
@@ -337,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     nodes.set_defaults(fn=cmd_nodes)
     sub.add_parser("demo", help="run the demo turn (greenroom demo --help)").set_defaults(fn=cmd_own_options)
+    sub.add_parser("console", help="serve the console page (greenroom console --help)").set_defaults(fn=cmd_own_options)
     sub.add_parser("node", help="run a node that joins a leader (greenroom node --help)").set_defaults(
         fn=cmd_own_options
     )
@@ -346,11 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; bad input and an unreadable store end in one line on stderr and exit status 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("demo", "node"):  # they parse their own options
+    if argv and argv[0] in ("demo", "node", "console"):  # they parse their own options
         from .cluster.node import main as node_main
+        from .console.cli import main as console_main
         from .testing.demo import main as demo_main
 
-        return (demo_main if argv[0] == "demo" else node_main)(argv[1:])
+        return {"demo": demo_main, "node": node_main, "console": console_main}[argv[0]](argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from actors.cli import build_parser
+from actors.console.cli import _parser as console_parser
 from actors.testing import ScriptedProvider
 
 from .docs_models import EXPECT, SCRIPTS, DocsModel
@@ -113,12 +114,17 @@ def greenroom_lines() -> list[tuple[str, list[str]]]:
 
 def test_the_greenroom_command_lines_of_the_docs_parse() -> None:
     lines = greenroom_lines()
-    assert {args[0] for _, args in lines} == {"turns", "approve", "deny", "stop", "cancel", "nodes", "node", "demo"}
+    assert {args[0] for _, args in lines} == {
+        "turns", "approve", "deny", "stop", "cancel", "nodes", "node", "demo", "console"
+    }  # fmt: skip
     for where, args in lines:
         if args[0] in ("demo", "node"):  # they parse their own options, in the command itself
             continue
         try:
-            build_parser().parse_args(args)
+            if args[0] == "console":  # its own parser, in actors.console.cli
+                console_parser().parse_args(args[1:])
+            else:
+                build_parser().parse_args(args)
         except SystemExit:
             pytest.fail(f"{where}: greenroom {' '.join(args)} does not parse")
 

@@ -32,7 +32,7 @@ MAY_IMPORT: dict[str, set[str]] = {  # folder of actors/ -> the other folders it
     "cluster": {"host", "tools", "store", "wire", "lifecycle", "telemetry", "turn"},
 }
 PURE = {"turn"}  # may not import even the shared modules: no I/O, no logging, no clock but the one given
-CLIENT_IMPORTERS = {"actors", "testing"}  # the public surface (actors/__init__) and the test kit
+CLIENT_IMPORTERS = {"actors", "testing", "console"}  # the public surface (actors/__init__), the test kit, the console
 
 
 def _modules() -> dict[str, Path]:

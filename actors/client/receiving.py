@@ -3,7 +3,8 @@
 The pump thread hands every message to ``Inbound.on_message``: events go to their turn's
 ``TurnStream`` (in any order; the stream orders them), a ``ControlReply`` to the future of
 the command that asked for it (a refusal nobody awaits goes to the turn's stream), node
-changes to ``membership``, a host's finished spans to ``on_spans``. Callers in any thread
+changes to ``membership``, a host's finished spans to ``on_spans`` and its metrics to
+``on_metrics``. Callers in any thread
 open streams and futures here and wait on them; ``close()`` makes every waiter raise
 ``RuntimeClosedError``.
 """
@@ -22,6 +23,7 @@ from typing import Any
 from messages import ControlReply, Error, ListNodes, MembershipChanged, NodeInfo, NodeList, TurnEvent
 
 from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
+from ..telemetry.metrics import MetricBatch
 from ..wire.protocol import EventBatch, HostReplaced, ShutdownDone, SpanBatch
 from .stream import TurnStream
 
@@ -39,15 +41,18 @@ class Inbound:
         on_host_replaced: Callable[[HostReplaced], None],
         on_spans: Callable[[list[Any]], None] = lambda spans: None,
         on_forgotten: Callable[[str], None] = lambda turn_id: None,
+        on_metrics: Callable[[MetricBatch], None] = lambda batch: None,
     ) -> None:
         self._closed = closed
         self._on_host_replaced = on_host_replaced
         self._on_spans = on_spans
         self._on_forgotten = on_forgotten
+        self._on_metrics = on_metrics
         self._lock = threading.RLock()
         # streams live as long as something reads them (a handle): one nobody holds any more is
         # forgotten here, and its host told to stop sending (``on_forgotten``)
         self.streams: weakref.WeakValueDictionary[str, TurnStream] = weakref.WeakValueDictionary()
+        self.on_open: list[Callable[[TurnStream], None]] = []  # told of every stream opened (the console)
         self._futures: dict[str, concurrent.futures.Future[Any]] = {}
         self.membership: deque[MembershipChanged] = deque(maxlen=1000)  # the latest joins and leaves
         self._members: dict[str, dict[str, Any]] = {}
@@ -96,6 +101,8 @@ class Inbound:
             stream = TurnStream(turn_id, since, closed=self._closed, window=window, consumed=consumed)
             self.streams[turn_id] = stream
             weakref.finalize(stream, self._forgotten, turn_id, stream.ended)
+            for watcher in self.on_open:
+                watcher(stream)
             return stream
 
     def _forgotten(self, turn_id: str, ended: threading.Event) -> None:
@@ -151,6 +158,8 @@ class Inbound:
             self._resolve(f"ShutdownDone:{msg.slot}", msg)
         elif isinstance(msg, SpanBatch):
             self._on_spans(msg.spans)
+        elif isinstance(msg, MetricBatch):
+            self._on_metrics(msg)
         else:
             self._resolve(type(msg).__name__, msg)
 

@@ -45,12 +45,13 @@ from messages import (
     new_turn_id,
 )
 
+from ..console import NO_CONSOLE, start_console
 from ..errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from ..lifecycle import owner
 from ..lifecycle.processes import free_port
-from ..logs import logger
 from ..store.sqlite import SQLiteStore, TurnSummary
 from ..telemetry.export import SpanSink
+from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
 from ..wire.protocol import Configure, HostReplaced
 from ..wire.transport import TransportConfig
@@ -64,9 +65,6 @@ from .stream import TurnResult, TurnStream
 __all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
 
 ToolLike = Tool | Callable[..., Any] | ToolSpec
-
-
-log = logger("greenroom.runtime")
 
 
 class Runtime:
@@ -83,10 +81,11 @@ class Runtime:
     ``inline_async_tools`` runs every ``async def`` tool in its turn's host. ``transport``
     sets encryption and the limits of the wire (``transport.TransportConfig``); the first
     Runtime of a process decides them for the process. Turns are traced with OpenTelemetry
-    when ``tracer_provider`` (default: the global one) is configured (``telemetry.export``).
-    ``event_window`` bounds what each turn handle holds unread: the turn's host sends it at
-    most that many events past what its readers have read, and keeps the rest in the turn's
-    log until they read on (``None``: no bound).
+    when ``tracer_provider`` (default: the global one) is configured (``telemetry.export``);
+    metrics likewise with ``meter_provider`` (``telemetry.metrics``). ``console`` serves the
+    console (``console``). ``event_window`` bounds what each turn handle holds unread: the
+    turn's host sends it at most that many events past what its readers have read, and keeps
+    the rest in the turn's log until they read on (``None``: no bound).
 
     Starting a Runtime changes Thespian in this process and every process it forks: frames
     are signed and sockets bound to ``host`` (``transport``), a lost node is noticed in
@@ -115,6 +114,8 @@ class Runtime:
         close_timeout: float = 5.0,
         tracer_provider: Any = None,
         event_window: int | None = 1024,
+        meter_provider: Any = None,
+        console: Any = None,
     ) -> None:
         self.provider = provider
         self.event_window = event_window
@@ -136,8 +137,11 @@ class Runtime:
         self._close_timeout = close_timeout
         self._session: Session | None = None
         self._hosts: Hosts | None = None
-        self._spans = SpanSink(tracer_provider)
-        self._inbound = Inbound(lambda: self._closed, self._host_replaced, self._spans.put, self._forgotten)
+        self._spans, self._metrics = SpanSink(tracer_provider), MetricSink(meter_provider)
+        self._inbound = Inbound(
+            lambda: self._closed, self._host_replaced, self._spans.put, self._forgotten, self._metrics.put
+        )
+        self._console_config, self._console = console, NO_CONSOLE
         self._closed = False
         self._started = False
         self._lock = threading.RLock()
@@ -198,10 +202,12 @@ class Runtime:
             transport_config=self._transport,
             event_window=self.event_window,
             start_timeout=self._start_timeout,
+            forking=self._metrics.forking,  # the tree records metrics when a MeterProvider is configured
         )
         self._hosts = self._session.hosts
         self.recovered, self.unrecoverable = configured.recovered, configured.errors
         self._session.endpoint.send(self._session.directory, WatchMembership())
+        self._console = start_console(self, self._console_config)  # NO_CONSOLE without one
 
     def _host_replaced(self, msg: HostReplaced) -> None:
         if self._hosts is not None:
@@ -214,6 +220,7 @@ class Runtime:
                 return
             self._closed = True
         deadline = time.monotonic() + self._close_timeout
+        self._console.close(timeout=1.0)
         session = self._session
         if session is not None:
             session.close(deadline, keep_turns=self.store_path is not None, store_path=self.store_path)

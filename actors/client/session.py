@@ -9,8 +9,11 @@ and the tree is ended by PID (``ProcessTree.end``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from thespian.actors import ActorSystem
@@ -61,6 +64,7 @@ class Session:
         transport_config: TransportConfig | None,
         event_window: int | None,
         start_timeout: float,
+        forking: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
     ) -> tuple[Session, Configured]:
         """Start the tree; the session, and what the directory answered to ``configure``.
         On any failure the caller closes the session it got (or the tree, if none)."""

@@ -49,6 +49,7 @@ from messages import (
 from ..errors import StoreError
 from ..logs import logger
 from ..mailbox import LocalActor
+from ..telemetry.metrics import TurnMeter
 from ..telemetry.turn_spans import TurnTrace
 from ..tools.loading import needs_approval
 from ..turn.decisions import (
@@ -92,6 +93,7 @@ class TurnActor(LocalActor):
         self.ended = False
         self.ended_at = 0.0  # time.monotonic() when it ended
         self.trace = TurnTrace.of(rules.state, trace_parent)  # its spans; None unless it is traced
+        self.meter = TurnMeter.of(rules.state)  # its metrics; None unless a MeterProvider is configured
 
     @classmethod
     def starting(cls, host: TurnHostFace, start: StartTurn) -> TurnActor:
@@ -108,6 +110,8 @@ class TurnActor(LocalActor):
     # -- inputs ---------------------------------------------------------------------------
 
     def receive(self, message: Any, sender: Any) -> None:
+        if self.meter is not None:
+            self.meter.received(message)
         logger = log()
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("turn %s handles %s", self.turn_id, getattr(message, "kind", type(message).__name__))
@@ -247,6 +251,8 @@ class TurnActor(LocalActor):
     def _carry_out(self, decisions: list[Decision], encoded: list[tuple[TurnEvent, bytes]], sender: Any) -> None:
         if self.trace is not None:
             decisions = self.trace.observe(decisions, self.state)
+        if self.meter is not None:
+            self.meter.observe(decisions, self.state)
         events = iter(encoded)
         host = self.host
         for d in decisions:

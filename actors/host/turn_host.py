@@ -56,6 +56,7 @@ from ..mailbox import Kernel
 from ..mcp.session import close_all as close_mcp_sessions
 from ..mcp.session import open_count as open_mcp_sessions
 from ..store.sqlite import SQLiteStore
+from ..telemetry.metrics import METRICS, armed
 from ..telemetry.spans import RECORDER
 from ..turn.decisions import SetTimer, TimerFired
 from ..wire.dispatch import Dispatcher
@@ -122,6 +123,9 @@ class TurnHost(Dispatcher):
         spans = RECORDER.take() if RECORDER.finished else None
         if spans and self.owner is not None:  # to the Runtime's process, which exports them
             self.send(self.owner, SpanBatch(spans))
+        metrics = METRICS.take(self.slot) if METRICS.dirty else None
+        if metrics is not None and self.owner is not None:  # the same, for metrics (when armed)
+            self.send(self.owner, metrics)
         self.outboxes.flush()
         if self.shutting_down is not None:
             self._maybe_shut()
@@ -133,6 +137,7 @@ class TurnHost(Dispatcher):
     def receiveMsg_HostConfig(self, msg: HostConfig, sender: Any) -> None:
         self.slot, self.pool, self.directory = msg.slot, msg.pool, msg.directory
         self.owner = msg.owner
+        METRICS.dirty = armed()  # a replacement host reports its (empty) state at once
         self.inline_async_tools = msg.inline_async_tools
         if msg.store_path is not None:
             self.store = SQLiteStore(msg.store_path)

@@ -28,76 +28,14 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
-
-from pydantic import BaseModel
 
 from messages import Message, TurnEvent, TurnState, decode, decode_snapshot, encode, encode_snapshot
 from messages.codec import CodecError
 
 from ..errors import SnapshotError, StoreError
+from .base import EncodedEvent, TurnStore, TurnSummary
 
-__all__ = ["EncodedEvent", "SQLiteStore", "TurnStore", "TurnSummary"]
-
-EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
-
-
-class TurnSummary(BaseModel):
-    """One line of ``turns list``."""
-
-    turn_id: str
-    status: str
-    finish_reason: str | None = None
-    round: int = 0
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    waiting_since: float | None = None
-    pending_approvals: list[str] = []
-    parent_turn_id: str | None = None
-    error: str | None = None
-
-
-class TurnStore(Protocol):
-    """What the runtime needs from a store. Every method is safe to call from any process."""
-
-    def save(self, state: TurnState, events: Sequence[EncodedEvent]) -> None:
-        """Write the snapshot and append the (already encoded) events, atomically; on any
-        failure nothing is written and ``StoreError`` says why."""
-
-    def load(self, turn_id: str) -> TurnState:
-        """The latest snapshot; ``KeyError`` if unknown, ``SnapshotError`` if unreadable."""
-
-    def summaries(self) -> list[TurnSummary]:
-        """Every turn, newest first; unreadable ones carry ``error``."""
-
-    def unfinished(self) -> list[str]:
-        """Ids of turns that have not ended."""
-
-    def exists(self, turn_id: str) -> bool:
-        """Whether the store has a record of the turn (readable or not)."""
-
-    def events(self, turn_id: str, since: int = 0) -> list[TurnEvent]:
-        """The turn's events with ``seq >= since``, in order."""
-
-    def event_payloads(self, turn_id: str, since: int = 0, until: int | None = None) -> list[tuple[str, bytes]]:
-        """The turn's events with ``since <= seq < until`` as ``(kind, bytes)``, in order."""
-
-    def add_command(self, turn_id: str, command: Message) -> int:
-        """Queue a command for the turn; returns its id."""
-
-    def take_commands(self, turn_id: str) -> list[Message]:
-        """The turn's queued commands in order, marked as taken."""
-
-    def pending_commands(self, turn_id: str) -> list[Message]:
-        """The turn's queued commands in order, not taken."""
-
-    def has_commands(self, turn_id: str) -> bool:
-        """Whether any command waits for the turn (cheap: checked at every step)."""
-
-    def turns_with_commands(self) -> list[str]:
-        """Turns for which a command waits (polled by each host)."""
-
-    def close(self) -> None: ...
+__all__ = ["EncodedEvent", "SQLiteStore", "TurnStore", "TurnSummary"]  # the last three: see ``base``
 
 
 _SCHEMA = """
@@ -118,6 +56,7 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER NOT NULL,
     kind TEXT NOT NULL,
     data BLOB NOT NULL,
+    at REAL,
     PRIMARY KEY (turn_id, seq)
 );
 CREATE TABLE IF NOT EXISTS commands (
@@ -178,6 +117,8 @@ class SQLiteStore:
                 if not columns <= found:
                     lacking = ", ".join(sorted(columns - found))
                     raise StoreError(f"{self.path} is not a greenroom turn store: table {table!r} lacks {lacking}")
+                if table == "events" and "at" not in found:  # a store written before events had times
+                    conn.execute("ALTER TABLE events ADD COLUMN at REAL")
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path} is not a greenroom turn store: {exc}") from None
 
@@ -225,9 +166,10 @@ class SQLiteStore:
                 ),
             )
             if events:
+                now = time.time()  # when the transition was written, before anything was carried out
                 conn.executemany(
-                    "INSERT OR IGNORE INTO events (turn_id, seq, kind, data) VALUES (?, ?, ?, ?)",
-                    [(state.turn_id, seq, kind, data) for seq, kind, data in events],
+                    "INSERT OR IGNORE INTO events (turn_id, seq, kind, data, at) VALUES (?, ?, ?, ?, ?)",
+                    [(state.turn_id, seq, kind, data, now) for seq, kind, data in events],
                 )
             conn.execute("COMMIT")
         except Exception as exc:  # whatever failed, the transaction must not stay open
@@ -294,6 +236,34 @@ class SQLiteStore:
                 raise SnapshotError(f"turn {turn_id}: event {seq}: {exc}") from None
             out.append(event)
         return out  # type: ignore[return-value]
+
+    def timed_events(self, turn_id: str, since: int = 0) -> list[tuple[TurnEvent, float | None]]:
+        """The turn's events with ``seq >= since`` and when each was written (``time.time()``;
+        None for events written before the store kept times), in order."""
+        rows = self._conn().execute(
+            "SELECT seq, data, at FROM events WHERE turn_id = ? AND seq >= ? ORDER BY seq", (turn_id, since)
+        )
+        out: list[tuple[TurnEvent, float | None]] = []
+        for seq, data, at in rows:
+            try:
+                out.append((decode(data), at))  # type: ignore[arg-type]
+            except CodecError as exc:
+                raise SnapshotError(f"turn {turn_id}: event {seq}: {exc}") from None
+        return out
+
+    def version(self, turn_id: str | None = None) -> tuple[float, int] | None:
+        """A cheap value that changes whenever the store (or one turn) changes: the latest
+        ``updated_at`` and the number of turns (or the turn's last ``seq``); None for an
+        unknown turn."""
+        conn = self._conn()
+        if turn_id is None:
+            count, latest = conn.execute("SELECT count(*), max(updated_at) FROM turns").fetchone()
+            return (latest or 0.0, count)
+        row = conn.execute(
+            "SELECT updated_at, (SELECT max(seq) FROM events WHERE turn_id = ?) FROM turns WHERE turn_id = ?",
+            (turn_id, turn_id),
+        ).fetchone()
+        return None if row is None else (row[0], -1 if row[1] is None else row[1])
 
     def event_payloads(self, turn_id: str, since: int = 0, until: int | None = None) -> list[tuple[str, bytes]]:
         try:

@@ -1,0 +1,263 @@
+"""The console's ASGI app: the page, its JSON API, its live streams, its commands.
+
+``console_app(runtime=..., store=..., key=...)`` returns the app behind its ``Guard``
+(``security``): mount it in an existing ASGI application (``Mount("/greenroom", app)``) or
+let ``serve`` run it. Routes, relative to where it is mounted:
+
+- ``GET /``: the page (static HTML and script; turns are drawn from the API as text nodes);
+- ``GET api/session``: the CSRF token the page sends with each command, and the source;
+- ``GET api/turns``: the list and its numbers; ``GET api/turns/{id}``: one turn's events
+  and view; unknown: 404 ``no turn {id}``;
+- ``GET api/stream/turns`` and ``GET api/stream/turns/{id}?since=N``: server-sent events,
+  the list (``turns``) or the turn's new events and view (``update``) whenever they change;
+- ``POST api/turns/{id}/decide`` (``{"decisions": [{"turn_id", "call_id", "approved",
+  "reason"}]}``, one ``RespondToApprovals`` per turn named), ``.../stop``,
+  ``.../cancel`` (``{"reason", "grace"}``), ``.../calls/{call_id}/stop``: the commands'
+  ``ControlReply``s, status 200 when all were applied, 404 for an unknown turn or call, 409
+  for any other refusal, 504 when the runtime did not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from messages import CancelTurn, ControlReply, Message, RespondToApprovals, StopTool, StopTurn, ToolApprovalResponse
+
+from ..errors import RuntimeClosedError, TurnTimeout
+from . import model
+from .commands import OFFLINE
+from .numbers import numbers
+from .security import Guard
+from .sources import Source, UnknownTurn
+
+__all__ = ["POLL", "build_app"]
+
+STATIC = Path(__file__).with_name("static")
+POLL = 0.1  # seconds between two looks for changes, per open stream
+
+
+class Decision(BaseModel):
+    turn_id: str = Field(min_length=1)
+    call_id: str = Field(min_length=1)
+    approved: bool
+    reason: str | None = None
+
+
+class Decide(BaseModel):
+    decisions: list[Decision] = Field(min_length=1)
+
+
+class StopBody(BaseModel):
+    reason: str = Field(default="stopped from the console", min_length=1)
+
+
+class CancelBody(BaseModel):
+    reason: str = Field(default="cancelled from the console", min_length=1)
+    grace: float | None = Field(default=None, ge=0)
+
+
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse({"error": message, "code": code}, status_code=status)
+
+
+def _source(request: Request) -> Source:
+    return request.app.state.source
+
+
+async def page(request: Request) -> Response:
+    return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
+
+
+async def session(request: Request) -> Response:
+    about = await run_in_threadpool(_source(request).about)
+    return JSONResponse({"csrf": request.scope["state"]["csrf"], **about})
+
+
+def _listing(source: Source) -> dict[str, Any]:
+    rows = source.rows()
+    return {"turns": rows, "numbers": numbers(rows, source.events, time.time()), **source.about()}
+
+
+def _turn(source: Source, turn_id: str, since: int = 0) -> dict[str, Any]:
+    events = source.events(turn_id)
+    return {
+        "events": [model.event_json(e, at) for e, at in events if e.seq >= since],
+        "view": source.view(turn_id, events),
+    }
+
+
+async def turns(request: Request) -> Response:
+    return JSONResponse(await run_in_threadpool(_listing, _source(request)))
+
+
+async def turn(request: Request) -> Response:
+    try:
+        data = await run_in_threadpool(_turn, _source(request), request.path_params["turn_id"])
+    except UnknownTurn as exc:
+        return _error(404, str(exc), "unknown_turn")
+    return JSONResponse(data)
+
+
+def _sse(name: str, data: Any) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+async def _closing(request: Request) -> bool:
+    return bool(request.app.state.closing) or await request.is_disconnected()
+
+
+async def stream_turns(request: Request) -> Response:
+    source = _source(request)
+
+    async def updates() -> AsyncIterator[str]:
+        last: Any = object()
+        while not await _closing(request):
+            version = await run_in_threadpool(source.version)
+            if version != last:
+                last = version
+                yield _sse("turns", await run_in_threadpool(_listing, source))
+            await asyncio.sleep(POLL * 2)
+
+    return StreamingResponse(updates(), media_type="text/event-stream")
+
+
+async def stream_turn(request: Request) -> Response:
+    source = _source(request)
+    turn_id = request.path_params["turn_id"]
+    try:
+        since = max(0, int(request.query_params.get("since", "0")))
+    except ValueError:
+        return _error(400, "since must be a whole number", "invalid")
+
+    async def updates() -> AsyncIterator[str]:
+        nonlocal since
+        last: Any = object()
+        while not await _closing(request):
+            try:
+                version = await run_in_threadpool(source.turn_version, turn_id)
+                if version != last:
+                    last = version
+                    data = await run_in_threadpool(_turn, source, turn_id, since)
+                    if data["events"]:
+                        since = data["events"][-1]["seq"] + 1
+                    yield _sse("update", data)
+            except UnknownTurn as exc:
+                yield _sse("gone", {"error": str(exc)})
+                return
+            await asyncio.sleep(POLL)
+
+    return StreamingResponse(updates(), media_type="text/event-stream")
+
+
+async def _body(request: Request, cls: type[BaseModel]) -> BaseModel | JSONResponse:
+    raw = await request.body()
+    if len(raw) > 65536:
+        return _error(413, "the body is larger than 64 KiB", "invalid")
+    try:
+        return cls.model_validate(json.loads(raw or b"{}"))
+    except (ValueError, ValidationError) as exc:
+        first = exc.errors()[0] if isinstance(exc, ValidationError) else None
+        where = ".".join(str(p) for p in first["loc"]) if first else ""
+        detail = f"{where}: {first['msg']}" if first else str(exc)
+        return _error(400, f"bad request body ({detail})", "invalid")
+
+
+async def _send(request: Request, turn_id: str, commands: list[Message]) -> Response:
+    """Check the turn exists, send each command, answer with their replies."""
+    source = _source(request)
+    try:
+        for command in commands:
+            await run_in_threadpool(source.events, getattr(command, "turn_id", turn_id))
+    except UnknownTurn as exc:
+        return _error(404, str(exc), "unknown_turn")
+    replies: list[ControlReply] = []
+    try:
+        for command in commands:
+            replies.append(await run_in_threadpool(source.send, command))
+    except TurnTimeout as exc:
+        return _error(504, str(exc), "timeout")
+    except RuntimeClosedError as exc:
+        return _error(503, str(exc), "closed")
+    ok = all(r.ok for r in replies)
+    codes = {r.code for r in replies if not r.ok}
+    status = 200 if ok else 404 if codes <= {"unknown_turn", "unknown_call"} else 409
+    notes = sorted({r.message for r in replies if r.message == OFFLINE})  # said when it matters: not applied yet
+    message = "applied" + "".join(f" ({n})" for n in notes) if ok else "; ".join(r.message for r in replies if not r.ok)
+    body = {"ok": ok, "message": message, "replies": [r.model_dump(mode="json") for r in replies]}
+    return JSONResponse(body, status_code=status)
+
+
+async def decide(request: Request) -> Response:
+    turn_id = request.path_params["turn_id"]
+    body = await _body(request, Decide)
+    if isinstance(body, JSONResponse):
+        return body
+    assert isinstance(body, Decide)
+    by_turn: dict[str, list[ToolApprovalResponse]] = {}
+    for d in body.decisions:
+        response = ToolApprovalResponse(call_id=d.call_id, approved=d.approved, reason=d.reason or None)
+        by_turn.setdefault(d.turn_id, []).append(response)
+    commands: list[Message] = [RespondToApprovals(turn_id=t, responses=r) for t, r in by_turn.items()]
+    return await _send(request, turn_id, commands)
+
+
+async def stop(request: Request) -> Response:
+    turn_id = request.path_params["turn_id"]
+    body = await _body(request, StopBody)
+    if isinstance(body, JSONResponse):
+        return body
+    assert isinstance(body, StopBody)
+    return await _send(request, turn_id, [StopTurn(turn_id=turn_id, reason=body.reason)])
+
+
+async def cancel(request: Request) -> Response:
+    turn_id = request.path_params["turn_id"]
+    body = await _body(request, CancelBody)
+    if isinstance(body, JSONResponse):
+        return body
+    assert isinstance(body, CancelBody)
+    return await _send(request, turn_id, [CancelTurn(turn_id=turn_id, reason=body.reason, grace=body.grace)])
+
+
+async def stop_call(request: Request) -> Response:
+    turn_id, call_id = request.path_params["turn_id"], request.path_params["call_id"]
+    body = await _body(request, StopBody)
+    if isinstance(body, JSONResponse):
+        return body
+    assert isinstance(body, StopBody)
+    return await _send(request, turn_id, [StopTool(turn_id=turn_id, call_id=call_id, reason=body.reason)])
+
+
+def build_app(source: Source, token: str, *, hosts: set[str] | None = None) -> Guard:
+    """The console over ``source``, behind its guard (``token`` required on every request)."""
+    app = Starlette(
+        routes=[
+            Route("/", page),
+            Route("/api/session", session),
+            Route("/api/turns", turns),
+            Route("/api/turns/{turn_id}", turn),
+            Route("/api/stream/turns", stream_turns),
+            Route("/api/stream/turns/{turn_id}", stream_turn),
+            Route("/api/turns/{turn_id}/decide", decide, methods=["POST"]),
+            Route("/api/turns/{turn_id}/stop", stop, methods=["POST"]),
+            Route("/api/turns/{turn_id}/cancel", cancel, methods=["POST"]),
+            Route("/api/turns/{turn_id}/calls/{call_id}/stop", stop_call, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=STATIC)),
+        ]
+    )
+    app.state.source = source
+    app.state.closing = False
+    return Guard(app, token, hosts=hosts)

@@ -1,0 +1,80 @@
+"""``greenroom console``: serve the console over a store, until interrupted.
+
+    greenroom console [--store PATH] [--host 127.0.0.1] [--port 8765] [--key-file FILE]
+
+The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``; it must exist.
+The address to open, with its token, is printed on the first line of standard output
+(``greenroom console: http://127.0.0.1:8765/?token=...``). ``--key-file`` (or
+``$GREENROOM_CONSOLE_KEY``) sets a key of at least 16 characters instead of a fresh token.
+Commands go to the runtime running on the store, or to the store's inbox when none runs.
+Bad input (no store, a port in use, a short key, the extra not installed) prints one line
+``greenroom: <message>`` to stderr and exits with status 2; SIGINT or SIGTERM end it with 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="greenroom console", description="Serve the console over a turn store.")
+    parser.add_argument("--store", default=None, help="the turn store (default: $GREENROOM_STORE or ./greenroom.db)")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8765, help="the port (default: 8765; 0 takes a free one)")
+    parser.add_argument("--key-file", default=None, help="a file holding the key (default: $GREENROOM_CONSOLE_KEY)")
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"greenroom: {message}", file=sys.stderr)
+    return 2
+
+
+def _key(args: argparse.Namespace) -> str | None:
+    if args.key_file is not None:
+        with open(args.key_file) as f:
+            return f.read().strip()
+    return os.environ.get("GREENROOM_CONSOLE_KEY") or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until SIGINT or SIGTERM; see the module docstring."""
+    args = _parser().parse_args(argv)
+    store = args.store or os.environ.get("GREENROOM_STORE") or "greenroom.db"
+    if not os.path.exists(store):
+        return _fail(f"no turn store at {store} (use --store or $GREENROOM_STORE)")
+    try:
+        from .server import Console
+    except ImportError as exc:
+        return _fail(f"the console needs the console extra: pip install 'greenroom[console]' ({exc})")
+    from ..errors import ConfigurationError, StoreError
+
+    try:
+        key = _key(args)
+        console = Console(store=os.path.abspath(store), host=args.host, port=args.port, key=key).start()
+    except (ConfigurationError, StoreError, OSError, ValueError) as exc:
+        return _fail(str(exc))
+    done = threading.Event()
+
+    def stop(signum: int, frame: Any) -> None:
+        done.set()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    print(f"greenroom console: {console.url}", flush=True)
+    print(f"serving the store {os.path.abspath(store)}; Ctrl-C ends it", file=sys.stderr, flush=True)
+    while not done.wait(3600):
+        pass
+    console.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
