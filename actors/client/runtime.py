@@ -49,7 +49,8 @@ from ..console import NO_CONSOLE, start_console
 from ..errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from ..lifecycle import owner
 from ..lifecycle.processes import free_port
-from ..store.sqlite import SQLiteStore, TurnSummary
+from ..store import TurnStore, open_store
+from ..store.base import TurnSummary, is_url
 from ..telemetry.export import SpanSink
 from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
@@ -119,7 +120,7 @@ class Runtime:
     ) -> None:
         self.provider = provider
         self.event_window = event_window
-        self.store_path = os.path.abspath(os.fspath(store)) if store is not None else None
+        self.store_path = _location(store)  # a SQLite file's absolute path, or a PostgreSQL URL
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
@@ -146,7 +147,7 @@ class Runtime:
         self._started = False
         self._lock = threading.RLock()
         self._main_names: set[str] = set()
-        self._store: SQLiteStore | None = None
+        self._store: TurnStore | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -373,11 +374,11 @@ class Runtime:
         """The stored events of a turn from ``seq`` ``since`` on (needs ``store=``)."""
         return self._need_store().events(turn_id, since)
 
-    def _need_store(self) -> SQLiteStore:
+    def _need_store(self) -> TurnStore:
         if self.store_path is None:
             raise ConfigurationError("this Runtime has no store: pass store= to Runtime()")
         if self._store is None:
-            self._store = SQLiteStore(self.store_path)  # opened after the forks, in this process only
+            self._store = open_store(self.store_path)  # opened after the forks, in this process only
         return self._store
 
     @property
@@ -390,3 +391,9 @@ class Runtime:
         if self._session is None or self._closed:
             raise RuntimeClosedError("the Runtime is not running")
         return cast(ActorSystem, self._session.system)  # an ActorSystem whose calls take turns
+
+
+def _location(store: str | os.PathLike[str] | None) -> str | None:
+    if store is None:
+        return None
+    return str(store) if is_url(store) else os.path.abspath(os.fspath(store))

@@ -72,7 +72,7 @@ class Session:
         caps = {"Admin Port": admin_port, LEADER_CAPABILITY: True, **capabilities}
         try:
             asys = tree.start(
-                caps, host=host, key=key, transport_config=transport_config, store_path=configure.store_path
+                caps, host=host, key=key, transport_config=transport_config, store=configure.store
             )
             session = cls(tree, asys, inbound, start_timeout)
         except BaseException:
@@ -82,11 +82,11 @@ class Session:
             configured = session.ask(configure, Configured)
             session.hosts = Hosts(session.endpoint, inbound, configured.hosts, event_window)
         except BaseException:
-            session.close(time.monotonic() + 1.0, keep_turns=configure.store_path is not None, store_path=None)
+            session.close(time.monotonic() + 1.0, keep_turns=configure.store is not None, store_path=None)
             raise
-        if configure.store_path is not None:
+        if configure.store is not None and tree.lock_fd is not None:  # a SQLite store: the CLI finds us
             info = {"pid": os.getpid(), "host": host, "admin_port": admin_port}
-            write_runtime_file(configure.store_path, {**info, "key": transport.current_key().hex()})
+            write_runtime_file(configure.store, {**info, "key": transport.current_key().hex()})
         return session, configured
 
     def ask(self, message: Any, expect: type) -> Any:

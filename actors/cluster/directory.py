@@ -36,7 +36,8 @@ from messages import ListNodes, StartTurn, Subscribe, TurnCommand, WatchMembersh
 from ..host.turn_host import TurnHost
 from ..lifecycle import lifeline
 from ..logs import logger
-from ..store.sqlite import SQLiteStore
+from ..store import TurnStore, open_store
+from ..store.base import is_url
 from ..tools.pool import ToolPool
 from ..wire.dispatch import Dispatcher
 from ..wire.protocol import (
@@ -94,7 +95,7 @@ class DirectoryActor(Dispatcher):
         self.config: Configure | None = None
         self.hosts: list[Any] = []
         self.pool: Any = None
-        self.store: SQLiteStore | None = None
+        self.store: TurnStore | None = None
         self.upstream: Any = None
         self.membership = Membership(self.send)
         self.routed: OrderedDict[str, Any] = OrderedDict()  # turn id -> who started it through here
@@ -127,8 +128,8 @@ class DirectoryActor(Dispatcher):
         self.membership.register(local, local=True)
         self.owner = sender  # the Runtime: its hosts send it their spans
         self.notifyOnSystemRegistrationChanges(True)
-        if msg.store_path is not None:
-            self.store = SQLiteStore(msg.store_path)
+        if msg.store is not None:
+            self.store = open_store(msg.store)
         self.configuring = sender
         count = max(1, msg.hosts)
         self.hosts = [self._new_host(slot, count) for slot in range(count)]
@@ -138,7 +139,7 @@ class DirectoryActor(Dispatcher):
         assert self.config is not None
         host = self.createActor(TurnHost)
         c = self.config
-        config = HostConfig(slot, count, c.store_path, self.pool, self.myAddress, c.inline_async_tools, self.owner)
+        config = HostConfig(slot, count, c.store, self.pool, self.myAddress, c.inline_async_tools, self.owner, c.node)
         self.send(host, config)
         return host
 
@@ -154,7 +155,7 @@ class DirectoryActor(Dispatcher):
 
     def _recover_slot(self, slot: int) -> None:
         turn_ids = [t for t in self._unfinished() if slot_of(t, len(self.hosts)) == slot]
-        self.send(self.hosts[slot], Recover(turn_ids))
+        self.send(self.hosts[slot], Recover(turn_ids, force=not is_url(self.config.store or "") if self.config else True))
 
     def _unfinished(self) -> list[str]:
         if self.store is None:

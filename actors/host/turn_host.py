@@ -38,24 +38,26 @@ from thespian.system.transport import TransmitIntent
 from messages import (
     Consumed,
     ControlReply,
+    Message,
     ReportProgress,
     StartTurn,
     StopTurn,
     Subscribe,
     ToolAlive,
     TurnCommand,
+    TurnState,
     Unsubscribe,
     reply_for,
     unaddressed,
 )
 
-from ..errors import StoreError
 from ..handoff import Handoff
 from ..logs import logger, quiet_third_party
 from ..mailbox import Kernel
 from ..mcp.session import close_all as close_mcp_sessions
 from ..mcp.session import open_count as open_mcp_sessions
-from ..store.sqlite import SQLiteStore
+from ..store import TurnStore, open_store
+from ..store.base import Owner
 from ..telemetry.metrics import METRICS, armed
 from ..telemetry.spans import RECORDER
 from ..turn.decisions import SetTimer, TimerFired
@@ -75,10 +77,10 @@ from ..wire.protocol import (
     WorkerResult,
     WorkersLeased,
 )
+from .durable import TICK, Durable, StoredSender
 from .held import HOLD, HeldCommands
 from .llm_actor import LLMActor
 from .outbox import Outbox, Outboxes
-from .stored import is_stored, recoverable, replay
 from .tool_runner import ToolRunner
 from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
 
@@ -104,7 +106,8 @@ class TurnHost(Dispatcher):
         self.ended: OrderedDict[str, str] = OrderedDict()
         self.held = HeldCommands()
         self.outboxes = Outboxes(self._send_tracked, self.handoff.put)
-        self.store: SQLiteStore | None = None
+        self.durable: Durable | None = None
+        self.node = ""
         self.slot = -1
         self.pool: Any = None
         self.directory: Any = None
@@ -139,9 +142,10 @@ class TurnHost(Dispatcher):
         self.owner = msg.owner
         METRICS.dirty = armed()  # a replacement host reports its (empty) state at once
         self.inline_async_tools = msg.inline_async_tools
-        if msg.store_path is not None:
-            self.store = SQLiteStore(msg.store_path)
-            self._every("store", 0.5)
+        self.node = msg.node
+        if msg.store is not None:
+            self.durable = Durable(open_store(msg.store), self.host_id, msg.node, self.myAddress, self.handoff.put)
+            self._every("store", TICK)
         self.tools._top_up()
         self.send(sender, HostReady(msg.slot))
 
@@ -149,7 +153,7 @@ class TurnHost(Dispatcher):
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
         tid = msg.turn_id
-        if tid in self.turns or tid in self.ended or is_stored(self.store, tid):
+        if tid in self.turns or tid in self.ended or self._stored(tid):
             self.reply(sender, reply_for(msg, False, "invalid", f"turn id {tid} is already in use"))
             return
         turn = TurnActor.starting(self, msg)
@@ -164,9 +168,8 @@ class TurnHost(Dispatcher):
         turn = self.turns.get(msg.turn_id)
         if turn is not None:
             turn.tell(msg, sender)
-        elif is_stored(self.store, msg.turn_id):
-            assert self.store is not None
-            failed = replay(self.store, msg.turn_id, msg.since, sender, self.deliver)
+        elif self.durable is not None and self._stored(msg.turn_id):
+            failed = self.durable.replay(msg.turn_id, msg.since, sender, self.deliver)
             self.outboxes.unless_held(str(sender))  # forgotten once these are acknowledged
             if failed is not None:
                 self.reply(sender, reply_for(msg, False, "invalid", failed))
@@ -194,7 +197,7 @@ class TurnHost(Dispatcher):
         turn = self.turns.get(tid)
         if turn is not None:
             turn.tell(msg, sender)
-        elif tid in self.ended or is_stored(self.store, tid):
+        elif tid in self.ended or self._stored(tid):
             self._answer_for_ended(msg, sender, self.ended.get(tid, "see the store"))
         else:
             self.held.hold(tid, msg, sender)
@@ -207,15 +210,36 @@ class TurnHost(Dispatcher):
         else:
             self.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended ({reason})"))
 
+    @property
+    def store(self) -> TurnStore | None:
+        return self.durable.store if self.durable is not None else None
+
+    @property
+    def host_id(self) -> str:
+        return f"{self.node}/{self.slot}"
+
+    def _stored(self, turn_id: str) -> bool:
+        return self.durable is not None and self.durable.is_stored(turn_id)
+
     def receiveMsg_Recover(self, msg: Recover, sender: Any) -> None:
-        turn_ids = [t for t in msg.turn_ids if t not in self.turns]
-        found, errors = recoverable(self.store, turn_ids) if self.store is not None else ([], {})
-        for state, commands in found:
-            turn = self.turns[state.turn_id] = TurnActor.recovering(self, state)
-            for command in commands:
-                turn.tell(command, None)
-            turn.tell(RECOVER, None)
-        self.send(sender, Recovered(self.slot, [state.turn_id for state, _ in found], errors))
+        found, errors = ([], {}) if self.durable is None else self.durable.recover(
+            [t for t in msg.turn_ids if t not in self.turns], msg.force
+        )
+        for state, commands, owner in found:
+            self._adopt(state, commands, owner)
+        self.send(sender, Recovered(self.slot, [state.turn_id for state, _, _ in found], errors))
+
+    def _adopt(self, state: TurnState, commands: list[tuple[int, Message]], owner: Owner) -> None:
+        """Carry on a turn this host claimed in the store: its queued commands first."""
+        turn = self.turns[state.turn_id] = TurnActor.recovering(self, state, owner)
+        for command_id, command in commands:
+            turn.tell(command, StoredSender(command_id))
+        turn.tell(RECOVER, None)
+
+    def forget(self, turn: TurnActor) -> None:
+        """A turn another host took over: gone from here at once (it has not ended)."""
+        if self.turns.get(turn.turn_id) is turn:
+            del self.turns[turn.turn_id]
 
     def turn_ended(self, turn: TurnActor) -> None:
         self.wakeupAfter(timedelta(seconds=turn.state.options.linger), payload=("linger", turn.turn_id))
@@ -261,7 +285,7 @@ class TurnHost(Dispatcher):
             self._expire_held()
         elif what == "store":
             self.timers_on.discard("store")
-            self._poll_store()
+            self._tick_store()
         elif what == "shutdown":
             self._shut()
 
@@ -271,18 +295,23 @@ class TurnHost(Dispatcher):
         if self.held:
             self._every("hold", HOLD / 2)
 
-    def _poll_store(self) -> None:
-        """Commands the command line wrote to the store reach a turn whatever it waits on."""
-        assert self.store is not None
-        try:
-            waiting = self.store.turns_with_commands()
-        except StoreError:
-            waiting = []
-        for tid in waiting:
-            turn = self.turns.get(tid)
-            if turn is not None:
-                turn.tell(STORED_COMMANDS, None)
-        self._every("store", 0.5)
+    def _tick_store(self) -> None:
+        """The store's tick (``durable``): the lease, turns taken over, commands waiting."""
+        assert self.durable is not None
+        tick = self.durable.tick(set(self.turns))
+        if tick.fenced:
+            for turn in list(self.turns.values()):
+                turn.fenced("this host could not renew its lease in the store: another host may take its turns")
+        for state, commands, owner in tick.adopted:
+            self._adopt(state, commands, owner)
+        for tid in tick.commanded:
+            self._stored_commands(tid)
+        self._every("store", TICK)
+
+    def _stored_commands(self, turn_id: str) -> None:
+        turn = self.turns.get(turn_id)
+        if turn is not None:
+            turn.tell(STORED_COMMANDS, None)
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -319,6 +348,8 @@ class TurnHost(Dispatcher):
                 self.outboxes.acknowledged(item[1])
             elif item[0] == "lost":
                 self._drop_subscriber(item[1])
+            elif item[0] == "command":  # the store says a command waits (its notifications)
+                self._stored_commands(item[1])
         if llm:
             self.llm.on_outputs(llm)
 
@@ -356,7 +387,10 @@ class TurnHost(Dispatcher):
         self._myRef._send_intent(intent)
 
     def reply(self, to: Any, reply: ControlReply) -> None:
-        if to is not None:
+        if isinstance(to, StoredSender):
+            if self.durable is not None:
+                self.durable.record_reply(to, reply)
+        elif to is not None:
             self.send(to, reply)
 
     # -- the end --------------------------------------------------------------------------
@@ -389,6 +423,8 @@ class TurnHost(Dispatcher):
         self.llm.close()
         self.tools.stop_all("the host is exiting")
         close_mcp_sessions()
+        if self.durable is not None:
+            self.durable.close()  # with a shared store, its turns are for the other hosts at once
 
     def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
         log().warning("TurnHost %d: a message could not be delivered: %s", self.slot, type(msg.poisonMessage).__name__)

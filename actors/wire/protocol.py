@@ -83,7 +83,7 @@ class Configure(_Internal):
     """From the Runtime to its directory: start the hosts and the tool pool, recover the
     store's unfinished turns; or, on a member node, forward turn commands to ``upstream``."""
 
-    store_path: str | None = None
+    store: str | None = None  # a SQLite file's path or a PostgreSQL URL
     hosts: int = 1
     tool_processes: int = 2
     max_tool_processes: int = 16
@@ -109,11 +109,12 @@ class HostConfig(_Internal):
 
     slot: int
     hosts: int
-    store_path: str | None
+    store: str | None
     pool: Any
     directory: Any
     inline_async_tools: bool = False
     owner: Any = None  # the Runtime's endpoint, which exports the host's spans
+    node: str = ""  # its node's name: the host's id is node/slot
 
 
 @dataclass(frozen=True)
@@ -135,9 +136,11 @@ class HostReplaced(_Internal):
 
 @dataclass(frozen=True)
 class Recover(_Internal):
-    """Load these turns from the store and carry them on."""
+    """Claim these turns in the store (``force``: from whoever held them; else only those whose
+    owner is gone), load them and carry them on."""
 
     turn_ids: list[str]
+    force: bool = True
 
 
 @dataclass(frozen=True)
