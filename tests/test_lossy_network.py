@@ -62,9 +62,11 @@ def planned(ok: bool, what: str) -> None:
 @contextlib.contextmanager
 def relayed_runtime(*rules: Rule) -> Iterator[tuple[Runtime, ScriptedProvider, FaultRelay]]:
     """A Runtime (one host, one tool process) in a fresh namespace, every connection relayed;
-    ``rules`` apply from when it has started (its own start-up passes untouched)."""
+    ``rules`` apply once it has started and its host holds its first tool process (its own
+    start-up passes untouched)."""
     with relayed(FaultPolicy()) as relay, ScriptedProvider() as provider:
         rt = Runtime(provider.provider(retry=FAST), hosts=1, tool_processes=1).start()
+        planned(relay.wait_for(lambda: delivered(relay, "WorkersLeased") == 1), "the host got a tool process")
         for rule in rules:
             relay.policy.add(rule)
         try:

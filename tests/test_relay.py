@@ -1,17 +1,21 @@
 """The fault relay itself, on a toy protocol framed as Thespian frames (``<length>>body``, each
-answered by Thespian's ACK frame), over loopback in a namespace created and removed here."""
+answered by Thespian's ACK frame), over loopback in a namespace created and removed here
+(and once between two namespaces linked by a veth pair)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import pickle
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 
 import pytest
 
-from actors.testing.netns import Namespace, available, relayed
+from actors.testing.netns import Namespace, available, interpose, main, relayed
 from actors.testing.relay import CUT, DUPLICATE, PASS, RESET, STALL, FaultPolicy, FaultRelay, Frame, Rule, delay
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(available() is not None, reason=str(available()))]
@@ -44,8 +48,8 @@ class ToyServer:
     """Answers every frame with Thespian's ACK and records (connection number, body) in order;
     answers ``push`` with a frame of its own, ``pushed``, on the same connection."""
 
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_server((host, 0))
         self.port = self.sock.getsockname()[1]
         self.got: list[tuple[int, bytes]] = []
         self.cond = threading.Condition()
@@ -265,3 +269,35 @@ def test_a_namespace_removes_what_runs_in_it() -> None:
         sleeper = ns.popen(["sleep", "300"])
         assert ns.processes() != []
     assert sleeper.wait(10) == -9
+
+
+def test_between_two_namespaces_a_relay_takes_the_connections_its_side_starts() -> None:
+    net = f"10.232.{10 + os.getpid() % 240}"
+    policy = FaultPolicy([Rule(lambda f: f.data == b"b", CUT)])
+    with Namespace() as here, Namespace() as there:
+        here.join(there, f"{net}.1", f"{net}.2")
+        with there.entered():
+            server = ToyServer(host=f"{net}.2")
+        try:
+            with here.entered(), FaultRelay(policy) as relay, interpose(relay):
+                with socket.create_connection((f"{net}.2", server.port)) as c:
+                    assert send(c, b"a") == pickle.dumps("ACK")
+                    with pytest.raises(ConnectionResetError):
+                        send(c, b"b")
+                assert relay.log[0].frame.target == (f"{net}.2", server.port)
+            assert server.bodies() == [b"a", b"b"]
+        finally:
+            server.close()
+
+
+def test_the_command_line_runs_a_command_with_every_connection_through_a_relay(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    script = (
+        "import socket; s = socket.create_server(('127.0.0.1', 0)); "
+        "c = socket.create_connection(s.getsockname()); a, _ = s.accept(); "
+        "c.sendall(b'3>abc'); assert a.recv(5) == b'3>abc'"
+    )
+    assert main(["--seed", "3", "--cut", "0", "--", sys.executable, "-c", script]) == 0
+    counts = json.loads(capsys.readouterr().err.strip().splitlines()[-1])["relay"]
+    assert (counts["connections"], counts["frames"], counts["pass"]) == (1, 1, 1)

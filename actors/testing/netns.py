@@ -5,9 +5,12 @@
   calling thread into it and back: the sockets that thread creates, the threads it starts
   and the processes it forks live there (a Runtime started inside lives there for good).
   ``popen`` runs a command in it.
+  ``join`` links two namespaces with a veth pair (two nodes of a deployment).
 - ``interpose(relay)``: an nftables table, in the calling thread's namespace, that sends
   every TCP connection (IPv4) started there to the relay, except the relay's own (marked
-  with ``SO_MARK``) and those to ``exclude_ports``; removed on exit.
+  with ``SO_MARK``) and those to ``exclude_ports``; removed on exit. Between nodes, a relay
+  in a node's namespace takes the connections that node starts (to any address), with
+  their frames both ways: put one in each namespace to cover every connection.
 - ``relayed(policy)``: the three together, for a test: a fresh namespace entered by the
   calling thread, a relay in it, every connection through it; removed in reverse order.
 - ``python -m actors.testing.netns [--seed N --cut P ...] -- COMMAND...`` runs a command
@@ -102,6 +105,17 @@ class Namespace:
                 _setns(home)
         finally:
             os.close(home)
+
+    def join(self, other: Namespace, address: str, other_address: str, prefix: int = 24) -> None:
+        """Link this namespace to ``other`` with a veth pair: ``address`` here,
+        ``other_address`` there (removed with the namespaces)."""
+        n = next(_names)
+        here, there = f"grv{os.getpid() % 100000}a{n}", f"grv{os.getpid() % 100000}b{n}"
+        _run("ip", "link", "add", here, "type", "veth", "peer", "name", there)
+        for ns, dev, addr in ((self, here, address), (other, there, other_address)):
+            _run("ip", "link", "set", dev, "netns", ns.name)
+            _run("ip", "-n", ns.name, "addr", "add", f"{addr}/{prefix}", "dev", dev)
+            _run("ip", "-n", ns.name, "link", "set", dev, "up")
 
     def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` in this namespace (``ip netns exec``)."""

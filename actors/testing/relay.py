@@ -41,7 +41,7 @@ import struct
 import threading
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .faults import CUT, DUPLICATE, PASS, RESET, STALL, Fault, FaultPolicy, Frame, Record, Rule, delay
@@ -71,12 +71,13 @@ class _Closed(Exception):
     """The link was reset or the relay stopped: this pump ends."""
 
 
-def _reset(sock: socket.socket) -> None:
-    """Make the next close of ``sock`` an RST, and wake a reader blocked on it."""
+def _reset(sock: socket.socket, hard: bool = False) -> None:
+    """Make the next close of ``sock`` an RST, and wake a reader blocked on it (with
+    ``hard``, a writer too: a FIN may then go before the RST)."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RD)
+        sock.shutdown(socket.SHUT_RDWR if hard else socket.SHUT_RD)
 
 
 class _Frames:
@@ -207,20 +208,21 @@ class _Link:
         if isinstance(action, bytes):
             threading.Thread(target=self.relay._resend, args=(self.target, action), daemon=True).start()
 
-    def abort(self) -> None:
-        """Reset both sides (once)."""
+    def abort(self, hard: bool = False) -> None:
+        """Reset both sides (once); ``hard`` also wakes a pump blocked in a send."""
         with self.lock:
-            if self.aborted:
+            if self.aborted and not hard:
                 return
             self.aborted = True
         for sock in (self.client, self.upstream):
             if sock is not None:
-                _reset(sock)
+                _reset(sock, hard)
 
 
 @dataclass
 class _State:
     keep: int
+    log_bytes: int
     counts: Counter[str] = field(default_factory=Counter)
     log: deque[Record] = field(init=False)
 
@@ -231,7 +233,7 @@ class _State:
 class FaultRelay:
     """The relay; see the module docstring. Listens on ``host:port`` (port 0: a free one) in
     the network namespace of the thread that calls ``start()``, where it also connects;
-    ``log`` keeps the last ``keep`` decisions."""
+    ``log`` keeps the last ``keep`` decisions, each frame's body cut to ``log_bytes``."""
 
     def __init__(
         self,
@@ -241,12 +243,13 @@ class FaultRelay:
         port: int = 0,
         mark: int = MARK,
         keep: int = 10_000,
+        log_bytes: int = 4096,
     ) -> None:
         self.policy = policy if policy is not None else FaultPolicy()
         self.host, self.mark = host, mark
         self.namespace: Any = None  # the netns.Namespace it runs in, when netns.relayed made it
         self._port = port
-        self._state = _State(keep)
+        self._state = _State(keep, log_bytes)
         self._cond = threading.Condition()
         self._stopping = threading.Event()
         self._links: set[_Link] = set()
@@ -260,14 +263,16 @@ class FaultRelay:
 
     @property
     def counts(self) -> Counter[str]:
-        """What the relay did so far: connections, frames, ack, nak, refused, each fault kind
-        applied, ack_dropped (a cut whose ACK came), duplicate_ack/nak/lost (a copy's answer)."""
+        """What the relay did so far: connections, frames, ack, nak, refused (the destination
+        refused), unredirected (a connection not sent by the rule), each fault kind applied,
+        ack_dropped (a cut whose ACK came), duplicate_ack/nak/lost (how a copy was answered)."""
         with self._cond:
             return Counter(self._state.counts)
 
     @property
     def log(self) -> list[Record]:
-        """The faults decided, frame by frame, in order (passes included; the last ``keep``)."""
+        """The faults decided, frame by frame, in order (passes included; the last ``keep``,
+        bodies cut to ``log_bytes``: a message's class name comes early in its pickle)."""
         with self._cond:
             return list(self._state.log)
 
@@ -292,14 +297,16 @@ class FaultRelay:
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.shutdown(socket.SHUT_RDWR)
-        with self._cond:
-            links = list(self._links)
-        for link in links:
-            link.abort()
         if self._thread is not None:
             self._thread.join(timeout)
-        with self._cond:
-            self._cond.wait_for(lambda: not self._links, timeout)
+        for hard in (False, True):  # an RST each; then also wake a pump blocked in a send
+            with self._cond:
+                links = list(self._links)
+            for link in links:
+                link.abort(hard)
+            with self._cond:
+                if self._cond.wait_for(lambda: not self._links, min(1.0, timeout) if not hard else timeout):
+                    break
         if self._listener is not None:
             self._listener.close()
 
@@ -316,7 +323,12 @@ class FaultRelay:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            raw = client.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+            try:
+                raw = client.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+            except OSError:  # not redirected here: nowhere to take it
+                self._count("unredirected")
+                client.close()
+                continue
             port, addr = struct.unpack_from("!2xH4s", raw)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._conns += 1
@@ -362,5 +374,7 @@ class FaultRelay:
         with self._cond:
             self._state.counts["frames"] += 1
             self._state.counts[fault.kind] += 1
+            if len(frame.data) > self._state.log_bytes:
+                frame = replace(frame, data=frame.data[: self._state.log_bytes])
             self._state.log.append(Record(fault, frame))
             self._cond.notify_all()
