@@ -7,10 +7,9 @@ can cause: an ACK lost after its frame was delivered (``CUT``), a connection res
 its frame was delivered (``RESET``), a connection held while another overtakes it
 (``delay``). Each asserts what a correct runtime does.
 
-They fail on today's code (issue 23) and are marked ``xfail(strict=True, raises=AssertionError)``:
-only an assertion of the runtime's promise counts as the expected failure; a fault that was
-not injected as planned raises ``Unplanned`` (an error, never an expected failure), and an
-``XPASS`` fails the suite, so the mark must go with the fix.
+Each was written against the code before the fix of issue 23 and failed there (the comment
+above each names the bug it caught). A fault that was not injected as planned raises
+``Unplanned``: an error, never a pass.
 """
 
 from __future__ import annotations
@@ -46,9 +45,6 @@ TWO_ROUNDS = [
 ]
 
 
-def issue23(what: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=f"issue 23: {what}")
-
 
 class Unplanned(RuntimeError):
     """The fault was not injected as the test planned: the test proves nothing this time."""
@@ -66,7 +62,7 @@ def relayed_runtime(*rules: Rule) -> Iterator[tuple[Runtime, ScriptedProvider, F
     start-up passes untouched)."""
     with relayed(FaultPolicy()) as relay, ScriptedProvider() as provider:
         rt = Runtime(provider.provider(retry=FAST), hosts=1, tool_processes=1).start()
-        planned(relay.wait_for(lambda: delivered(relay, "WorkersLeased") == 1), "the host got a tool process")
+        planned(relay.wait_for(lambda: delivered(relay, "WorkersLeased") == 1, 30), "the host got a tool process")
         for rule in rules:
             relay.policy.add(rule)
         try:
@@ -108,7 +104,7 @@ def attempt(command: Callable[[], None]) -> str | None:
 # -- a lost ACK ------------------------------------------------------------------------------
 
 
-@issue23("a resent EventBatch is refused as a replay; the host drops the subscriber for good")
+# issue 23 fixed: a resent EventBatch is refused as a replay; the host drops the subscriber for good
 def test_a_lost_ack_on_an_event_batch_loses_no_event_of_that_turn_or_of_later_ones() -> None:
     rule = Rule(carries("EventBatch"), CUT)
     with relayed_runtime(rule) as (rt, provider, relay):
@@ -122,7 +118,7 @@ def test_a_lost_ack_on_an_event_batch_loses_no_event_of_that_turn_or_of_later_on
         assert (seen_first, seen_second) == (TWO_ROUNDS, TWO_ROUNDS)
 
 
-@issue23("a resent StartTurn is refused as a replay; the caller is told host_lost while the turn runs on")
+# issue 23 fixed: a resent StartTurn is refused as a replay; the caller is told host_lost while the turn runs on
 def test_a_lost_ack_on_a_start_turn_leaves_the_caller_following_the_turn_that_runs() -> None:
     rule = Rule(carries("StartTurn"), CUT)
     with relayed_runtime(rule) as (rt, provider, relay):
@@ -134,7 +130,7 @@ def test_a_lost_ack_on_a_start_turn_leaves_the_caller_following_the_turn_that_ru
         assert seen == TWO_ROUNDS
 
 
-@issue23("a resent StopTurn is refused as a replay; stop() raises TurnTimeout though the stop was applied")
+# issue 23 fixed: a resent StopTurn is refused as a replay; stop() raises TurnTimeout though the stop was applied
 def test_a_stop_whose_ack_is_lost_returns_and_the_turn_ends_stopped(tmp_path: Path) -> None:
     rule = Rule(carries("StopTurn"), CUT)
     with relayed_runtime(rule) as (rt, provider, relay):
@@ -147,7 +143,7 @@ def test_a_stop_whose_ack_is_lost_returns_and_the_turn_ends_stopped(tmp_path: Pa
         assert (raised, seen[-2:]) == (None, [("error", "stopped", "Agent run stopped"), ("finish", "stopped")])
 
 
-@issue23("a resent approval is refused as a replay; approve() raises TurnTimeout though the call was approved")
+# issue 23 fixed: a resent approval is refused as a replay; approve() raises TurnTimeout though the call was approved
 def test_an_approval_whose_ack_is_lost_returns_and_the_call_runs_once(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     rule = Rule(carries("RespondToApprovals"), CUT)
@@ -166,7 +162,7 @@ def test_an_approval_whose_ack_is_lost_returns_and_the_call_runs_once(tmp_path: 
 # -- order between processes ------------------------------------------------------------------
 
 
-@issue23("an InterruptTool that overtakes its RunTool is dropped; the tool runs on after Finish(stopped)")
+# issue 23 fixed: an InterruptTool that overtakes its RunTool is dropped; the tool runs on after Finish(stopped)
 def test_a_tool_whose_interrupt_overtook_its_start_does_not_run_on_after_the_stop(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
     interrupted: list[int] = []
@@ -197,7 +193,7 @@ def test_a_tool_whose_interrupt_overtook_its_start_does_not_run_on_after_the_sto
             assert wait_until(lambda: not alive(pid), timeout=5), "the tool runs on after Finish(stopped)"
 
 
-@issue23("a stop that overtakes its StartTurn by more than 2 s is answered unknown_turn; the turn runs unstopped")
+# issue 23 fixed: a stop that overtakes its StartTurn by more than 2 s is answered unknown_turn; the turn runs unstopped
 def test_a_stop_that_overtakes_its_start_by_seconds_still_stops_the_turn() -> None:
     rule = Rule(carries("StartTurn", outbound=True), delay(4500))
     with relayed_runtime(rule) as (rt, provider, relay):
@@ -210,7 +206,7 @@ def test_a_stop_that_overtakes_its_start_by_seconds_still_stops_the_turn() -> No
         assert (getattr(reply, "ok", reply), seen[-1]) == (True, ("finish", "stopped"))
 
 
-@issue23("a cancel of a call still waiting for a tool process is dropped; the call runs to its end")
+# issue 23 fixed: a cancel of a call still waiting for a tool process is dropped; the call runs to its end
 def test_a_cancel_reaches_calls_still_waiting_for_a_tool_process(tmp_path: Path) -> None:
     """Three parallel calls, one idle tool process: the relay holds the pool's answer (the
     processes for the two others) 1.5 s, so the cancel certainly comes while they wait."""

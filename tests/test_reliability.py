@@ -1,11 +1,8 @@
 """Issue 23, the bugs that need no network: sizes, memory, reading cost, ``on_stop`` callbacks, attach.
 
-Each test asserts what a correct runtime does. They fail on today's code (issue 23) and are
-marked ``xfail(strict=True, raises=AssertionError)``: only an assertion of the runtime's
-promise counts as the expected failure, anything else (a setup that went wrong) is an
-error, and an ``XPASS`` fails the suite, so the mark must go with the fix. Those marked
-``heavy`` take tens of seconds on today's code or hundreds of MB (``-m "not heavy"``
-leaves them out).
+Each test asserts what a correct runtime does; each was written against the code before the
+fix of issue 23 and failed there (the comment above each names the bug it caught). Those
+marked ``heavy`` move tens of MB (``-m "not heavy"`` leaves them out).
 
 (The cancel of a call that waits for a tool process is in ``test_lossy_network``: a relay
 holds the pool's answer there, so that the cancel certainly comes while the call waits.)
@@ -37,9 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST = RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=0.05)
 
 
-def issue23(what: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=f"issue 23: {what}")
-
 
 def events_of(turn: TurnHandle, timeout: float = 5.0) -> list[TurnEvent]:
     """The turn's events up to its next Finish, or those that came before a wait of more
@@ -64,7 +58,7 @@ def attempt(command: Callable[[], None]) -> str | None:
 
 
 @pytest.mark.heavy
-@issue23("a tool result over the 64 MiB frame limit hangs its turn: no ToolFinished, no timeout")
+# issue 23 fixed: a tool result over the 64 MiB frame limit hangs its turn: no ToolFinished, no timeout
 def test_a_tool_result_over_the_frame_limit_fails_its_call_and_the_turn_goes_on(
     runtime: Runtime, provider: ScriptedProvider
 ) -> None:
@@ -75,7 +69,7 @@ def test_a_tool_result_over_the_frame_limit_fails_its_call_and_the_turn_goes_on(
 
 
 @pytest.mark.heavy
-@issue23("a caller that never reads makes the owner hold every event: ~1.5 KiB each, no bound")
+# issue 23 fixed: a caller that never reads makes the owner hold every event: ~1.5 KiB each, no bound
 def test_an_owner_whose_caller_never_reads_holds_a_bounded_amount_of_memory() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tests.unread_owner", "2", "25000"],
@@ -89,9 +83,11 @@ def test_an_owner_whose_caller_never_reads_holds_a_bounded_amount_of_memory() ->
     out = json.loads(done.stdout)
     grown_mib = (out["after"] - out["before"]) / 1024
     assert grown_mib < 20, f"the owner grew {grown_mib:.0f} MiB while {out['received']} events waited unread"
+    assert out["received"] <= 2 * 1100, "each unread handle holds about its window (1,024 events), no more"
+    assert out["dropped"] == 2, "each host let go of its unread reader once the grace had passed, and said so"
 
 
-@issue23("TurnHandle.events() rescans the whole stream for every event it yields (quadratic)")
+# issue 23 fixed: TurnHandle.events() rescans the whole stream for every event it yields (quadratic)
 def test_reading_events_costs_in_proportion_to_their_number(runtime: Runtime, provider: ScriptedProvider) -> None:
     """Python calls made by ``events()`` reading a finished turn of n events, n = 300 and
     1,200: linear reading makes about 4 times as many for 4 times the events (quadratic: 16)."""
@@ -121,7 +117,7 @@ def test_reading_events_costs_in_proportion_to_their_number(runtime: Runtime, pr
 
 
 @pytest.mark.heavy
-@issue23("a blocking on_stop callback in a tool process holds back the SIGTERM and SIGKILL of the tool's children")
+# issue 23 fixed: a blocking on_stop callback in a tool process holds back the SIGTERM and SIGKILL of the tool's children
 def test_a_blocking_on_stop_callback_does_not_delay_the_end_of_the_tools_children(
     runtime: Runtime, provider: ScriptedProvider
 ) -> None:
@@ -135,7 +131,7 @@ def test_a_blocking_on_stop_callback_does_not_delay_the_end_of_the_tools_childre
 
 
 @pytest.mark.heavy
-@issue23("a blocking inline on_stop callback blocks the TurnHost: stop() times out, every other turn is silent")
+# issue 23 fixed: a blocking inline on_stop callback blocks the TurnHost: stop() times out, every other turn is silent
 def test_a_blocking_inline_on_stop_callback_blocks_neither_the_stop_nor_other_turns(
     runtime: Runtime, provider: ScriptedProvider
 ) -> None:
@@ -151,7 +147,7 @@ def test_a_blocking_inline_on_stop_callback_blocks_neither_the_stop_nor_other_tu
     )
 
 
-@issue23("an inline on_stop callback that raises SystemExit ends the TurnHost and an unrelated turn with it")
+# issue 23 fixed: an inline on_stop callback that raises SystemExit ends the TurnHost and an unrelated turn with it
 def test_an_inline_on_stop_callback_that_raises_system_exit_fails_that_callback_alone(
     runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
 ) -> None:
@@ -182,7 +178,7 @@ def greenroom(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@issue23("attach() after an approval from another process: result() is the stale Finish(awaiting_approval)")
+# issue 23 fixed: attach() after an approval from another process: result() is the stale Finish(awaiting_approval)
 def test_attach_after_an_approval_from_the_command_line_does_not_report_the_call_as_pending(
     provider: ScriptedProvider, tmp_path: Path
 ) -> None:

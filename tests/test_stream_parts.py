@@ -6,17 +6,19 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from actors.client.receiving import Inbound
+from actors.client.stream import GAP_WAIT, LOST_AFTER, QUIET, TurnStream
 from actors.host.llm_actor import LLMActor
 from actors.mailbox import Kernel, LocalActor
 from actors.providers.client import ProviderClient, _Deadlines
 from actors.testing import ScriptedProvider, say
 from actors.wire.protocol import EventBatch
-from messages import AbortStream, ChatMessage, StreamChat, TextDelta, TurnStarted, encode
+from messages import AbortStream, ChatMessage, Finish, StreamChat, TextDelta, TurnStarted, encode
 
 
 def test_a_deadline_fires_once_in_order_and_a_cancelled_one_never() -> None:
@@ -118,3 +120,34 @@ def test_a_stop_that_lands_just_after_its_stream_ended_leaves_the_client_fit_for
             pass
         assert item[1] == "s2" and item[2][1].content == "second"
         llm.close()
+
+
+def test_a_caller_asks_again_for_a_missing_event_and_for_what_follows_a_long_silence() -> None:
+    asked: list[int] = []
+    stream = TurnStream("turn_gap", resend=asked.append)
+    t0 = time.monotonic()
+    stream.deliver(TurnStarted(turn_id="turn_gap", seq=0))
+    stream.deliver(TextDelta(turn_id="turn_gap", seq=2, text="late"))  # seq 1 is missing
+    assert not stream.fill_gaps(t0 + GAP_WAIT / 2) and asked == []
+    stream.fill_gaps(t0 + GAP_WAIT + 0.01)
+    stream.fill_gaps(t0 + GAP_WAIT + 0.02)  # asked once per GAP_WAIT, not at every look
+    assert asked == [1]
+    last_ask = t0 + 2 * GAP_WAIT + 0.03
+    stream.fill_gaps(last_ask)
+    assert asked == [1, 1]
+    stream.deliver(TextDelta(turn_id="turn_gap", seq=1, text="came"))  # the resend arrives
+    assert [e.seq for e in stream.events] == [0, 1, 2]
+    stream.fill_gaps(last_ask + QUIET / 2)
+    assert asked == [1, 1], "a stream that heard lately asks nothing"
+    stream.fill_gaps(last_ask + QUIET + 1)
+    assert asked == [1, 1, 3], "after a silence it asks for what follows the last event it has"
+
+
+def test_an_event_still_missing_after_lost_after_is_replaced_once_a_finish_is_behind_it() -> None:
+    stream = TurnStream("turn_lost")
+    t0 = time.monotonic()
+    stream.deliver(TurnStarted(turn_id="turn_lost", seq=0))
+    stream.deliver(Finish(turn_id="turn_lost", seq=2, finish_reason="stop", messages=[]))
+    assert not stream.fill_gaps(t0 + LOST_AFTER / 2)
+    assert stream.fill_gaps(t0 + LOST_AFTER + 1)
+    assert [(e.seq, e.kind) for e in stream.events] == [(0, "turn_started"), (1, "error"), (2, "finish")]

@@ -93,12 +93,13 @@ class Inbound:
         fresh: bool,
         window: int | None = None,
         consumed: Callable[[int], None] = lambda seq: None,
+        resend: Callable[[int], None] = lambda seq: None,
     ) -> TurnStream:
         """A new stream for ``turn_id``; with ``fresh``, refused if one is still open."""
         with self._lock:
             if fresh and turn_id in self.streams:
                 raise ControlRejected("invalid", f"turn id {turn_id} is already in use by a running turn")
-            stream = TurnStream(turn_id, since, closed=self._closed, window=window, consumed=consumed)
+            stream = TurnStream(turn_id, since, self._closed, window, consumed, resend)
             self.streams[turn_id] = stream
             weakref.finalize(stream, self._forgotten, turn_id, stream.ended)
             for watcher in self.on_open:
@@ -187,8 +188,9 @@ class Inbound:
             stream.wake()
 
     def on_idle(self) -> None:
-        """Replace events lost in transit once their turn's next ``Finish`` is here (looked
-        at every ``GAP_CHECK`` seconds at most: a gap waits ``stream.GAP_WAIT`` anyway)."""
+        """Ask again for events late in transit, replace those lost once their turn's next
+        ``Finish`` is here (looked at every ``GAP_CHECK`` seconds at most: a gap waits
+        ``stream.GAP_WAIT`` anyway)."""
         now = time.monotonic()
         if now < self._next_gap_check:
             return

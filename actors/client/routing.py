@@ -61,7 +61,10 @@ class Hosts:
     def open(self, turn_id: str, since: int, fresh: bool) -> TurnStream:
         """A stream for ``turn_id`` whose readers' progress goes back to its host."""
         consumed = lambda seq: self._endpoint.send(self.of(turn_id), Consumed(turn_id=turn_id, seq=seq))
-        return self._inbound.open_stream(turn_id, since, fresh, self.window, consumed)
+        resend = lambda seq: self._endpoint.send(  # no request id: the host answers with the events
+            self.of(turn_id), Subscribe(turn_id=turn_id, since=seq, window=self.window)
+        )
+        return self._inbound.open_stream(turn_id, since, fresh, self.window, consumed, resend)
 
     def start(self, start: StartTurn) -> TurnStream:
         """Send ``StartTurn``; the turn's stream, which follows its events from 0."""

@@ -86,7 +86,9 @@ class Runtime:
     metrics likewise with ``meter_provider`` (``telemetry.metrics``). ``console`` serves the
     console (``console``). ``event_window`` bounds what each turn handle holds unread: the
     turn's host sends it at most that many events past what its readers have read, and keeps
-    the rest in the turn's log until they read on (``None``: no bound).
+    the rest in the turn's log until they read on (``None``: no bound). A command for a turn
+    its host does not know yet (it overtook the turn's start, from another process) is held
+    ``command_hold`` seconds (the transport's ``deliver_within``) before ``unknown_turn``.
 
     Starting a Runtime changes Thespian in this process and every process it forks: frames
     are signed and sockets bound to ``host`` (``transport``), a lost node is noticed in
@@ -115,11 +117,15 @@ class Runtime:
         close_timeout: float = 5.0,
         tracer_provider: Any = None,
         event_window: int | None = 1024,
+        command_hold: float | None = None,
         meter_provider: Any = None,
         console: Any = None,
     ) -> None:
         self.provider = provider
         self.event_window = event_window
+        self.command_hold = (
+            command_hold if command_hold is not None else (transport or TransportConfig()).deliver_within
+        )
         self.store_path = _location(store)  # a SQLite file's absolute path, or a PostgreSQL URL
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
@@ -188,6 +194,7 @@ class Runtime:
             hosts=self.hosts,
             tool_processes=self.tool_processes,
             max_tool_processes=self.max_tool_processes,
+            command_hold=self.command_hold,
             recycle_after=self.recycle_after,
             inline_async_tools=self.inline_async_tools,
             node=f"{self.host}:{self.admin_port}",

@@ -71,9 +71,7 @@ class Session:
         tree = ProcessTree()
         caps = {"Admin Port": admin_port, LEADER_CAPABILITY: True, **capabilities}
         try:
-            asys = tree.start(
-                caps, host=host, key=key, transport_config=transport_config, store=configure.store
-            )
+            asys = tree.start(caps, host=host, key=key, transport_config=transport_config, store=configure.store)
             session = cls(tree, asys, inbound, start_timeout)
         except BaseException:
             tree.end(time.monotonic() + 1.0)

@@ -139,7 +139,9 @@ class DirectoryActor(Dispatcher):
         assert self.config is not None
         host = self.createActor(TurnHost)
         c = self.config
-        config = HostConfig(slot, count, c.store, self.pool, self.myAddress, c.inline_async_tools, self.owner, c.node)
+        config = HostConfig(
+            slot, count, c.store, self.pool, self.myAddress, c.inline_async_tools, self.owner, c.node, c.command_hold
+        )
         self.send(host, config)
         return host
 
@@ -155,7 +157,9 @@ class DirectoryActor(Dispatcher):
 
     def _recover_slot(self, slot: int) -> None:
         turn_ids = [t for t in self._unfinished() if slot_of(t, len(self.hosts)) == slot]
-        self.send(self.hosts[slot], Recover(turn_ids, force=not is_url(self.config.store or "") if self.config else True))
+        self.send(
+            self.hosts[slot], Recover(turn_ids, force=not is_url(self.config.store or "") if self.config else True)
+        )
 
     def _unfinished(self) -> list[str]:
         if self.store is None:

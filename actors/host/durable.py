@@ -121,7 +121,9 @@ class Durable:
                 self.renewed_at, self.fenced = time.monotonic(), False
             except StoreError as exc:
                 if not self.fenced and time.monotonic() - self.renewed_at > LEASE:
-                    log().error("host %s could not renew its lease for %g s: its turns stop (%s)", self.host_id, LEASE, exc)
+                    log().error(
+                        "host %s could not renew its lease for %g s: its turns stop (%s)", self.host_id, LEASE, exc
+                    )
                     self.fenced = out.fenced = True
                 return out
             try:

@@ -87,7 +87,11 @@ class TurnActor(LocalActor):
     name = "TurnActor"
 
     def __init__(
-        self, host: TurnHostFace, rules: TurnRules, trace_parent: dict[str, str] | None = None, owner: Owner | None = None
+        self,
+        host: TurnHostFace,
+        rules: TurnRules,
+        trace_parent: dict[str, str] | None = None,
+        owner: Owner | None = None,
     ) -> None:
         super().__init__(host.kernel)
         self.host = host

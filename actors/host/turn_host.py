@@ -10,7 +10,7 @@ Guarantees:
 
 - a command that arrives before its turn (Thespian does not order messages, not even from
   one sender) is held (``held``) and applied right after the turn starts, before its first
-  step; one still unclaimed after ``HOLD`` seconds is answered ``unknown_turn``. Every command gets
+  step; one still unclaimed after its hold (``held``) is answered ``unknown_turn``. Every command gets
   an answer: a refusal always, a success when it carried a ``request_id``;
 - a ``Subscribe`` or a command for a turn that has ended is answered for it (a stop or a
   cancel "no effect", anything else ``turn_finished``); an unknown ``Subscribe`` is refused
@@ -78,7 +78,7 @@ from ..wire.protocol import (
     WorkersLeased,
 )
 from .durable import TICK, Durable, StoredSender
-from .held import HOLD, HeldCommands
+from .held import HeldCommands
 from .llm_actor import LLMActor
 from .outbox import Outbox, Outboxes
 from .tool_runner import ToolRunner
@@ -143,6 +143,7 @@ class TurnHost(Dispatcher):
         METRICS.dirty = armed()  # a replacement host reports its (empty) state at once
         self.inline_async_tools = msg.inline_async_tools
         self.node = msg.node
+        self.held.hold_for = msg.hold
         if msg.store is not None:
             self.durable = Durable(open_store(msg.store), self.host_id, msg.node, self.myAddress, self.handoff.put)
             self._every("store", TICK)
@@ -201,7 +202,7 @@ class TurnHost(Dispatcher):
             self._answer_for_ended(msg, sender, self.ended.get(tid, "see the store"))
         else:
             self.held.hold(tid, msg, sender)
-            self._every("hold", HOLD / 2)
+            self._every("hold", min(1.0, self.held.hold_for / 2))
 
     def _answer_for_ended(self, msg: Any, sender: Any, reason: str) -> None:
         if msg.kind in ("stop_turn", "cancel_turn"):
@@ -222,8 +223,10 @@ class TurnHost(Dispatcher):
         return self.durable is not None and self.durable.is_stored(turn_id)
 
     def receiveMsg_Recover(self, msg: Recover, sender: Any) -> None:
-        found, errors = ([], {}) if self.durable is None else self.durable.recover(
-            [t for t in msg.turn_ids if t not in self.turns], msg.force
+        found, errors = (
+            ([], {})
+            if self.durable is None
+            else self.durable.recover([t for t in msg.turn_ids if t not in self.turns], msg.force)
         )
         for state, commands, owner in found:
             self._adopt(state, commands, owner)
@@ -293,7 +296,7 @@ class TurnHost(Dispatcher):
         for tid, command, who in self.held.expired():
             self.reply(who, reply_for(command, False, "unknown_turn", f"no turn {tid}"))
         if self.held:
-            self._every("hold", HOLD / 2)
+            self._every("hold", min(1.0, self.held.hold_for / 2))
 
     def _tick_store(self) -> None:
         """The store's tick (``durable``): the lease, turns taken over, commands waiting."""

@@ -32,9 +32,7 @@ from .sql import SQLStore
 try:
     import psycopg
 except ImportError as exc:  # pragma: no cover - the extra is missing
-    raise ConfigurationError(
-        f"a PostgreSQL store needs psycopg 3: pip install 'greenroom[postgres]' ({exc})"
-    ) from None
+    raise ConfigurationError(f"a PostgreSQL store needs psycopg 3: pip install 'greenroom[postgres]' ({exc})") from None
 
 __all__ = ["CHANNEL", "PostgresStore", "redacted"]
 

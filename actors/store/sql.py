@@ -133,7 +133,9 @@ class SQLStore:
         if events:
             now = time.time()  # when the transition was written, before anything was carried out
             self._conn().executemany(
-                self._sql("INSERT INTO events (turn_id, seq, kind, data, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+                self._sql(
+                    "INSERT INTO events (turn_id, seq, kind, data, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                ),
                 [(turn_id, seq, kind, data, now) for seq, kind, data in events],
             )
 
@@ -172,9 +174,17 @@ class SQLStore:
                 status, error = "unreadable", str(exc)
             out.append(
                 TurnSummary(
-                    turn_id=turn_id, status=status, finish_reason=reason, round=round_, created_at=created,
-                    updated_at=updated, waiting_since=waiting, pending_approvals=[p for p in pending.split(",") if p],
-                    parent_turn_id=parent, error=error, owner=owner,
+                    turn_id=turn_id,
+                    status=status,
+                    finish_reason=reason,
+                    round=round_,
+                    created_at=created,
+                    updated_at=updated,
+                    waiting_since=waiting,
+                    pending_approvals=[p for p in pending.split(",") if p],
+                    parent_turn_id=parent,
+                    error=error,
+                    owner=owner,
                 )  # fmt: skip
             )
         return out
@@ -246,7 +256,9 @@ class SQLStore:
 
     def record_reply(self, command_id: int, reply: ControlReply) -> None:
         with self._tx(f"record the reply to command {command_id}"):
-            self._run("UPDATE commands SET reply = ?, replied_at = ? WHERE id = ?", (encode(reply), time.time(), command_id))
+            self._run(
+                "UPDATE commands SET reply = ?, replied_at = ? WHERE id = ?", (encode(reply), time.time(), command_id)
+            )
 
     def reply_to(self, command_id: int) -> ControlReply | None:
         """The reply recorded for a queued command once a turn applied it (None: not yet)."""
@@ -258,7 +270,9 @@ class SQLStore:
 
     def pending_commands(self, turn_id: str) -> list[Message]:
         """The turn's queued commands, not taken (for checking a new one against them)."""
-        rows = self._rows("SELECT id, data FROM commands WHERE turn_id = ? AND taken_at IS NULL ORDER BY id", (turn_id,))
+        rows = self._rows(
+            "SELECT id, data FROM commands WHERE turn_id = ? AND taken_at IS NULL ORDER BY id", (turn_id,)
+        )
         return [c for _, c in _commands(rows)]
 
     def has_commands(self, turn_id: str) -> bool:
@@ -278,7 +292,8 @@ class SQLStore:
         with self._tx(f"claim turn {turn_id}"):
             row = self._run(
                 "UPDATE turns SET owner = ?, epoch = epoch + 1 WHERE turn_id = ? AND status != 'finished'"
-                + gone + " RETURNING epoch",
+                + gone
+                + " RETURNING epoch",
                 params,
             ).fetchone()
         return None if row is None else int(row[0])

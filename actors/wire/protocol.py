@@ -87,6 +87,7 @@ class Configure(_Internal):
     hosts: int = 1
     tool_processes: int = 2
     max_tool_processes: int = 16
+    command_hold: float = 30.0
     recycle_after: int = 100
     inline_async_tools: bool = False
     node: str = ""
@@ -115,6 +116,7 @@ class HostConfig(_Internal):
     inline_async_tools: bool = False
     owner: Any = None  # the Runtime's endpoint, which exports the host's spans
     node: str = ""  # its node's name: the host's id is node/slot
+    hold: float = 30.0  # seconds a command may wait for its turn's start (held.HeldCommands)
 
 
 @dataclass(frozen=True)
