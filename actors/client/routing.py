@@ -171,7 +171,17 @@ class Hosts:
         return future
 
     def _send(self, command: Any, future: concurrent.futures.Future[ControlReply]) -> None:
-        self._endpoint.send(self.of(command.turn_id), command, lambda: _unreachable(command, future, self._inbound))
+        tid = command.turn_id
+
+        def lost() -> None:  # a durable turn's host is gone: the command waits for where it went
+            stream = self._inbound.stream(tid)
+            if self._follow is None or stream is None or stream.finished:
+                return _unreachable(command, future, self._inbound)
+            with self._lock:
+                self._held.setdefault(tid, []).append((command, future))
+            self.moved(tid, stream, "its host cannot be reached")
+
+        self._endpoint.send(self.of(tid), command, lost)
 
     def subscribe(self, turn_id: str, since: int) -> tuple[TurnStream, concurrent.futures.Future[ControlReply]]:
         """Follow a turn started elsewhere from ``since``; the future gets the host's answer
@@ -188,8 +198,8 @@ class Hosts:
     def moved(self, turn_id: str, stream: TurnStream, detail: str, lost_owner: str | None = None) -> None:
         """The turn's host (``lost_owner``) is gone or let go of it: follow it to the host
         that takes it over (a durable turn), holding its commands meanwhile; else it ends here."""
-        if stream.finished:
-            return
+        if stream.finished or (stream.host is None and turn_id in self._held):
+            return  # ended, or already being followed
         lost_owner = lost_owner or self.host_id(stream.host)
         if self._follow is None:
             stream.lost(detail)

@@ -74,6 +74,8 @@ class Durable:
         self.notified = self.shared and store.listen(lambda turn_id: wake(("command", turn_id)))
         self.renewed_at = time.monotonic()
         self.fenced = False
+        if self.shared:  # a lease before the first turn: no other host may take this one's turns for orphans
+            store.renew_host(host_id, node, self._address, LEASE)
 
     def owner(self, epoch: int = 1) -> Owner:
         return Owner(self.host_id, epoch)
