@@ -76,7 +76,7 @@ class Runtime(Queries):
     or a ``postgresql://`` URL) every turn is durable: unfinished turns are recovered at
     start; on SQLite the command line finds this runtime through ``<store>.runtime.json``,
     on PostgreSQL through the store itself, and the turns go to every node on that store. ``hosts`` TurnHost processes
-    (default: one per CPU) run the turns; at most ``max_tool_processes`` tool processes run on
+    (default: one per CPU; 0 leaves the turns to the members) run the turns; at most ``max_tool_processes`` tool processes run on
     this node (calls beyond them wait for one, and can be stopped or cancelled while they
     wait); ``tool_processes`` idle tool processes are kept
     forked ahead of need, each recycled after ``recycle_after`` calls;

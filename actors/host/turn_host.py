@@ -1,20 +1,17 @@
 """TurnHost: one OS process that hosts many TurnActors and the LLMActor that serves them.
 
-The directory starts one TurnHost per core (``Runtime(hosts=...)``); a turn lives on the
-host of its slot (``names.slot_of(turn_id)``), so the Runtime, a supervisor or the command
-line reach it without asking anyone. Inside, each TurnActor is an actor of its own (a FIFO
+Each node's directory starts its TurnHosts (``Runtime(hosts=...)``, ``greenroom node
+--hosts``); a host's id is ``node/slot``, the same after a restart. A turn lives on the host
+it was placed on (``wire.placement``). Inside, each TurnActor is an actor of its own (a FIFO
 mailbox, its ``TurnRules`` and state; see ``kernel``); the host routes each Thespian
 message to the right mailbox, runs the mailboxes, then sends what they produced.
 
 Guarantees:
 
-- a command that arrives before its turn (Thespian does not order messages, not even from
-  one sender) is held (``held``) and applied right after the turn starts, before its first
-  step; one still unclaimed after its hold (``held``) is answered ``unknown_turn``. Every command gets
-  an answer: a refusal always, a success when it carried a ``request_id``;
-- a ``Subscribe`` or a command for a turn that has ended is answered for it (a stop or a
-  cancel "no effect", anything else ``turn_finished``); an unknown ``Subscribe`` is refused
-  at once;
+- every message that names a turn gets to the turn or an answer (``registry``): held while
+  the turn is on its way, forwarded when it is on another host. Every command gets an
+  answer: a refusal always, a success when it carried a ``request_id``;
+- with a store, the host holds a lease in it and takes over orphaned turns (``durable``);
 - events leave in ACK-clocked batches per subscriber (``outbox``), so a turn costs a few
   messages whatever its number of deltas;
 - the host forks no tool process: they come from its node's ``ToolPool``; the only

@@ -117,7 +117,7 @@ class ScriptedProvider:
     @property
     def origin(self) -> str:
         """``http://HOST:PORT`` of the address it listens on."""
-        return f"http://{self._server.server_address[0]}:{self.port}"
+        return f"http://{self._server.server_address[0]!s}:{self.port}"
 
     def provider(self, api: str = "openai", **kw: Any) -> ProviderConfig:
         """A ``ProviderConfig`` pointing at this server."""
