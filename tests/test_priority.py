@@ -81,7 +81,7 @@ def expected(table: list[Row], facts: Facts) -> str:
 
 def mismatches(table: list[Row], decide: Callable[[Situation], Action]) -> list[tuple[str, str, str]]:
     """(the flags that hold, the table's action, the code's action) wherever the two differ."""
-    out = []
+    out: list[tuple[str, str, str]] = []
     for facts in possible():
         want, got = expected(table, facts), decide(Situation(**facts))
         if want != got:
