@@ -162,7 +162,7 @@ def test_stop_sends_the_cancellation_to_the_server_and_the_call_ends_interrupted
     turn = runtime.run("go", tools=mcp_tools(stdio_command(tmp_path)))
     assert wait_until(lambda: (tmp_path / "s.started").exists(), timeout=30)
     turn.stop("user pressed stop")
-    assert wait_until(lambda: (tmp_path / "s.cancelled").exists(), timeout=10), "the server never saw the cancel"
+    assert wait_until(lambda: (tmp_path / "s.cancelled").exists()), "the server never saw the cancel"
     result = turn.result(30)
     assert result.finish_reason == "stopped"
     assert tool_messages(result.messages) == [interrupted_content("the turn was stopped", "user pressed stop")]
@@ -177,7 +177,7 @@ def test_stop_tool_cancels_one_call_on_the_server_and_the_turn_goes_on(
     turn.wait_for(lambda e: isinstance(e, ToolFinished) and e.call_id == "call_2", timeout=30)
     assert wait_until(lambda: (tmp_path / "s.started").exists(), timeout=30)
     turn.stop_tool("call_1", reason="too slow")
-    assert wait_until(lambda: (tmp_path / "s.cancelled").exists(), timeout=10), "the server never saw the cancel"
+    assert wait_until(lambda: (tmp_path / "s.cancelled").exists()), "the server never saw the cancel"
     result = turn.result(30)
     assert result.finish_reason == "stop"
     assert tool_messages(result.messages) == [
@@ -242,7 +242,7 @@ def test_stop_reaches_a_streamable_http_server(
     turn = runtime.run("go", tools=mcp_tools(url=http_server.url))
     assert wait_until(lambda: (tmp_path / "h.started").exists(), timeout=30)
     turn.stop("user pressed stop")
-    assert wait_until(lambda: (tmp_path / "h.cancelled").exists(), timeout=10), "the server never saw the cancel"
+    assert wait_until(lambda: (tmp_path / "h.cancelled").exists()), "the server never saw the cancel"
     result = turn.result(30)
     assert tool_messages(result.messages) == [interrupted_content("the turn was stopped", "user pressed stop")]
 
@@ -375,7 +375,7 @@ def test_a_turnhost_killed_alone_takes_its_stdio_server_with_it_even_one_that_ig
         server_pid = data_of(tool_messages(result.messages)[1])
         assert pid_alive(server_pid)
         os.kill(host, signal.SIGKILL)  # the owner lives on; the host is replaced
-        assert wait_until(lambda: not pid_alive(server_pid), timeout=5), "the MCP server outlived its TurnHost"
+        assert wait_until(lambda: not pid_alive(server_pid)), "the MCP server outlived its TurnHost"
 
 
 def test_when_the_owner_dies_the_stdio_server_ends_with_it_even_one_that_ignores_sigterm_and_its_input(
@@ -391,4 +391,4 @@ def test_when_the_owner_dies_the_stdio_server_ends_with_it_even_one_that_ignores
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait(30)
-    assert wait_until(lambda: not pid_alive(server_pid), timeout=5), "the MCP server outlived its owner"
+    assert wait_until(lambda: not pid_alive(server_pid)), "the MCP server outlived its owner"

@@ -183,7 +183,7 @@ class Child:
         self.proc.stdin.write("quit\n")  # type: ignore[union-attr]
         self.proc.stdin.close()  # type: ignore[union-attr]
         assert self.proc.wait(30) == 0
-        assert wait_until(lambda: session_processes(self.info["sid"]) == [], timeout=5)
+        assert wait_until(lambda: session_processes(self.info["sid"]) == [])
 
 
 def test_idle_connections_are_capped_per_peer_and_closed_after_the_frame_timeout() -> None:
