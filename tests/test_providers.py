@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 from openai import OpenAI
 
@@ -359,6 +360,21 @@ def test_a_full_turn_with_tools_and_an_approval_on_the_anthropic_api(
     ]
     assert [t["name"] for t in second.body["tools"]] == ["add", "write_file"]
     assert second.body["tools"][0]["input_schema"]["required"] == ["a", "b"]
+
+
+def test_an_anthropic_base_url_reaches_v1_messages_with_or_without_its_v1(
+    runtime: Runtime, provider: ScriptedProvider, fast_retry: RetryPolicy
+) -> None:
+    root = f"http://127.0.0.1:{provider.port}"
+    wrong = httpx.post(root + "/v1/v1/messages", json={"model": "m", "messages": [], "stream": True}, timeout=30)
+    assert wrong.status_code == 404  # as Anthropic answers it: a doubled /v1 cannot pass unseen
+    for suffix in ("", "/", "/v1", "/v1/"):
+        provider.add(use_tools(call("add", {"a": 2, "b": 3})), say(f"5 via {suffix!r}."))
+        config = ProviderConfig(api="anthropic", base_url=root + suffix, model="m", retry=fast_retry)
+        result = runtime.run("add", tools=[T.add], provider=config).result(30)
+        assert (result.finish_reason, result.text) == ("stop", f"5 via {suffix!r}.")
+        assert result.messages[2] == ChatMessage.tool(json.dumps({"ok": True, "data": 5}), "call_1", name="add")
+    assert [(r.api, r.path) for r in provider.requests] == [("anthropic", "/v1/messages")] * 8
 
 
 # -- 200 answers that are not event streams ------------------------------------------------
