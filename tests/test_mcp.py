@@ -32,7 +32,9 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = Path(__file__).with_name("mcp_servers.py")
-NAMES = ["add", "fail", "steps", "slow", "gate", "crash", "pid", "stubborn", "env_value", "env_digest", "header"]
+NAMES = [
+    "add", "fail", "steps", "slow", "gate", "crash", "pid", "stubborn", "env_value", "env_digest", "complain", "header"
+]  # fmt: skip
 
 
 def stdio_command(marks: Path) -> list[str]:
@@ -150,6 +152,31 @@ def test_one_session_per_server_serves_parallel_calls_and_later_turns(
     second = runtime.run("again", tools=tools).result(60)
     pids = {data_of(c) for c in tool_messages(first.messages) + tool_messages(second.messages)}
     assert len(pids) == 1
+
+
+def test_what_a_stdio_server_writes_to_its_stderr_goes_to_greenrooms_log_not_to_the_applications_stderr(
+    provider: ScriptedProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "greenroom.log"
+    monkeypatch.setenv("GREENROOM_LOG_LEVEL", "INFO")
+    monkeypatch.setenv("GREENROOM_LOG_FILE", str(log))
+    provider.add(use_tools(call("complain", {"text": "the disk is full"})), say("ok"))
+
+    def server_lines() -> list[str]:
+        text = log.read_text() if log.exists() else ""
+        return [x.split(" greenroom.mcp: ", 1)[1] for x in text.splitlines() if " greenroom.mcp: " in x]
+
+    with running(provider) as rt:  # its processes write to this test's stderr (captured)
+        result = rt.run("go", tools=mcp_tools(stdio_command(tmp_path))).result(60)
+        assert tool_messages(result.messages) == [ok({"result": "complained"})]
+        assert wait_until(lambda: len(server_lines()) == 3), server_lines()
+    where = "MCP server 'greenroom-tests' stderr: "
+    assert server_lines() == [
+        where + "Traceback (most recent call last):",
+        where + '  File "tool.py", line 1, in complain',
+        where + "ValueError: the disk is full",
+    ]
+    assert "the disk is full" not in capfd.readouterr().err
 
 
 # -- stop and cancel ----------------------------------------------------------------------------

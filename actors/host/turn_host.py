@@ -44,6 +44,7 @@ from ..errors import SnapshotError, StoreError
 from ..handoff import Inbox
 from ..logs import logger, quiet_third_party
 from ..mcp.session import close_all as close_mcp_sessions
+from ..mcp.session import log_stderr, route_stderr
 from ..mcp.session import open_count as open_mcp_sessions
 from ..store.sqlite import SQLiteStore
 from ..telemetry.spans import RECORDER
@@ -102,6 +103,7 @@ class TurnHost(ActorTypeDispatcher):
         self.timers_on: set[str] = set()
         self.shutting_down: Any = None
         self.owner: Any = None  # the Runtime's endpoint: where finished spans go
+        route_stderr(lambda where, line: self.put(("mcp_stderr", where, line)))  # logged on this thread
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -314,6 +316,8 @@ class TurnHost(ActorTypeDispatcher):
                 llm.append((item[1], item[2]))
             elif item[0] == "tool":
                 self.tools.on_inline(item[1], item[2], item[3])
+            elif item[0] == "mcp_stderr":
+                log_stderr(item[1], item[2])
         if llm:
             self.llm.on_outputs(llm)
 
