@@ -30,6 +30,7 @@ from . import tools_for_tests as T
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.integration  # the runtime fixture starts a real actor system
 def test_a_lambda_or_a_closure_is_refused_when_the_turn_starts(runtime: Runtime) -> None:
     def local(x: int) -> int:
         return x
@@ -98,6 +99,7 @@ with ScriptedProvider() as p:
     assert (out.returncode, out.stdout, out.stderr) == (0, "5.\nasync.\n", "")
 
 
+@pytest.mark.integration  # the runtime fixture starts a real actor system
 def test_a_provider_whose_key_variable_is_unset_is_refused_at_run(runtime: Runtime) -> None:
     config = ProviderConfig(base_url="http://127.0.0.1:9/v1", model="m", api_key_env="GREENROOM_NO_SUCH_KEY")
     with pytest.raises(ConfigurationError) as refused:
