@@ -54,6 +54,7 @@ from ..handoff import Handoff
 from ..logs import logger, quiet_third_party
 from ..mailbox import Kernel
 from ..mcp.session import close_all as close_mcp_sessions
+from ..mcp.session import log_stderr, route_stderr
 from ..mcp.session import open_count as open_mcp_sessions
 from ..store.sqlite import SQLiteStore
 from ..telemetry.metrics import METRICS, armed
@@ -112,6 +113,7 @@ class TurnHost(Dispatcher):
         self.timers_on: set[str] = set()
         self.shutting_down: Any = None
         self.owner: Any = None  # the Runtime's endpoint: where finished spans go
+        route_stderr(lambda where, line: self.put(("mcp_stderr", where, line)))  # logged on this thread
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -319,6 +321,8 @@ class TurnHost(Dispatcher):
                 self.outboxes.acknowledged(item[1])
             elif item[0] == "lost":
                 self._drop_subscriber(item[1])
+            elif item[0] == "mcp_stderr":
+                log_stderr(item[1], item[2])
         if llm:
             self.llm.on_outputs(llm)
 
