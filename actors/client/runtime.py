@@ -51,6 +51,7 @@ from ..lifecycle import owner
 from ..lifecycle.processes import free_port
 from ..store import TurnStore, open_store
 from ..store.base import TurnSummary, is_url
+from ..store.urls import keep
 from ..telemetry.export import SpanSink
 from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
@@ -126,7 +127,7 @@ class Runtime:
         self.command_hold = (
             command_hold if command_hold is not None else (transport or TransportConfig()).deliver_within
         )
-        self.store_path = _location(store)  # a SQLite file's absolute path, or a PostgreSQL URL
+        self.store_path = _location(store)  # a SQLite file's absolute path, or a PostgreSQL URL without password
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
@@ -401,6 +402,8 @@ class Runtime:
 
 
 def _location(store: str | os.PathLike[str] | None) -> str | None:
+    """A SQLite file's absolute path, or a URL without its password (kept in this process and
+    the ones it forks, ``store.urls``): what the hosts are sent, and what ``store_path`` shows."""
     if store is None:
         return None
-    return str(store) if is_url(store) else os.path.abspath(os.fspath(store))
+    return keep(str(store)) if is_url(store) else os.path.abspath(os.fspath(store))
