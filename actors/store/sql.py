@@ -135,7 +135,7 @@ class SQLStore:
     def _insert_events(self, turn_id: str, events: Sequence[EncodedEvent]) -> None:
         if events:
             now = time.time()  # when the transition was written, before anything was carried out
-            self._conn().executemany(
+            self._conn().cursor().executemany(  # a cursor's: psycopg's connections have no executemany
                 self._sql(
                     "INSERT INTO events (turn_id, seq, kind, data, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
                 ),
