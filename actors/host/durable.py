@@ -84,6 +84,11 @@ class Durable:
         self.notified = self.shared and store.listen(lambda turn_id: wake(("command", turn_id)))
         self.renewed_at = time.monotonic()
         self.fenced = False
+        if self.shared:  # live before it runs a turn: else another host's tick takes its new turns as orphans
+            try:
+                store.renew_host(host_id, node, self._address, LEASE)
+            except StoreError as exc:
+                log().warning("host %s could not take its lease yet: %s", host_id, exc)
 
     def owner(self, epoch: int = 1) -> Owner:
         return Owner(self.host_id, epoch)
