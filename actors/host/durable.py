@@ -84,6 +84,7 @@ class Durable:
         self.notified = self.shared and store.listen(lambda turn_id: wake(("command", turn_id)))
         self.renewed_at = time.monotonic()
         self.fenced = False
+        self.left = False
         if self.shared:  # live before it runs a turn: else another host's tick takes its new turns as orphans
             try:
                 store.renew_host(host_id, node, self._address, LEASE)
@@ -120,6 +121,8 @@ class Durable:
     def tick(self, running: set[str]) -> Tick:
         """Renew the lease and take over orphans (a shared store); find queued commands."""
         out = Tick()
+        if self.left:
+            return out
         if self.shared:
             try:
                 self.store.renew_host(self.host_id, self.node, self._address, LEASE)
@@ -143,6 +146,16 @@ class Durable:
             except StoreError:
                 pass
         return out
+
+    def leave(self) -> None:
+        """The runtime is closing and leaves its turns to the store: the lease is given up now
+        (and not renewed), so another runtime takes them over at once, not a lease later."""
+        self.left = True
+        if self.shared:
+            try:
+                self.store.drop_host(self.host_id)
+            except StoreError:
+                pass
 
     def record_reply(self, sender: StoredSender, reply: ControlReply) -> None:
         try:
