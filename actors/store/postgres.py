@@ -68,6 +68,8 @@ CREATE TABLE IF NOT EXISTS hosts (
 """
 
 
+_TABLES = ("turns", "events", "commands")  # what every greenroom store has had
+
 log = logger("greenroom.store")
 
 
@@ -111,6 +113,11 @@ class PostgresStore(SQLStore):
             if not found and not create:
                 raise StoreError(f"no turn store at {self.location}: the database has no greenroom tables")
             if found:
+                gone = [t for t in _TABLES if self._run("SELECT to_regclass(?) IS NULL", (t,)).fetchone()[0]]
+                if gone:  # never recreate a damaged store's tables empty
+                    raise StoreError(
+                        f"{self.location} is not a greenroom turn store: table(s) {', '.join(gone)} missing"
+                    )
                 row = self._run("SELECT value FROM meta WHERE key = 'schema'").fetchone()
                 version = int(row[0]) if row is not None else 1
                 if version > STORE_SCHEMA:
