@@ -24,11 +24,16 @@ WHY = (
 )
 
 
-def require_postgres(found: tuple[str, str] | None = None, ci: bool | None = None) -> None:
-    """Fail in CI, skip loudly elsewhere, when PostgreSQL's server is not installed."""
-    found = binaries() if found is None else found
+_LOOK: tuple[str, str] = ("", "")
+
+
+def require_postgres(found: tuple[str, str] | None = _LOOK, ci: bool | None = None) -> None:
+    """Fail in CI, skip loudly elsewhere, when PostgreSQL's server is not installed (``found``:
+    what ``binaries()`` says, looked up by default; ``ci``: whether ``$GREENROOM_CI`` is set)."""
+    if found is _LOOK:
+        found = binaries()
     if found is not None:
         return
-    if os.environ.get("GREENROOM_CI") if ci is None else ci:
+    if bool(os.environ.get("GREENROOM_CI")) if ci is None else ci:
         pytest.fail(WHY)
     pytest.skip(WHY)
