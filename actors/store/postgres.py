@@ -1,16 +1,21 @@
 """The turn store on PostgreSQL: one store every node reaches (``greenroom[postgres]``, psycopg 3).
 
 ``Runtime(store="postgresql://user@db:5432/greenroom")``, ``greenroom node --store ...`` and
-``greenroom turns --store ...`` all take the same URL (a password in it is never printed:
-``location`` leaves it out). The store has the same guarantees as the SQLite one (``sql``,
+``greenroom turns --store ...`` all take the same URL. A password in it is never shown nor
+sent: ``location`` (and every error) is the URL without it, and the password stays in this
+process and the ones it forks (``urls``); a database that cannot be reached is a
+``StoreError`` naming that URL and what failed. The store has the same guarantees as the SQLite one (``sql``,
 ``base``), and uses what the database is good at:
 
 - transactions at READ COMMITTED, where a write of a turn locks its row until it commits, so
   a host taking a turn over waits for the write in flight and then raises the epoch;
 - ``LISTEN``/``NOTIFY`` for the command inbox: a command queued for a turn (by the command
-  line, say) wakes the host that owns it at once (``listen``), instead of a poll;
+  line, say) wakes the host that owns it at once (``listen``, channel ``greenroom_commands``),
+  instead of a poll; its recorded reply wakes whoever waits for it (``wait_reply``, channel
+  ``greenroom_replies``);
 - the schema is created and migrated by greenroom itself under an advisory lock (any number
-  of nodes may start at once), with its version in ``meta``; a newer one is refused.
+  of nodes may start at once), with its version in ``meta``; a newer one is refused, and so
+  is a store with a table missing (never recreated empty).
 
 Leases and event times use each writer's clock: nodes' clocks must agree to well within a
 lease (NTP does).
