@@ -358,9 +358,10 @@ def test_a_host_killed_under_a_paused_durable_turn_is_replaced_and_the_turn_runs
         assert turn.result(30).finish_reason == "awaiting_approval"
         host = next(e.data["pid"] for e in turn.all_events if isinstance(e, ToolProgress))
         store = open_store(store_location)
-        epoch = store.route("turn_host_killed").epoch  # type: ignore[union-attr]
+        epoch = lambda: store.route("turn_host_killed").epoch  # type: ignore[union-attr]  # noqa: E731
+        before = epoch()
         os.kill(host, signal.SIGKILL)
-        assert wait_until(lambda: store.route("turn_host_killed").epoch == epoch + 1, timeout=20)  # type: ignore[union-attr]
+        assert wait_until(lambda: epoch() == before + 1, timeout=20)
         approved = greenroom("approve", "turn_host_killed", "call_2", "--store", store_location)
         assert approved.returncode == 0, approved.stderr
         result = turn.result(30, final=True)

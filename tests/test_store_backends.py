@@ -51,7 +51,7 @@ def greenroom(*args: str, env: dict[str, str] = ENV) -> subprocess.CompletedProc
     [
         ("postgresql://ann:s3cret@db:5432/turns", "postgresql://ann@db:5432/turns", "s3cret"),
         ("postgresql://ann:p%40ss%3Aw@db2/turns", "postgresql://ann@db2/turns", "p@ss:w"),
-        ("postgres://ann@db3/turns?password=s3cret&sslmode=require", "postgres://ann@db3/turns?sslmode=require", "s3cret"),
+        ("postgres://ann@db3/t?password=s3cret&sslmode=require", "postgres://ann@db3/t?sslmode=require", "s3cret"),
         ("postgresql://ann@db4/turns", "postgresql://ann@db4/turns", None),
     ],
     ids=["in the address", "percent-encoded", "in the query", "none"],

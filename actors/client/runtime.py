@@ -127,7 +127,7 @@ class Runtime:
         self.command_hold = (
             command_hold if command_hold is not None else (transport or TransportConfig()).deliver_within
         )
-        self.store_path = _location(store)  # a SQLite file's absolute path, or a PostgreSQL URL without password
+        self.store_path = _location(store)  # a SQLite file's absolute path, or a URL without its password (urls.keep)
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
@@ -402,8 +402,6 @@ class Runtime:
 
 
 def _location(store: str | os.PathLike[str] | None) -> str | None:
-    """A SQLite file's absolute path, or a URL without its password (kept in this process and
-    the ones it forks, ``store.urls``): what the hosts are sent, and what ``store_path`` shows."""
     if store is None:
         return None
     return keep(str(store)) if is_url(store) else os.path.abspath(os.fspath(store))
