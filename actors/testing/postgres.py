@@ -5,7 +5,7 @@
 
 ``initdb`` makes a cluster in a temporary directory and ``pg_ctl`` starts it, listening on
 ``host`` only (``127.0.0.1`` by default, or an address the caller's network namespaces
-reach) on a free port, with a socket directory of its own. PostgreSQL refuses to run as
+reach, whose subnets it then trusts) on a free port, with a socket directory of its own. PostgreSQL refuses to run as
 root, so when this process is root the server runs as an unprivileged user (``postgres``,
 which Debian's package creates, unless ``user`` says otherwise) that owns the directory.
 Leaving the block stops the server (``pg_ctl stop -m immediate``) and removes everything.
@@ -93,6 +93,9 @@ class ThrowawayPostgres:
         try:
             subprocess.run(self._cmd(initdb, "-D", str(data), "-U", "greenroom", *auth, "-E", "UTF8"), **quiet)  # type: ignore[call-overload]
             options = f"-c listen_addresses={self.host} -p {self.port} -k {sockets} -c fsync=off"
+            if self.host not in ("127.0.0.1", "localhost", "::1"):  # the nodes of a test's own network
+                with open(data / "pg_hba.conf", "a") as hba:
+                    hba.write("host all all samenet trust\n")
             start = [pg_ctl, "-D", str(data), "-o", options, "-l", str(logfile), "-w", "-t", "60", "start"]
             subprocess.run(self._cmd(*start), **quiet)  # type: ignore[call-overload]
             self.create_database(self.database)
