@@ -1,7 +1,8 @@
 """Stores on both backends, bad inputs: an unreachable database, a newer schema, a password.
 
 An unreachable database at start names the URL without its password and what failed
-(``open_store``, ``Runtime(store=...)``, ``greenroom turns``, ``greenroom console``); a
+(``open_store``, ``Runtime(store=...)``, ``greenroom turns``, ``greenroom console``,
+``greenroom node``); a
 store written by a newer greenroom is refused, saying so, on SQLite and PostgreSQL; the
 password of a store's URL appears in no message on the wire, no log line, no error, no
 stored row and no output of the command line. And the rule that CI fails, never skips,
@@ -143,11 +144,17 @@ def test_an_unreachable_database_is_named_without_its_password_with_what_failed(
     assert rt.store_path == f"postgresql://greenroom@127.0.0.1:{port}/turns"
     turns = greenroom("turns", "list", "--store", url)
     console = greenroom("console", "--store", url, "--port", "0")
+    node = greenroom(
+        "node", "--leader", "127.0.0.1:1", "--listen", "127.0.0.1", "--admin-port", str(free_port("127.0.0.1")),
+        "--store", url, env=ENV | {"GREENROOM_KEY": "a-deployment-key-for-this-test"},
+    )  # fmt: skip
     for error in (str(direct.value), str(at_start.value), turns.stderr.removeprefix("greenroom: ").strip(),
-                  console.stderr.removeprefix("greenroom: ").strip()):  # fmt: skip
+                  console.stderr.removeprefix("greenroom: ").strip(),
+                  node.stderr.removeprefix("greenroom node: ").strip()):  # fmt: skip
         assert error.startswith(prefix) and error.endswith("Connection refused"), error
         assert PASSWORD not in error
     assert (turns.returncode, turns.stdout, console.returncode, console.stdout) == (2, "", 2, "")
+    assert (node.returncode, node.stdout) == (2, "")
 
 
 @pytest.mark.postgres
