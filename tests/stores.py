@@ -40,3 +40,21 @@ def leases_run_out(location: str) -> None:
         assert wait_until(lambda: not store.live_hosts(), timeout=LEASE + 5), "a host still holds a lease"
     finally:
         store.close()
+
+
+def recovered(location: str, rt: Any, turn_ids: list[str]) -> bool:
+    """SQLite: ``rt`` recovered ``turn_ids`` at start. PostgreSQL: its hosts took them over
+    (a turn whose owner's lease ran out goes to a live host at its next tick, not at start)."""
+    if not is_url(location):
+        return bool(rt.recovered == turn_ids)
+    store = open_store(location)
+    mine = f"{rt.host}:{rt.admin_port}/"  # a host's id is node/slot
+
+    def taken() -> bool:
+        routes = [store.route(t) for t in turn_ids]
+        return all(r is not None and (r.host_id or "").startswith(mine) for r in routes)
+
+    try:
+        return wait_until(taken, timeout=LEASE + 10)
+    finally:
+        store.close()

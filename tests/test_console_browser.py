@@ -31,6 +31,7 @@ from . import console_tools as C
 from . import tools_for_tests as T
 from .browser import Browser, require_chromium
 from .pg import PASSWORD
+from .stores import recovered
 from .test_durable import ENV, ROOT, run_child
 
 pytestmark = pytest.mark.integration
@@ -328,7 +329,7 @@ def test_a_durable_turn_is_approved_from_the_console_after_its_owner_was_killed(
         )
         provider.add(say("Written."))
         with Runtime(provider.provider(retry=RetryPolicy(max_attempts=1)), store=store, hosts=1) as rt:
-            assert rt.recovered == ["turn_orphan"]
+            assert recovered(store, rt, ["turn_orphan"])
             browser.wait_text("#turn-status", lambda s: s == "finished: stop")
             if not shared:
                 browser.screenshot("durable-turn-approved")
