@@ -159,12 +159,31 @@ class TurnRegistry:
         return True
 
     def expire_held(self) -> None:
+        """Every second while something is held: forward what waits for a durable turn
+        another host has taken over since; answer what waited out its hold."""
+        if self.host.durable is not None:
+            for tid in self.held.turn_ids():
+                self._moved_on(tid)
         for tid, command, who in self.held.expired():
             self.finding.discard(tid)  # a Find its directory never answered is forgotten with it
             if not self._forwarded(command, who):
                 self.host.reply(who, reply_for(command, False, "unknown_turn", f"no turn {tid}"))
         if self.held:
             self.host.every("hold", min(1.0, self.held.hold_for / 2))
+
+    def _moved_on(self, turn_id: str) -> None:
+        """If the store names a live owner of ``turn_id`` other than this host, the messages
+        held for it go there."""
+        durable = self.host.durable
+        try:
+            route = durable.store.route(turn_id) if durable is not None else None
+        except StoreError:
+            return
+        if route is not None and route.address is not None and route.host_id != self.host.host_id:
+            address = pickle.loads(route.address)
+            for command, who in self.held.take(turn_id, lambda m: True):
+                self.host.send(address, Relay(command, who))
+            self.finding.discard(turn_id)
 
     def _stored(self, turn_id: str) -> bool:
         return self.host.durable is not None and self.host.durable.is_stored(turn_id)
