@@ -79,6 +79,7 @@ from .held import HOLD, HeldCommands
 from .llm_actor import LLMActor
 from .outbox import Outbox, Outboxes
 from .stored import is_stored, recoverable, replay
+from .timers import Timers
 from .tool_runner import ToolRunner
 from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
 
@@ -110,6 +111,7 @@ class TurnHost(Dispatcher):
         self.directory: Any = None
         self.inline_async_tools = False
         self.timers_on: set[str] = set()
+        self.timers = Timers(lambda delay: self.wakeupAfter(timedelta(seconds=delay), payload=("timers",)))
         self.shutting_down: Any = None
         self.owner: Any = None  # the Runtime's endpoint: where finished spans go
 
@@ -218,7 +220,7 @@ class TurnHost(Dispatcher):
         self.send(sender, Recovered(self.slot, [state.turn_id for state, _ in found], errors))
 
     def turn_ended(self, turn: TurnActor) -> None:
-        self.wakeupAfter(timedelta(seconds=turn.state.options.linger), payload=("linger", turn.turn_id))
+        self.timers.add(turn.state.options.linger, ("linger", turn.turn_id))
 
     def _evict(self, turn_id: str) -> None:
         """Forget a turn that ended ``linger`` s ago, once every reader has caught up (or was
@@ -228,7 +230,7 @@ class TurnHost(Dispatcher):
             return
         wait = turn.let_go()
         if wait is not None:
-            self.wakeupAfter(timedelta(seconds=wait), payload=("linger", turn_id))
+            self.timers.add(wait, ("linger", turn_id))
             return
         del self.turns[turn_id]
         self.ended[turn_id] = turn.state.finish_reason or "error"
@@ -238,8 +240,7 @@ class TurnHost(Dispatcher):
     # -- timers ---------------------------------------------------------------------------
 
     def set_timer(self, turn: TurnActor, timer: SetTimer) -> None:
-        payload = ("turn", turn.turn_id, TimerFired(timer.name, timer.token))
-        self.wakeupAfter(timedelta(seconds=timer.delay), payload=payload)
+        self.timers.add(timer.delay, ("turn", turn.turn_id, TimerFired(timer.name, timer.token)))
 
     def _every(self, name: str, seconds: float) -> None:
         if name not in self.timers_on:
@@ -247,14 +248,13 @@ class TurnHost(Dispatcher):
             self.wakeupAfter(timedelta(seconds=seconds), payload=(name,))
 
     def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
+        for what, *args in self.timers.due() if msg.payload == ("timers",) else [msg.payload]:
+            if what == "turn" and (turn := self.turns.get(args[0])) is not None:
+                turn.tell(args[1], None)
+            elif what == "linger":
+                self._evict(args[0])
         what = msg.payload[0]
-        if what == "turn":
-            turn = self.turns.get(msg.payload[1])
-            if turn is not None:
-                turn.tell(msg.payload[2], None)
-        elif what == "linger":
-            self._evict(msg.payload[1])
-        elif what == "liveness":
+        if what == "liveness":
             self.tools.check_liveness()
         elif what == "hold":
             self.timers_on.discard("hold")
@@ -322,8 +322,7 @@ class TurnHost(Dispatcher):
         if llm:
             self.llm.on_outputs(llm)
 
-    def put(self, item: Any) -> None:
-        """Thread-safe: queue ``item`` for this host's actor thread and wake it."""
+    def put(self, item: Any) -> None:  # thread-safe: queue ``item`` for the actor thread, wake it
         self.handoff.put(item)
 
     # -- events and replies ---------------------------------------------------------------
