@@ -1,11 +1,19 @@
 """Scale: N concurrent turns, each calling a tool and then streaming text. For N in
-10, 50, 100, 200: turns per second, p99 delta latency, memory per active turn (unique RSS
-of the actor system's processes while every turn streams), errors, and lost or reordered
-deltas. Baseline in the same run: the same N turns by N threads running a hand-written
-httpx loop in one process. Also: the memory of an idle TurnActor (a turn paused for
-approval), from the unique RSS of the runtime's processes before and after 200 of them.
+10, 50, 100, 200, 1000: turns per second, p99 delta latency, memory per streaming turn,
+errors, and lost or reordered deltas. Baseline in the same run: the same N turns by N
+threads running a hand-written httpx loop in one process. Also: the memory of an idle
+TurnActor (a turn paused for approval), from the unique RSS of the runtime's processes
+before and after 200 of them.
 
-    python bench/scale.py [--sizes 10,50,100,200]
+Memory per streaming turn is given two ways, both from the unique RSS (USS) of the actor
+system's processes while every turn streams: "USS/N" is all of it divided by N (it shrinks
+as N grows, since it includes what the processes hold anyway), "added/turn" is what it grew
+by since just before the N turns started, divided by N (what a turn costs; the target).
+Targets (issue 25): at N=200 at least 0.9x the baseline's turns/s and a p99 delta latency
+at most 2x the baseline's; at N=1000 every delta intact and in order, and at most 0.5 MiB
+added per streaming turn.
+
+    python bench/scale.py [--sizes 10,50,100,200,1000]
 """
 
 from __future__ import annotations
@@ -118,6 +126,7 @@ def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> di
     arrivals: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
     texts: dict[str, list[str]] = {name: [] for name in names}
     errors, mem, lock = 0, [0.0], threading.Lock()
+    before = uss_mib(session_processes(rt.admin_sid))  # type: ignore[arg-type]
 
     def follow(name: str) -> None:
         nonlocal errors
@@ -154,6 +163,7 @@ def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> di
         "p99_delta_ms": pct(lat, 99) * 1000,
         "p50_delta_ms": pct(lat, 50) * 1000,
         "mem_per_turn_mib": mem[0] / n,
+        "added_per_turn_mib": (mem[0] - before) / n,
         "errors": errors,
         "intact": intact,
         "ordered": seqs_ok,
@@ -247,7 +257,7 @@ def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default="10,50,100,200")
+    parser.add_argument("--sizes", default="10,50,100,200,1000")
     parser.add_argument("--tool-processes", type=int, default=4, help="idle tool processes kept forked ahead")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -271,6 +281,7 @@ def main() -> None:
                     ours["p99_delta_ms"],
                     base["p99_delta_ms"],
                     ours["mem_per_turn_mib"],
+                    ours["added_per_turn_mib"],
                     ours["errors"],
                     f"{ours['intact']}/{n}",
                     ours["ordered"],
@@ -281,6 +292,7 @@ def main() -> None:
         rt.close()
         provider.close()
     print(f"scale: N concurrent turns, each a tool call then {CHUNKS} deltas {DELAY * 1000:g} ms apart")
+    print("targets: N=200 turns/s >= 0.9x baseline, p99 <= 2x baseline p99; N=1000 intact, in order, added <= 0.5 MiB")
     print(
         table(
             rows,
@@ -290,7 +302,8 @@ def main() -> None:
                 "x baseline",
                 "p99 delta ms",
                 "baseline p99 ms",
-                "MiB/turn (USS)",
+                "USS/N MiB",
+                "added/turn MiB",
                 "errors",
                 "deltas intact",
                 "in order",
