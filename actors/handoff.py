@@ -3,6 +3,10 @@
 The thread only puts an item on a queue and writes one byte to a pipe; the actor returns
 ``ThespianWatch([handoff.fd])`` from every handler and drains the queue on ``WatchMessage``.
 Only the actor's thread ever calls Thespian (``send`` is not thread-safe). Not public.
+
+An actor may also say it is awake (``wake()`` when a handler starts, ``settle()`` when it
+ends, after a last ``drain()``): an item put in between needs no wake-up byte, since the
+actor drains before it sleeps, and a wake-up byte costs the actor a pass of Thespian's loop.
 """
 
 from __future__ import annotations
@@ -22,14 +26,35 @@ class Handoff:
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._awake = False
 
     @property
     def fd(self) -> int:
         return self._r
 
     def put(self, item: Any) -> None:
-        """Called from any thread: queue ``item``, then write one wake-up byte for it."""
+        """Called from any thread: queue ``item``, then write one wake-up byte for it, unless
+        the actor is awake (it drains before it sleeps: ``settle``)."""
         self._q.put(item)
+        if self._awake:
+            return
+        self._write()
+
+    def wake(self) -> None:
+        """Called on the actor thread when a handler starts: puts need no wake-up byte."""
+        self._awake = True
+
+    def settle(self) -> None:
+        """Called on the actor thread when a handler ends, after its last ``drain``: from now on
+        every put writes its byte, and an item put without one since that drain gets one now.
+
+        A put that wrote no byte saw the actor awake, so its item was queued before this
+        clears the flag, and this finds it queued (or the drain before took it)."""
+        self._awake = False
+        if not self._q.empty():
+            self._write()
+
+    def _write(self) -> None:
         try:
             os.write(self._w, b"\0")
         except BlockingIOError:

@@ -53,8 +53,7 @@ from ..errors import StoreError
 from ..handoff import Handoff
 from ..logs import logger, quiet_third_party
 from ..mailbox import Kernel
-from ..mcp.session import close_all as close_mcp_sessions
-from ..mcp.session import open_count as open_mcp_sessions
+from ..mcp.session import close_all as close_mcp_sessions, open_count as open_mcp_sessions
 from ..store.sqlite import SQLiteStore
 from ..telemetry.metrics import METRICS, armed
 from ..telemetry.spans import RECORDER
@@ -118,9 +117,11 @@ class TurnHost(Dispatcher):
     # -- dispatch -------------------------------------------------------------------------
 
     def receiveMessage(self, message: Any, sender: Any) -> Any:
+        self.handoff.wake()  # what threads hand over from now on is drained below, with no wake-up
         if isinstance(message, Relay):  # forwarded by a directory: answer the original sender
             message, sender = message.message, message.reply_to
         super().receiveMessage(message, sender)  # to receiveMsg_<Class>
+        self.receiveMsg_WatchMessage(None, None)  # what the threads handed over meanwhile
         self.kernel.run()
         spans = RECORDER.take() if RECORDER.finished else None
         if spans and self.owner is not None:  # to the Runtime's process, which exports them
@@ -131,6 +132,7 @@ class TurnHost(Dispatcher):
         self.outboxes.flush()
         if self.shutting_down is not None:
             self._maybe_shut()
+        self.handoff.settle()
         return ThespianWatch([self.handoff.fd])
 
     def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
@@ -392,8 +394,7 @@ class TurnHost(Dispatcher):
     def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
         log().warning("TurnHost %d: a message could not be delivered: %s", self.slot, type(msg.poisonMessage).__name__)
 
-    def receiveMsg_ChildActorExited(self, msg: Any, sender: Any) -> None:
-        pass
+    def receiveMsg_ChildActorExited(self, msg: Any, sender: Any) -> None: ...
 
     def __repr__(self) -> str:
         return f"<TurnHost {self.slot} pid={os.getpid()}>"
