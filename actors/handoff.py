@@ -12,7 +12,7 @@ actor drains before it sleeps, and a wake-up byte costs the actor a pass of Thes
 from __future__ import annotations
 
 import os
-import queue
+from collections import deque
 from typing import Any
 
 __all__ = ["Handoff"]
@@ -25,7 +25,7 @@ class Handoff:
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._q: deque[Any] = deque()  # append and popleft are atomic: any thread may put
         self._awake = False
 
     @property
@@ -35,7 +35,7 @@ class Handoff:
     def put(self, item: Any) -> None:
         """Called from any thread: queue ``item``, then write one wake-up byte for it, unless
         the actor is awake (it drains before it sleeps: ``settle``)."""
-        self._q.put(item)
+        self._q.append(item)
         if self._awake:
             return
         self._write()
@@ -51,7 +51,7 @@ class Handoff:
         A put that wrote no byte saw the actor awake, so its item was queued before this
         clears the flag, and this finds it queued (or the drain before took it)."""
         self._awake = False
-        if not self._q.empty():
+        if self._q:
             self._write()
 
     def _write(self) -> None:
@@ -74,12 +74,8 @@ class Handoff:
                 pass
         except BlockingIOError:
             pass
-        items = []
-        while True:
-            try:
-                items.append(self._q.get_nowait())
-            except queue.Empty:
-                return items
+        q = self._q
+        return [q.popleft() for _ in range(len(q))]
 
     def close(self) -> None:
         for fd in (self._r, self._w):
