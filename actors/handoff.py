@@ -4,8 +4,9 @@ The thread only puts an item on a queue and writes one byte to a pipe; the actor
 ``ThespianWatch([handoff.fd])`` from every handler and drains the queue on ``WatchMessage``.
 Only the actor's thread ever calls Thespian (``send`` is not thread-safe). Not public.
 
-An actor may also say it is awake (``wake()`` when a handler starts, ``settle()`` when it
-ends, after a last ``drain()``): an item put in between needs no wake-up byte, since the
+An actor may also say it is awake (``with handoff:`` around a handler, which calls
+``wake()`` on entry and ``settle()`` on exit, also when the handler raises; the handler
+drains once more before it ends): an item put in between needs no wake-up byte, since the
 actor drains before it sleeps, and a wake-up byte costs the actor a pass of Thespian's loop.
 """
 
@@ -53,6 +54,13 @@ class Handoff:
         self._awake = False
         if self._q:
             self._write()
+
+    def __enter__(self) -> Handoff:
+        self.wake()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.settle()
 
     def _write(self) -> None:
         try:

@@ -114,3 +114,18 @@ def test_no_item_is_lost_when_the_actor_wakes_and_settles_while_threads_put(roun
         handoff.close()
     for k in range(producers):
         assert [i for j, i in received if j == k] == list(range(total))
+
+
+def test_a_handler_that_raises_still_settles_and_later_puts_wake_the_actor() -> None:
+    handoff = Handoff()
+    try:
+        with pytest.raises(RuntimeError):
+            with handoff:
+                handoff.put("a")  # no byte: the actor is awake
+                raise RuntimeError("the handler failed")
+        assert _readable(handoff.fd)  # settled on the way out: a byte for what is queued
+        assert handoff.drain() == ["a"]
+        handoff.put("b")
+        assert _readable(handoff.fd)
+    finally:
+        handoff.close()

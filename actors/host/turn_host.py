@@ -117,22 +117,21 @@ class TurnHost(Dispatcher):
     # -- dispatch -------------------------------------------------------------------------
 
     def receiveMessage(self, message: Any, sender: Any) -> Any:
-        self.handoff.wake()  # what threads hand over from now on is drained below, with no wake-up
-        if isinstance(message, Relay):  # forwarded by a directory: answer the original sender
-            message, sender = message.message, message.reply_to
-        super().receiveMessage(message, sender)  # to receiveMsg_<Class>
-        self.receiveMsg_WatchMessage(None, None)  # what the threads handed over meanwhile
-        self.kernel.run()
-        spans = RECORDER.take() if RECORDER.finished else None
-        if spans and self.owner is not None:  # to the Runtime's process, which exports them
-            self.send(self.owner, SpanBatch(spans))
-        metrics = METRICS.take(self.slot) if METRICS.dirty else None
-        if metrics is not None and self.owner is not None:  # the same, for metrics (when armed)
-            self.send(self.owner, metrics)
-        self.outboxes.flush()
-        if self.shutting_down is not None:
-            self._maybe_shut()
-        self.handoff.settle()
+        with self.handoff:  # what threads hand over meanwhile is drained below, with no wake-up
+            if isinstance(message, Relay):  # forwarded by a directory: answer the original sender
+                message, sender = message.message, message.reply_to
+            super().receiveMessage(message, sender)  # to receiveMsg_<Class>
+            self.receiveMsg_WatchMessage(None, None)  # what the threads handed over meanwhile
+            self.kernel.run()
+            spans = RECORDER.take() if RECORDER.finished else None
+            if spans and self.owner is not None:  # to the Runtime's process, which exports them
+                self.send(self.owner, SpanBatch(spans))
+            metrics = METRICS.take(self.slot) if METRICS.dirty else None
+            if metrics is not None and self.owner is not None:  # the same, for metrics (when armed)
+                self.send(self.owner, metrics)
+            self.outboxes.flush()
+            if self.shutting_down is not None:
+                self._maybe_shut()
         return ThespianWatch([self.handoff.fd])
 
     def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
