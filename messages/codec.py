@@ -85,8 +85,9 @@ def _flat_fields(cls: type[Message]) -> tuple[str, ...] | None:
     if decorators.field_serializers or decorators.model_serializers or decorators.computed_fields:
         return None
     fields = cls.model_fields
-    if any(f.alias is not None or f.serialization_alias is not None or not _plain(f.annotation) for f in fields.values()):
-        return None
+    for f in fields.values():
+        if f.alias is not None or f.serialization_alias is not None or not _plain(f.annotation):
+            return None
     return tuple(fields)
 
 
@@ -134,7 +135,10 @@ def decode(data: bytes) -> Message:
 def join_encoded(payloads: list[bytes]) -> bytes:
     """One msgpack array of the messages encoded in ``payloads``, their bytes as they are."""
     n = len(payloads)
-    head = bytes([0x90 | n]) if n < 16 else (b"\xdc" + n.to_bytes(2, "big") if n < 65536 else b"\xdd" + n.to_bytes(4, "big"))
+    if n < 16:
+        head = bytes([0x90 | n])
+    else:
+        head = b"\xdc" + n.to_bytes(2, "big") if n < 65536 else b"\xdd" + n.to_bytes(4, "big")
     return head + b"".join(payloads)
 
 
