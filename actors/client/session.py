@@ -71,9 +71,10 @@ class Session:
         tree = ProcessTree()
         caps = {"Admin Port": admin_port, LEADER_CAPABILITY: True, **capabilities}
         try:
-            asys = tree.start(
-                caps, host=host, key=key, transport_config=transport_config, store_path=configure.store_path
-            )
+            with forking():  # the admin, and every host it forks, inherit whether metrics are armed
+                asys = tree.start(
+                    caps, host=host, key=key, transport_config=transport_config, store_path=configure.store_path
+                )
             session = cls(tree, asys, inbound, start_timeout)
         except BaseException:
             tree.end(time.monotonic() + 1.0)
