@@ -53,7 +53,7 @@ from ..errors import StoreError
 from ..handoff import Handoff
 from ..logs import logger, quiet_third_party
 from ..mailbox import Kernel
-from ..mcp.session import close_all as close_mcp_sessions, open_count as open_mcp_sessions
+from ..mcp.session import close_all as close_mcp_sessions, log_stderr, open_count as open_mcp_sessions, route_stderr
 from ..store.sqlite import SQLiteStore
 from ..telemetry.metrics import METRICS, armed
 from ..telemetry.spans import RECORDER
@@ -104,6 +104,7 @@ class TurnHost(Dispatcher):
         self.ended: OrderedDict[str, str] = OrderedDict()
         self.held = HeldCommands()
         self.outboxes = Outboxes(self._send_tracked, self.handoff.put)
+        self.hold_outbox, self.release_outbox = self.outboxes.hold, self.outboxes.release  # by subscriber key
         self.store: SQLiteStore | None = None
         self.slot = -1
         self.pool: Any = None
@@ -113,6 +114,7 @@ class TurnHost(Dispatcher):
         self.timers = Timers(lambda delay: self.wakeupAfter(timedelta(seconds=delay), payload=("timers",)))
         self.shutting_down: Any = None
         self.owner: Any = None  # the Runtime's endpoint: where finished spans go
+        route_stderr(lambda where, line: self.put(("mcp_stderr", where, line)))  # logged on this thread
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -320,6 +322,8 @@ class TurnHost(Dispatcher):
                 self.outboxes.acknowledged(item[1])
             elif item[0] == "lost":
                 self._drop_subscriber(item[1])
+            elif item[0] == "mcp_stderr":
+                log_stderr(item[1], item[2])
         if llm:
             self.llm.on_outputs(llm)
 
@@ -331,12 +335,6 @@ class TurnHost(Dispatcher):
     def deliver(self, key: str, to: Any, payload: bytes, kind: str) -> None:
         """Queue one encoded event for the subscriber ``to`` (``key`` is ``str(to)``)."""
         self.outboxes.deliver(key, to, payload, kind)
-
-    def hold_outbox(self, key: str) -> None:
-        self.outboxes.hold(key)
-
-    def release_outbox(self, key: str) -> None:
-        self.outboxes.release(key)
 
     def _drop_subscriber(self, outbox: Outbox) -> None:
         log().warning("subscriber %s cannot be reached; the turns here stop sending to it", outbox.key)
