@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import pickle
 from collections import OrderedDict
-from datetime import timedelta
 from typing import Any
 
 from messages import Message, StartTurn, StopTurn, Subscribe, TurnCommand, TurnState, reply_for, unaddressed
@@ -217,7 +216,7 @@ class TurnRegistry:
             del self.turns[turn.turn_id]
 
     def turn_ended(self, turn: TurnActor) -> None:
-        self.host.wakeupAfter(timedelta(seconds=turn.state.options.linger), payload=("linger", turn.turn_id))
+        self.host.timers.add(turn.state.options.linger, ("linger", turn.turn_id))
 
     def evict(self, turn_id: str) -> None:
         """Forget a turn that ended ``linger`` s ago, once every reader has caught up (or was
@@ -227,7 +226,7 @@ class TurnRegistry:
             return
         wait = turn.let_go()
         if wait is not None:
-            self.host.wakeupAfter(timedelta(seconds=wait), payload=("linger", turn_id))
+            self.host.timers.add(wait, ("linger", turn_id))
             return
         del self.turns[turn_id]
         self.ended[turn_id] = turn.state.finish_reason or "error"
