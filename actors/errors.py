@@ -12,7 +12,8 @@ never as exception objects; these are raised in the caller's own process.
     ├── ReaderDropped               the turn's host stopped sending to this handle (it fell behind)
     ├── ChildTurnFailed             run_subagent's child turn ended without an answer
     ├── StoreError                  the turn store failed
-    │   └── SnapshotError           one turn's record is corrupted or of an unknown version
+    │   ├── SnapshotError           one turn's record is corrupted or of an unknown version
+    │   └── Fenced                  another host has taken the turn over: this one may not write
     ├── TransportAuthError          a frame or a peer failed authentication
     └── ToolError                   raised in a tool: its call fails with exactly this message
     messages.codec.CodecError       (ValueError) bytes that are not a greenroom message
@@ -31,6 +32,7 @@ __all__ = [
     "CodecError",
     "ConfigurationError",
     "ControlRejected",
+    "Fenced",
     "GreenroomError",
     "HostUnreachable",
     "ReaderDropped",
@@ -100,6 +102,12 @@ class StoreError(GreenroomError):
 
 class SnapshotError(StoreError):
     """One turn's stored record cannot be read; other turns are unaffected."""
+
+
+class Fenced(StoreError):
+    """A write for a turn whose owner or epoch is no longer the writer's: another host has
+    taken the turn over (its host was cut off, or presumed lost). Nothing was written; the
+    writer stops the turn's work."""
 
 
 class TransportAuthError(GreenroomError):

@@ -53,7 +53,7 @@ def span_json(span: Any) -> dict[str, Any]:
 def main() -> None:
     host, port = sys.argv[1], int(sys.argv[2])
     exporter, tracing = traced() if "--trace" in sys.argv[3:] else (None, {})
-    model = ScriptedProvider().start()
+    model = ScriptedProvider(host=host).start()  # every node reaches it: turns run on members too
     rt = Runtime(
         model.provider(retry=RetryPolicy(max_attempts=1)),
         host=host,

@@ -1260,18 +1260,11 @@ def _start_refused_mid_turn(o: Outcome) -> bool:
     return any("is already in use" in e for e in o.errors) and any(e.seq > 0 for e in o.events)
 
 
-KNOWN_BUGS: tuple[KnownBug, ...] = (
-    KnownBug(
-        "start-delivered-twice",
-        "Thespian resends a frame whose ACK did not come back (at-least-once): a StartTurn that arrives twice "
-        "is refused the second time ('turn id ... is already in use'), and that refusal reaches the caller's "
-        "handle as the start's own, so events() raises ControlRejected in the middle of a turn that runs on "
-        "(seen once in 200 scenarios on b1e5c38, a race; not seen since the transport of 63fcb1e, which "
-        "accepts each frame once, so it may be gone: drop this entry when that is known)",
-        _start_refused_mid_turn,
-        ("harness: ControlRejected: turn id", "terminal Finish at", "hang:", "harness: after the hang"),
-    ),
-)
+KNOWN_BUGS: tuple[KnownBug, ...] = ()
+# "start-delivered-twice" (a StartTurn resent after a lost ACK, refused as "already in use" and
+# that refusal raised in the middle of the running turn) was fixed with issue 23: a frame is
+# acknowledged and dropped when it comes again, and a StartTurn of a turn that runs is a
+# re-subscription (tests/test_lossy_network.py catches it by a cut ACK).
 
 
 def explain(outcome: Outcome, violations: list[str]) -> tuple[list[str], list[str]]:

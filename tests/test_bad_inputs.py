@@ -51,8 +51,12 @@ def test_a_command_that_overtakes_its_turn_is_held_and_applied_first(
         assert summary(list(turn.events(timeout=30))) == expected
 
 
-def test_a_command_for_a_turn_that_never_starts_is_answered_unknown_turn(runtime: Runtime) -> None:
-    reply = runtime.control(StopTurn(turn_id="turn_nobody"), timeout=10)
+def test_a_command_for_a_turn_that_never_starts_is_answered_unknown_turn_once_it_was_held(
+    provider: ScriptedProvider,
+) -> None:
+    # held command_hold seconds for a StartTurn that may still be on its way (30 s by default)
+    with Runtime(provider.provider(), hosts=1, tool_processes=0, command_hold=0.5) as rt:
+        reply = rt.control(StopTurn(turn_id="turn_nobody"), timeout=10)
     assert (reply.ok, reply.code, reply.message) == (False, "unknown_turn", "no turn turn_nobody")
 
 

@@ -183,7 +183,7 @@ def cluster() -> Iterator[Cluster]:
 
 def joined(c: Cluster, *leader: str) -> str:
     c.start_leader(*leader)
-    member = c.start_member("--capability", "sandbox", "--capability", "gpu=false")
+    member = c.start_member("--capability", "sandbox", "--capability", "gpu=false", "--hosts", "0")  # tools only
     assert member.stdout is not None
     announced = json.loads(member.stdout.readline())
     assert announced["capabilities"] == {"sandbox": True, "gpu": False}

@@ -3,20 +3,23 @@ process's stream deadlines, a provider client's own thread, one wake per event b
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from actors.client.receiving import Inbound
+from actors.client.stream import GAP_WAIT, LOST_AFTER, QUIET, TurnStream
 from actors.host.llm_actor import LLMActor
 from actors.mailbox import Kernel, LocalActor
 from actors.providers.client import ProviderClient, _Deadlines
 from actors.testing import ScriptedProvider, say
 from actors.wire.protocol import EventBatch
-from messages import AbortStream, ChatMessage, StreamChat, TextDelta, TurnStarted, encode
+from messages import AbortStream, ChatMessage, Finish, StreamChat, TextDelta, TurnStarted, encode
 
 
 def test_a_deadline_fires_once_in_order_and_a_cancelled_one_never() -> None:
@@ -89,12 +92,31 @@ def test_the_readers_of_a_stream_are_woken_once_per_batch() -> None:
     stream = inbound.open_stream("turn_1", 0, fresh=True)
     wakes: list[int] = []
     wake = stream.wake
-    stream.wake = lambda: (wakes.append(len(stream.events)), wake())  # type: ignore[method-assign]
+    stream.wake = lambda *later: (wakes.append(len(stream.events)), wake(*later))  # type: ignore[method-assign]
     events = [TurnStarted(turn_id="turn_1", seq=0)] + [
         TextDelta(turn_id="turn_1", seq=i, text=f"part {i} ") for i in range(1, 4)
     ]
     inbound.on_message(EventBatch([encode(e) for e in events]), None)
     assert wakes == [4] and [e.seq for e in stream.events] == [0, 1, 2, 3]
+
+
+def test_asyncio_readers_of_several_streams_are_woken_with_one_callback_per_loop() -> None:
+    inbound = Inbound(lambda: False, lambda msg: None)
+    streams = [inbound.open_stream(f"turn_{i}", 0, fresh=True) for i in range(3)]
+    batch = EventBatch([encode(TurnStarted(turn_id=f"turn_{i}", seq=0)) for i in range(3)])
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        calls: list[Any] = []
+        original = loop.call_soon_threadsafe
+        loop.call_soon_threadsafe = lambda *a: (calls.append(a), original(*a))[1]  # type: ignore[method-assign]
+        futures = [s.ready(0) for s in streams]
+        await asyncio.to_thread(inbound.on_message, batch, None)  # the pump's thread
+        await asyncio.wait_for(asyncio.gather(*futures), 10)
+        return len([a for a in calls if a[0].__name__ == "_set_done"])  # to_thread uses one too
+
+    assert asyncio.run(main()) == 1
+    assert [s.take(0).turn_id for s in streams] == ["turn_0", "turn_1", "turn_2"]
 
 
 @pytest.mark.integration  # a real provider server
@@ -118,3 +140,34 @@ def test_a_stop_that_lands_just_after_its_stream_ended_leaves_the_client_fit_for
             pass
         assert item[1] == "s2" and item[2][1].content == "second"
         llm.close()
+
+
+def test_a_caller_asks_again_for_a_missing_event_and_for_what_follows_a_long_silence() -> None:
+    asked: list[int] = []
+    stream = TurnStream("turn_gap", resend=asked.append)
+    t0 = time.monotonic()
+    stream.deliver(TurnStarted(turn_id="turn_gap", seq=0))
+    stream.deliver(TextDelta(turn_id="turn_gap", seq=2, text="late"))  # seq 1 is missing
+    assert not stream.fill_gaps(t0 + GAP_WAIT / 2) and asked == []
+    stream.fill_gaps(t0 + GAP_WAIT + 0.01)
+    stream.fill_gaps(t0 + GAP_WAIT + 0.02)  # asked once per GAP_WAIT, not at every look
+    assert asked == [1]
+    last_ask = t0 + 2 * GAP_WAIT + 0.03
+    stream.fill_gaps(last_ask)
+    assert asked == [1, 1]
+    stream.deliver(TextDelta(turn_id="turn_gap", seq=1, text="came"))  # the resend arrives
+    assert [e.seq for e in stream.events] == [0, 1, 2]
+    stream.fill_gaps(last_ask + QUIET / 2)
+    assert asked == [1, 1], "a stream that heard lately asks nothing"
+    stream.fill_gaps(last_ask + QUIET + 1)
+    assert asked == [1, 1, 3], "after a silence it asks for what follows the last event it has"
+
+
+def test_an_event_still_missing_after_lost_after_is_replaced_once_a_finish_is_behind_it() -> None:
+    stream = TurnStream("turn_lost")
+    t0 = time.monotonic()
+    stream.deliver(TurnStarted(turn_id="turn_lost", seq=0))
+    stream.deliver(Finish(turn_id="turn_lost", seq=2, finish_reason="stop", messages=[]))
+    assert not stream.fill_gaps(t0 + LOST_AFTER / 2)
+    assert stream.fill_gaps(t0 + LOST_AFTER + 1)
+    assert [(e.seq, e.kind) for e in stream.events] == [(0, "turn_started"), (1, "error"), (2, "finish")]

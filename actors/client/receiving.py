@@ -24,8 +24,8 @@ from messages import ControlReply, Error, ListNodes, MembershipChanged, NodeInfo
 
 from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
 from ..telemetry.metrics import MetricBatch
-from ..wire.protocol import EventBatch, HostReplaced, ShutdownDone, SpanBatch
-from .stream import TurnStream
+from ..wire.protocol import EventBatch, HostReplaced, NodesChanged, ShutdownDone, SpanBatch
+from .stream import TurnStream, Waiter, wake_all
 
 __all__ = ["Inbound"]
 
@@ -38,7 +38,7 @@ class Inbound:
     def __init__(
         self,
         closed: Callable[[], bool],
-        on_host_replaced: Callable[[HostReplaced], None],
+        on_host_replaced: Callable[[HostReplaced | NodesChanged], None],
         on_spans: Callable[[list[Any]], None] = lambda spans: None,
         on_forgotten: Callable[[str], None] = lambda turn_id: None,
         on_metrics: Callable[[MetricBatch], None] = lambda batch: None,
@@ -58,6 +58,8 @@ class Inbound:
         self._members: dict[str, dict[str, Any]] = {}
         self._members_cond = threading.Condition()
         self._next_gap_check = 0.0
+        # a host says a turn moved (``Error(turn_moved)``): the Runtime follows it
+        self.on_moved: Callable[[str, TurnStream, str], None] = lambda turn_id, stream, why: None
 
     # -- what callers wait on -------------------------------------------------------------
 
@@ -93,12 +95,13 @@ class Inbound:
         fresh: bool,
         window: int | None = None,
         consumed: Callable[[int], None] = lambda seq: None,
+        resend: Callable[[int], None] = lambda seq: None,
     ) -> TurnStream:
         """A new stream for ``turn_id``; with ``fresh``, refused if one is still open."""
         with self._lock:
             if fresh and turn_id in self.streams:
                 raise ControlRejected("invalid", f"turn id {turn_id} is already in use by a running turn")
-            stream = TurnStream(turn_id, since, closed=self._closed, window=window, consumed=consumed)
+            stream = TurnStream(turn_id, since, self._closed, window, consumed, resend)
             self.streams[turn_id] = stream
             weakref.finalize(stream, self._forgotten, turn_id, stream.ended)
             for watcher in self.on_open:
@@ -143,6 +146,9 @@ class Inbound:
         elif isinstance(msg, TurnEvent):
             self._events([msg])
         elif isinstance(msg, ControlReply):
+            if msg.ok and msg.command == "subscribe" and (stream := self.stream(msg.turn_id)) is not None:
+                stream.host = stream.host or sender  # a turn attached to: its host answered (its id
+                # is learned when the Runtime looks it up: ``TurnHandle.host``)
             future = self.forget(msg.request_id) if msg.request_id else None
             if future is not None:
                 future.set_result(msg)
@@ -152,7 +158,7 @@ class Inbound:
             self._resolve(msg.request_id or "", msg)
         elif isinstance(msg, MembershipChanged):
             self._member(msg)
-        elif isinstance(msg, HostReplaced):
+        elif isinstance(msg, (HostReplaced, NodesChanged)):
             self._on_host_replaced(msg)
         elif isinstance(msg, ShutdownDone):
             self._resolve(f"ShutdownDone:{msg.slot}", msg)
@@ -169,7 +175,8 @@ class Inbound:
             future.set_result(msg)
 
     def _events(self, events: Iterable[TurnEvent]) -> None:
-        """Deliver in order; each stream's readers are woken once, after its last event here."""
+        """Deliver in order; each stream's readers are woken once, after its last event here,
+        and the asyncio readers of all of them with one callback per event loop."""
         touched: dict[str, TurnStream] = {}
         for event in events:
             stream = self.stream(event.turn_id)
@@ -179,16 +186,21 @@ class Inbound:
                 if isinstance(event, Error) and event.error_type == "reader_dropped":
                     stream.drop(event.message)
                     self.drop(event.turn_id, stream)
+                elif isinstance(event, Error) and event.error_type == "turn_moved":
+                    self.on_moved(event.turn_id, stream, event.message)
                 continue
             touched[event.turn_id] = stream
             if stream.deliver(event, wake=False):
                 self.drop(event.turn_id, stream)
+        later: list[Waiter] = []
         for stream in touched.values():
-            stream.wake()
+            stream.wake(later)
+        wake_all(later)
 
     def on_idle(self) -> None:
-        """Replace events lost in transit once their turn's next ``Finish`` is here (looked
-        at every ``GAP_CHECK`` seconds at most: a gap waits ``stream.GAP_WAIT`` anyway)."""
+        """Ask again for events late in transit, replace those lost once their turn's next
+        ``Finish`` is here (looked at every ``GAP_CHECK`` seconds at most: a gap waits
+        ``stream.GAP_WAIT`` anyway)."""
         now = time.monotonic()
         if now < self._next_gap_check:
             return

@@ -2,8 +2,9 @@
 
 ``Runtime`` starts a ``multiprocTCPBase`` actor system on its own admin port, listening on
 ``host`` only (``127.0.0.1`` by default) and authenticating every frame with a fresh key;
-in it a directory, one ``TurnHost`` per core and a ``ToolPool`` (``tree``). ``run()`` sends
-``StartTurn`` straight to the host of the turn's slot (``hosts``) and returns a ``TurnHandle``.
+in it a directory, one ``TurnHost`` per core and a ``ToolPool`` (``tree``). ``run()`` places
+the turn on a host of the cluster (``routing``), sends ``StartTurn`` straight there and
+returns a ``TurnHandle``.
 
 What a user can rely on when things end:
 
@@ -33,30 +34,31 @@ from thespian.actors import ActorSystem
 
 from messages import (
     ControlReply,
-    MembershipChanged,
-    NodeInfo,
     ProviderConfig,
     StartTurn,
     Subscribe,
     ToolSpec,
-    TurnEvent,
     TurnOptions,
     WatchMembership,
     new_turn_id,
 )
 
 from ..console import NO_CONSOLE, start_console
-from ..errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
+from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
 from ..lifecycle import owner
 from ..lifecycle.processes import free_port
-from ..store.sqlite import SQLiteStore, TurnSummary
+from ..store import TurnStore
+from ..store.base import is_url
+from ..store.urls import keep
 from ..telemetry.export import SpanSink
 from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
-from ..wire.protocol import Configure, HostReplaced
+from ..wire.protocol import Configure, HostReplaced, NodesChanged
 from ..wire.transport import TransportConfig
+from .follow import Follower
 from .handle import TurnHandle
 from .inputs import History, checked_provider, checked_tools, history
+from .queries import Queries
 from .receiving import Inbound
 from .routing import Hosts, addressed
 from .session import Session
@@ -67,14 +69,15 @@ __all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
 ToolLike = Tool | Callable[..., Any] | ToolSpec
 
 
-class Runtime:
+class Runtime(Queries):
     """An embedded greenroom: its own actor system, its turns, and a clean end.
 
     ``provider`` is the default for ``run()``; ``admin_port`` defaults to a free port;
-    ``host`` is the only interface anything listens on. With ``store`` (a SQLite file
-    path) every turn is durable: unfinished turns are recovered at start, and the command
-    line finds this runtime through ``<store>.runtime.json``. ``hosts`` TurnHost processes
-    (default: one per CPU) run the turns; at most ``max_tool_processes`` tool processes run on
+    ``host`` is the only interface anything listens on. With ``store`` (a SQLite file path,
+    or a ``postgresql://`` URL) every turn is durable: unfinished turns are recovered at
+    start; on SQLite the command line finds this runtime through ``<store>.runtime.json``,
+    on PostgreSQL through the store itself, and the turns go to every node on that store. ``hosts`` TurnHost processes
+    (default: one per CPU; 0 leaves the turns to the members) run the turns; at most ``max_tool_processes`` tool processes run on
     this node (calls beyond them wait for one, and can be stopped or cancelled while they
     wait); ``tool_processes`` idle tool processes are kept
     forked ahead of need, each recycled after ``recycle_after`` calls;
@@ -85,7 +88,9 @@ class Runtime:
     metrics likewise with ``meter_provider`` (``telemetry.metrics``). ``console`` serves the
     console (``console``). ``event_window`` bounds what each turn handle holds unread: the
     turn's host sends it at most that many events past what its readers have read, and keeps
-    the rest in the turn's log until they read on (``None``: no bound).
+    the rest in the turn's log until they read on (``None``: no bound). A command for a turn
+    its host does not know yet (it overtook the turn's start, from another process) is held
+    ``command_hold`` seconds (the transport's ``deliver_within``) before ``unknown_turn``.
 
     Starting a Runtime changes Thespian in this process and every process it forks: frames
     are signed and sockets bound to ``host`` (``transport``), a lost node is noticed in
@@ -114,12 +119,16 @@ class Runtime:
         close_timeout: float = 5.0,
         tracer_provider: Any = None,
         event_window: int | None = 1024,
+        command_hold: float | None = None,
         meter_provider: Any = None,
         console: Any = None,
     ) -> None:
         self.provider = provider
         self.event_window = event_window
-        self.store_path = os.path.abspath(os.fspath(store)) if store is not None else None
+        self.command_hold = (
+            command_hold if command_hold is not None else (transport or TransportConfig()).deliver_within
+        )
+        self.store_path = _location(store)  # a SQLite file's absolute path, or a URL without its password (urls.keep)
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
@@ -139,14 +148,16 @@ class Runtime:
         self._hosts: Hosts | None = None
         self._spans, self._metrics = SpanSink(tracer_provider), MetricSink(meter_provider)
         self._inbound = Inbound(
-            lambda: self._closed, self._host_replaced, self._spans.put, self._forgotten, self._metrics.put
+            lambda: self._closed, self._hosts_changed, self._spans.put, self._forgotten, self._metrics.put
         )
+        self._inbound.on_moved = lambda turn_id, stream, why: self._running().moved(turn_id, stream, why)
+        self._follower = Follower(self._need_store, lambda tid, stream, at: self._running().found(tid, stream, at))
         self._console_config, self._console = console, NO_CONSOLE
         self._closed = False
         self._started = False
         self._lock = threading.RLock()
         self._main_names: set[str] = set()
-        self._store: SQLiteStore | None = None
+        self._store: TurnStore | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -187,6 +198,7 @@ class Runtime:
             hosts=self.hosts,
             tool_processes=self.tool_processes,
             max_tool_processes=self.max_tool_processes,
+            command_hold=self.command_hold,
             recycle_after=self.recycle_after,
             inline_async_tools=self.inline_async_tools,
             node=f"{self.host}:{self.admin_port}",
@@ -203,15 +215,20 @@ class Runtime:
             event_window=self.event_window,
             start_timeout=self._start_timeout,
             forking=self._metrics.forking,  # the tree records metrics when a MeterProvider is configured
+            follow=self._follower.follow,
         )
         self._hosts = self._session.hosts
         self.recovered, self.unrecoverable = configured.recovered, configured.errors
         self._session.endpoint.send(self._session.directory, WatchMembership())
         self._console = start_console(self, self._console_config)  # NO_CONSOLE without one
 
-    def _host_replaced(self, msg: HostReplaced) -> None:
-        if self._hosts is not None:
+    def _hosts_changed(self, msg: HostReplaced | NodesChanged) -> None:
+        if self._hosts is None:
+            return
+        if isinstance(msg, HostReplaced):
             self._hosts.replaced(msg)
+        else:
+            self._hosts.nodes_changed(msg)
 
     def close(self) -> None:
         """End the runtime: bounded, whatever it is doing; see the module docstring."""
@@ -220,6 +237,7 @@ class Runtime:
                 return
             self._closed = True
         deadline = time.monotonic() + self._close_timeout
+        self._follower.close()
         self._console.close(timeout=1.0)
         session = self._session
         if session is not None:
@@ -259,10 +277,12 @@ class Runtime:
         """Send a command (``StopTurn``, ``CancelTurn``, ``RespondToApprovals``, ``StopTool``,
         ``ToolApprovalResponse`` with a ``turn_id``) to its turn and return the turn's reply.
         A refusal is returned as a reply with ``ok=False``, not raised."""
+        future = self._command(command)
         try:
-            return self._command(command).result(timeout)
+            return future.result(timeout)
         except concurrent.futures.TimeoutError:
-            raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
+            future.cancel()  # and the Runtime forgets it
+            raise TurnTimeout(f"no answer to {command.kind} after {timeout:g} s") from None
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -276,15 +296,17 @@ class Runtime:
         turn_id: str | None = None,
         system: str | None = None,
         timeout: float = 10.0,
+        requires: dict[str, Any] | None = None,
     ) -> TurnHandle:
         """Start a turn and return its handle.
 
         ``messages`` is a string (one user message), chat messages, or a history in a
         provider's wire format (``TurnResult.messages_as``). With an explicit ``turn_id``
         already in use, ``ControlRejected`` is raised at once (this waits for the turn's
-        first event, ``timeout`` at most)."""
+        first event, ``timeout`` at most). ``requires`` places the turn on a node with
+        those capabilities (``ConfigurationError`` if no node on this store has them)."""
         self._running()
-        stream = self._start_turn(messages, tools, provider, options, turn_id, system)
+        stream = self._start_turn(messages, tools, provider, options, turn_id, system, requires)
         if turn_id is not None:
             stream.wait_index(0, timeout)  # raises ControlRejected if the id is taken
         return TurnHandle(self._command, stream)
@@ -297,6 +319,7 @@ class Runtime:
         options: TurnOptions | None,
         turn_id: str | None,
         system: str | None,
+        requires: dict[str, Any] | None = None,
     ) -> TurnStream:
         """Check and send ``StartTurn`` without blocking; the turn's stream follows it."""
         hosts = self._running()
@@ -307,6 +330,7 @@ class Runtime:
             provider=checked_provider(provider or self.provider),
             options=options or TurnOptions(),
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
+            requires=requires or {},
         )
         return hosts.start(start)
 
@@ -339,46 +363,13 @@ class Runtime:
         if not reply.ok:
             self._inbound.drop(turn_id, stream)
             raise ControlRejected(reply.code or "invalid", reply.message)
+        stream.host_id = stream.host_id or self._running().host_id(stream.host)
         return reply.resumes_at
 
     def _forgotten(self, turn_id: str) -> None:
         """A handle's stream was collected before its turn ended: its host may stop sending."""
         if self._hosts is not None:
             self._hosts.unsubscribe(turn_id)
-
-    # -- nodes ----------------------------------------------------------------------------
-
-    def nodes(self, timeout: float = 10.0) -> list[NodeInfo]:
-        """The nodes that joined this runtime's convention, as its directory sees them."""
-        self._running()
-        assert self._session is not None
-        return self._inbound.nodes(self._session.endpoint.send, self._session.directory, timeout)
-
-    def wait_for_node(self, capabilities: dict[str, Any], timeout: float = 30.0) -> str:
-        """Wait until a node advertising ``capabilities`` has joined; return its name."""
-        return self._inbound.wait_for_node(capabilities, timeout)
-
-    @property
-    def membership(self) -> list[MembershipChanged]:
-        """Every join and leave seen so far, in order."""
-        return list(self._inbound.membership)
-
-    # -- the store ------------------------------------------------------------------------
-
-    def turns(self) -> list[TurnSummary]:
-        """Every turn of the store, newest first (needs ``store=``)."""
-        return self._need_store().summaries()
-
-    def updates(self, turn_id: str, since: int = 0) -> list[TurnEvent]:
-        """The stored events of a turn from ``seq`` ``since`` on (needs ``store=``)."""
-        return self._need_store().events(turn_id, since)
-
-    def _need_store(self) -> SQLiteStore:
-        if self.store_path is None:
-            raise ConfigurationError("this Runtime has no store: pass store= to Runtime()")
-        if self._store is None:
-            self._store = SQLiteStore(self.store_path)  # opened after the forks, in this process only
-        return self._store
 
     @property
     def directory(self) -> Any:
@@ -390,3 +381,9 @@ class Runtime:
         if self._session is None or self._closed:
             raise RuntimeClosedError("the Runtime is not running")
         return cast(ActorSystem, self._session.system)  # an ActorSystem whose calls take turns
+
+
+def _location(store: str | os.PathLike[str] | None) -> str | None:
+    if store is None:
+        return None
+    return keep(str(store)) if is_url(store) else os.path.abspath(os.fspath(store))

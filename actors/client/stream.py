@@ -14,9 +14,14 @@ Guarantees:
   window ahead of the slowest point read, and a reader that stops reading holds at most a
   window of events here; a reader dropped by the host (``reader_dropped``) raises
   ``ReaderDropped`` once it has read what came;
-- a reader never waits for ever on a turn that cannot go on: an event lost in transit is
-  replaced (after ``GAP_WAIT``) by an ``Error(event_lost)`` once a later ``Finish`` shows
-  the run ended; a lost host ends the turn with ``Error(host_lost)`` + ``Finish(error)``,
+- a gap is asked for again: an event still missing ``GAP_WAIT`` seconds after a later one
+  came is asked of the host (``resend(seq)``, a ``Subscribe`` from there; again every
+  ``GAP_WAIT``), since the transport gave up on the frame that held it; a stream that has
+  heard nothing for ``QUIET`` seconds asks likewise (its host may have let go of it when a
+  partition outlasted the transport's ``deliver_within``);
+- a reader never waits for ever on a turn that cannot go on: an event still missing after
+  ``LOST_AFTER`` is replaced by an ``Error(event_lost)`` once a later ``Finish`` shows the
+  run ended; a lost host ends the turn with ``Error(host_lost)`` + ``Finish(error)``,
   with a tool message for every call it left open; a closed runtime raises
   ``RuntimeClosedError`` in every reader still waiting.
 """
@@ -51,9 +56,13 @@ from ..turn.history import close_open_calls
 from ..turn.reorder import Reorder
 from ..turn.results import error_result
 
-__all__ = ["GAP_WAIT", "TurnResult", "TurnStream"]
+__all__ = ["GAP_WAIT", "LOST_AFTER", "QUIET", "TurnResult", "TurnStream", "wake_all"]
 
-GAP_WAIT = 1.0  # seconds a missing event may take to arrive once a later Finish is here
+GAP_WAIT = 1.0  # seconds a missing event may take to arrive before it is asked for again
+LOST_AFTER = 30.0  # seconds after which one still missing is given up, once a later Finish is here
+QUIET = 30.0  # seconds of silence after which a stream of a turn not ended asks for what follows
+
+Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]  # an asyncio reader's future
 
 
 log = logger("greenroom.runtime")
@@ -95,6 +104,7 @@ class TurnStream:
         closed: Callable[[], bool] = lambda: False,
         window: int | None = None,
         consumed: Callable[[int], None] = lambda seq: None,
+        resend: Callable[[int], None] = lambda seq: None,
     ) -> None:
         self.turn_id = turn_id
         self._closed = closed
@@ -104,6 +114,9 @@ class TurnStream:
         self._arrived: list[float] = []  # when each of ``events`` arrived (time.monotonic())
         self._order: Reorder[TurnEvent] = Reorder(since)
         self._gap_since: float | None = None
+        self._resend = resend
+        self._asked_at = time.monotonic()  # when the missing events were last asked for
+        self._heard = self._asked_at  # when the last event arrived
         self._finished = False  # a terminal Finish is in ``events``
         self.ended = threading.Event()  # the same, for whoever outlives the stream (its finalizer)
         self._history: list[ChatMessage] = []  # the whole history as of the last Finish in events
@@ -113,7 +126,9 @@ class TurnStream:
         self._read = 0  # events[:_read] were read
         self._reported = since  # the host was told seq < _reported were read
         self._dropped: str | None = None  # why the host dropped this reader
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._waiters: list[Waiter] = []
+        self.host: Any = None  # the address of the turn's host, where known (``routing``)
+        self.host_id: str | None = None  # and its id, ``node/slot``
         self.rejection: ControlReply | None = None  # the turn's StartTurn was refused
         self.rejections: list[ControlReply] = []
 
@@ -123,7 +138,7 @@ class TurnStream:
         """Take one event; True if it ended the turn (a terminal ``Finish`` now in order).
         With ``wake=False`` the readers are not woken: the caller calls ``wake()`` once it
         has delivered the rest of a batch."""
-        arrived = time.monotonic()
+        arrived = self._heard = time.monotonic()
         with self._cond:
             ready = self._order.add(event.seq, event)
             if not ready:
@@ -154,11 +169,23 @@ class TurnStream:
         return ended
 
     def fill_gaps(self, now: float) -> bool:
-        """Replace events that never came, once a later ``Finish`` is waiting behind them."""
+        """Ask again for events missing ``GAP_WAIT``; replace those missing ``LOST_AFTER``,
+        once a later ``Finish`` is waiting behind them. True if that ended the turn."""
         if self._gap_since is None:  # no gap; read without the lock, which is safe because only
-            return False  # the pump thread (deliver, fill_gaps, lost) writes it
+            if self._finished or self._dropped or now - max(self._heard, self._asked_at) < QUIET:  # the pump
+                return False  # thread (deliver, fill_gaps, lost) writes it
+            with self._cond:
+                self._asked_at = now
+                self._resend(self._order.next)
+            return False
         with self._cond:
             if self._gap_since is None or now - self._gap_since < GAP_WAIT:
+                return False
+            if now - self._gap_since < LOST_AFTER:
+                if now - self._asked_at >= GAP_WAIT:
+                    self._asked_at = now
+                    log().warning("turn %s: event %d is late; asked for again", self.turn_id, self._order.next)
+                    self._resend(self._order.next)
                 return False
             if not any(isinstance(e, Finish) for e in self._order.early.values()):
                 return False
@@ -188,7 +215,7 @@ class TurnStream:
             history = close_open_calls(self._history, interrupted, results)
             for event in host_lost(self.turn_id, seq, detail, history):
                 self.deliver(event)
-            self._gap_since = time.monotonic() - GAP_WAIT
+            self._gap_since = time.monotonic() - LOST_AFTER
             self.fill_gaps(time.monotonic())
 
     def drop(self, why: str) -> None:
@@ -205,18 +232,19 @@ class TurnStream:
             self.rejections.append(reply)
             self._wake()
 
-    def wake(self) -> None:
+    def wake(self, later: list[Waiter] | None = None) -> None:
+        """Wake the readers; with ``later``, the asyncio readers' futures are put there, for
+        ``wake_all`` to complete with one callback per event loop."""
         with self._cond:
-            self._wake()
+            self._wake(later)
 
-    def _wake(self) -> None:
+    def _wake(self, later: list[Waiter] | None = None) -> None:
         self._cond.notify_all()
         waiters, self._waiters = self._waiters, []
-        for loop, fut in waiters:
-            try:
-                loop.call_soon_threadsafe(_set_done, fut)
-            except RuntimeError:
-                pass  # that loop has closed
+        if later is not None:
+            later.extend(waiters)
+        else:
+            wake_all(waiters)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -265,6 +293,7 @@ class TurnStream:
         """The event at ``index`` (0 is ``seq`` ``since``), waiting for it; it counts as read."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
+            self._note_read(min(index, len(self.events)))  # a reader waiting at index has done with those before
             while len(self.events) <= index:
                 self._check()
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -280,6 +309,7 @@ class TurnStream:
         with self._cond:
             if len(self.events) > index:
                 return None
+            self._note_read(len(self.events))  # a reader waiting at index has done with those before
             self._check()
             loop = asyncio.get_running_loop()
             fut: asyncio.Future[None] = loop.create_future()
@@ -318,6 +348,19 @@ class TurnStream:
         )
 
 
-def _set_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+def wake_all(waiters: list[Waiter]) -> None:
+    """Complete the futures of asyncio readers, with one thread-safe callback per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for loop, fut in waiters:
+        by_loop.setdefault(loop, []).append(fut)
+    for loop, futs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_set_done, futs)
+        except RuntimeError:
+            pass  # that loop has closed
+
+
+def _set_done(futs: list[asyncio.Future[None]]) -> None:
+    for fut in futs:
+        if not fut.done():
+            fut.set_result(None)

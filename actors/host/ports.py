@@ -15,8 +15,11 @@ from messages import ControlReply, InterruptTool, RunTool, TurnState
 from ..mailbox import Kernel
 from ..store.sqlite import TurnStore
 from ..turn.decisions import SetTimer
+from .durable import Durable
+from .outbox import Outboxes
+from .timers import Timers
 
-__all__ = ["Actor", "HostedTurn", "ToolCalls", "ToolHost", "TurnHostFace"]
+__all__ = ["Actor", "HostedTurn", "RegistryHost", "ToolCalls", "ToolHost", "TurnHostFace"]
 
 
 class Actor(Protocol):
@@ -51,6 +54,11 @@ class TurnHostFace(Protocol):
 
     @property
     def store(self) -> TurnStore | None: ...
+
+    @property
+    def host_id(self) -> str: ...
+
+    def forget(self, turn: HostedTurn) -> None: ...
 
     @property
     def llm(self) -> Actor: ...
@@ -94,3 +102,35 @@ class ToolHost(Protocol):
     def put(self, item: Any) -> None: ...
 
     def progress(self, turn: HostedTurn, call_id: str, data: Any) -> None: ...
+
+
+class RegistryHost(TurnHostFace, Protocol):
+    """What the ``TurnRegistry`` needs of its host, besides a turn's needs: its store side,
+    its outboxes, where its directory is, its sends and timers."""
+
+    @property
+    def durable(self) -> Durable | None: ...
+
+    @property
+    def outboxes(self) -> Outboxes: ...
+
+    @property
+    def directory(self) -> Any: ...
+
+    @property
+    def myAddress(self) -> Any: ...
+
+    @property
+    def slot(self) -> int: ...
+
+    @property
+    def shutting_down(self) -> Any: ...
+
+    @property
+    def timers(self) -> Timers: ...
+
+    def send(self, to: Any, message: Any) -> None: ...
+
+    def every(self, name: str, seconds: float) -> None: ...
+
+    def wakeupAfter(self, timePeriod: timedelta, payload: Any = None) -> None: ...

@@ -31,6 +31,7 @@ from messages import (
     Consumed,
     Error,
     Finish,
+    InterruptTool,
     RespondToApprovals,
     StartTurn,
     StopTurn,
@@ -46,9 +47,10 @@ from messages import (
     reply_for,
 )
 
-from ..errors import StoreError
+from ..errors import Fenced, StoreError
 from ..logs import logger
 from ..mailbox import LocalActor
+from ..store.base import Owner
 from ..telemetry.metrics import TurnMeter
 from ..telemetry.turn_spans import TurnTrace
 from ..tools.loading import needs_approval
@@ -68,6 +70,7 @@ from ..turn.decisions import (
     TakeStep,
 )
 from ..turn.rules import TurnRules
+from .durable import StoredSender
 from .outbox import encode_event
 from .ports import TurnHostFace
 from .subscriptions import Subscription, whole_finish
@@ -83,10 +86,17 @@ class TurnActor(LocalActor):
 
     name = "TurnActor"
 
-    def __init__(self, host: TurnHostFace, rules: TurnRules, trace_parent: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        host: TurnHostFace,
+        rules: TurnRules,
+        trace_parent: dict[str, str] | None = None,
+        owner: Owner | None = None,
+    ) -> None:
         super().__init__(host.kernel)
         self.host = host
         self.rules = rules
+        self.owner = owner  # with a store: this host and the epoch it holds the turn at
         self.turn_id = rules.state.turn_id
         self.subscribers: dict[str, Subscription] = {}  # by str(address)
         self.log: list[tuple[str, bytes]] = []  # (kind, encoded event) by seq, kept when there is no store
@@ -97,11 +107,12 @@ class TurnActor(LocalActor):
 
     @classmethod
     def starting(cls, host: TurnHostFace, start: StartTurn) -> TurnActor:
-        return cls(host, TurnRules.from_start(start, needs_approval=needs_approval), start.trace_context)
+        owner = Owner(host.host_id, 1) if host.store is not None else None
+        return cls(host, TurnRules.from_start(start, needs_approval=needs_approval), start.trace_context, owner)
 
     @classmethod
-    def recovering(cls, host: TurnHostFace, state: TurnState) -> TurnActor:
-        return cls(host, TurnRules(state, needs_approval=needs_approval), state.trace_context)
+    def recovering(cls, host: TurnHostFace, state: TurnState, owner: Owner) -> TurnActor:
+        return cls(host, TurnRules(state, needs_approval=needs_approval), state.trace_context, owner)
 
     @property
     def state(self) -> TurnState:
@@ -181,8 +192,8 @@ class TurnActor(LocalActor):
         except StoreError:
             log().exception("turn %s: cannot read its stored commands", self.turn_id)
             return
-        for command in commands:
-            self._apply(self.rules.handle(command), None)
+        for command_id, command in commands:  # each one's reply is recorded beside it
+            self._apply(self.rules.handle(command), StoredSender(command_id))
 
     # -- subscribers ----------------------------------------------------------------------
 
@@ -239,9 +250,19 @@ class TurnActor(LocalActor):
 
     def _apply(self, decisions: list[Decision], sender: Any) -> None:
         encoded = [(d.event, encode_event(d.event)) for d in decisions if isinstance(d, Emit)]
-        if self.host.store is not None and (encoded or any(isinstance(d, Persist) for d in decisions)):
-            try:
-                self.host.store.save(self.state, [(e.seq, e.kind, b) for e, b in encoded])
+        store = self.host.store
+        if store is not None and self.ended and self.owner is None:
+            return  # taken over by another host: this one acts no more
+        persist = any(isinstance(d, Persist) for d in decisions)
+        if store is not None and (encoded or persist):
+            events = [(e.seq, e.kind, b) for e, b in encoded]
+            try:  # a snapshot at the transitions that need one; text deltas are appended alone
+                if persist:
+                    store.save(self.state, events, self.owner)
+                else:
+                    store.append(self.turn_id, events, self.owner)
+            except Fenced as exc:
+                return self.fenced(str(exc))
             except StoreError as exc:
                 return self._store_failed(decisions, encoded, sender, str(exc))
         elif self.host.store is None:
@@ -296,6 +317,28 @@ class TurnActor(LocalActor):
                 "turn %s: its end could not be written either; the store keeps its last good state", self.turn_id
             )
         self._carry_out(ending, ending_encoded, None)
+
+    def fenced(self, why: str) -> None:
+        """Another host holds the turn now (or may: this host lost its lease): stop its work
+        here without writing anything (its stream, its calls), tell every subscriber that it
+        moved (``Error(turn_moved)`` with seq -1: not one of the turn's events), and leave."""
+        if self.owner is None:
+            return
+        log().warning("turn %s: %s; its work here stops", self.turn_id, why)
+        s, host = self.state, self.host
+        if s.phase == "streaming" and s.stream_id is not None:
+            host.llm.tell(AbortStream(stream_id=s.stream_id, reason="the turn moved to another host"), self)
+        for cs in s.batch or ():
+            if cs.status == "running":
+                stop = InterruptTool(turn_id=self.turn_id, call_id=cs.call.id, mode="stop", attempt=cs.attempt,
+                                     reason="the turn moved to another host")  # fmt: skip
+                host.tools.interrupt(stop)
+        moved = Error(turn_id=self.turn_id, seq=-1, error_type="turn_moved", message=why)
+        for sub in list(self.subscribers.values()):
+            host.deliver(sub.key, sub.address, encode(moved), moved.kind)
+            self._unsubscribe(sub.key)
+        self.owner, self.ended = None, True
+        host.forget(self)
 
     def _wind_down(self) -> None:
         if self.ended:

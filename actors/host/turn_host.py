@@ -1,20 +1,17 @@
 """TurnHost: one OS process that hosts many TurnActors and the LLMActor that serves them.
 
-The directory starts one TurnHost per core (``Runtime(hosts=...)``); a turn lives on the
-host of its slot (``names.slot_of(turn_id)``), so the Runtime, a supervisor or the command
-line reach it without asking anyone. Inside, each TurnActor is an actor of its own (a FIFO
+Each node's directory starts its TurnHosts (``Runtime(hosts=...)``, ``greenroom node
+--hosts``); a host's id is ``node/slot``, the same after a restart. A turn lives on the host
+it was placed on (``wire.placement``). Inside, each TurnActor is an actor of its own (a FIFO
 mailbox, its ``TurnRules`` and state; see ``kernel``); the host routes each Thespian
 message to the right mailbox, runs the mailboxes, then sends what they produced.
 
 Guarantees:
 
-- a command that arrives before its turn (Thespian does not order messages, not even from
-  one sender) is held (``held``) and applied right after the turn starts, before its first
-  step; one still unclaimed after ``HOLD`` seconds is answered ``unknown_turn``. Every command gets
-  an answer: a refusal always, a success when it carried a ``request_id``;
-- a ``Subscribe`` or a command for a turn that has ended is answered for it (a stop or a
-  cancel "no effect", anything else ``turn_finished``); an unknown ``Subscribe`` is refused
-  at once;
+- every message that names a turn gets to the turn or an answer (``registry``): held while
+  the turn is on its way, forwarded when it is on another host. Every command gets an
+  answer: a refusal always, a success when it carried a ``request_id``;
+- with a store, the host holds a lease in it and takes over orphaned turns (``durable``);
 - events leave in ACK-clocked batches per subscriber (``outbox``), so a turn costs a few
   messages whatever its number of deltas;
 - the host forks no tool process: they come from its node's ``ToolPool``; the only
@@ -28,7 +25,6 @@ Guarantees:
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
 
@@ -45,29 +41,27 @@ from messages import (
     ToolAlive,
     TurnCommand,
     Unsubscribe,
-    reply_for,
-    unaddressed,
 )
 
-from ..errors import StoreError
 from ..handoff import Handoff
 from ..logs import logger, quiet_third_party
 from ..mailbox import Kernel
 from ..mcp.session import close_all as close_mcp_sessions
 from ..mcp.session import log_stderr, route_stderr
 from ..mcp.session import open_count as open_mcp_sessions
-from ..store.sqlite import SQLiteStore
+from ..store import TurnStore, open_store
 from ..telemetry.metrics import METRICS, armed
 from ..telemetry.spans import RECORDER
 from ..turn.decisions import SetTimer, TimerFired
 from ..wire.dispatch import Dispatcher
 from ..wire.protocol import (
+    Found,
     HostConfig,
     HostReady,
+    Locate,
+    NodesChanged,
     PoolFound,
-    PoolsChanged,
     Recover,
-    Recovered,
     Relay,
     Shutdown,
     ShutdownDone,
@@ -76,16 +70,15 @@ from ..wire.protocol import (
     WorkerResult,
     WorkersLeased,
 )
-from .held import HOLD, HeldCommands
+from .durable import TICK, Durable, StoredSender
 from .llm_actor import LLMActor
 from .outbox import Outbox, Outboxes
-from .stored import is_stored, recoverable, replay
+from .registry import TurnRegistry
+from .timers import Timers
 from .tool_runner import ToolRunner
-from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
+from .turn_actor import TurnActor
 
 __all__ = ["TurnHost"]
-
-_REMEMBER_ENDED = 10_000
 
 
 log = logger("greenroom.host")
@@ -101,16 +94,17 @@ class TurnHost(Dispatcher):
         self.handoff = Handoff()
         self.llm = LLMActor(self.kernel, self.handoff.put)
         self.tools = ToolRunner(self)
-        self.turns: dict[str, TurnActor] = {}
-        self.ended: OrderedDict[str, str] = OrderedDict()
-        self.held = HeldCommands()
+        self.registry = TurnRegistry(self)
         self.outboxes = Outboxes(self._send_tracked, self.handoff.put)
-        self.store: SQLiteStore | None = None
+        self.durable: Durable | None = None
+        self.node = ""
+        self.hold_outbox, self.release_outbox = self.outboxes.hold, self.outboxes.release  # by subscriber key
         self.slot = -1
         self.pool: Any = None
         self.directory: Any = None
         self.inline_async_tools = False
         self.timers_on: set[str] = set()
+        self.timers = Timers(lambda delay: self.wakeupAfter(timedelta(seconds=delay), payload=("timers",)))
         self.shutting_down: Any = None
         self.owner: Any = None  # the Runtime's endpoint: where finished spans go
         route_stderr(lambda where, line: self.put(("mcp_stderr", where, line)))  # logged on this thread
@@ -118,19 +112,21 @@ class TurnHost(Dispatcher):
     # -- dispatch -------------------------------------------------------------------------
 
     def receiveMessage(self, message: Any, sender: Any) -> Any:
-        if isinstance(message, Relay):  # forwarded by a directory: answer the original sender
-            message, sender = message.message, message.reply_to
-        super().receiveMessage(message, sender)  # to receiveMsg_<Class>
-        self.kernel.run()
-        spans = RECORDER.take() if RECORDER.finished else None
-        if spans and self.owner is not None:  # to the Runtime's process, which exports them
-            self.send(self.owner, SpanBatch(spans))
-        metrics = METRICS.take(self.slot) if METRICS.dirty else None
-        if metrics is not None and self.owner is not None:  # the same, for metrics (when armed)
-            self.send(self.owner, metrics)
-        self.outboxes.flush()
-        if self.shutting_down is not None:
-            self._maybe_shut()
+        with self.handoff:  # what threads hand over meanwhile is drained below, with no wake-up
+            if isinstance(message, Relay):  # forwarded by a directory: answer the original sender
+                message, sender = message.message, message.reply_to
+            super().receiveMessage(message, sender)  # to receiveMsg_<Class>
+            self.receiveMsg_WatchMessage(None, None)  # what the threads handed over meanwhile
+            self.kernel.run()
+            spans = RECORDER.take() if RECORDER.finished else None
+            if spans and self.owner is not None:  # to the Runtime's process, which exports them
+                self.send(self.owner, SpanBatch(spans))
+            metrics = METRICS.take(self.slot) if METRICS.dirty else None
+            if metrics is not None and self.owner is not None:  # the same, for metrics (when armed)
+                self.send(self.owner, metrics)
+            self.outboxes.flush()
+            if self.shutting_down is not None:
+                self._maybe_shut()
         return ThespianWatch([self.handoff.fd])
 
     def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
@@ -141,150 +137,98 @@ class TurnHost(Dispatcher):
         self.owner = msg.owner
         METRICS.dirty = armed()  # a replacement host reports its (empty) state at once
         self.inline_async_tools = msg.inline_async_tools
-        if msg.store_path is not None:
-            self.store = SQLiteStore(msg.store_path)
-            self._every("store", 0.5)
+        self.node = msg.node
+        self.registry.held.hold_for = msg.hold
+        if msg.store is not None:
+            self.durable = Durable(open_store(msg.store), self.host_id, msg.node, self.myAddress, self.handoff.put)
+            self.every("store", TICK)
         self.tools._top_up()
         self.send(sender, HostReady(msg.slot))
 
-    # -- turns ----------------------------------------------------------------------------
+    # -- turns (``registry``) ---------------------------------------------------------------
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
-        tid = msg.turn_id
-        if tid in self.turns or tid in self.ended or is_stored(self.store, tid):
-            self.reply(sender, reply_for(msg, False, "invalid", f"turn id {tid} is already in use"))
-            return
-        turn = TurnActor.starting(self, msg)
-        self.turns[tid] = turn
-        turn.tell(msg, sender)
-        for command, who in self.held.claim(tid):
-            turn.tell(command, who)
-        if self.shutting_down is not None:  # a straggler: it ends as the others did
-            turn.tell(StopTurn(turn_id=tid, reason="the runtime is closing", cause="shutdown"), None)
+        self.registry.start(msg, sender)
 
     def receiveMsg_Subscribe(self, msg: Subscribe, sender: Any) -> None:
-        turn = self.turns.get(msg.turn_id)
-        if turn is not None:
-            turn.tell(msg, sender)
-        elif is_stored(self.store, msg.turn_id):
-            assert self.store is not None
-            failed = replay(self.store, msg.turn_id, msg.since, sender, self.deliver)
-            self.outboxes.unless_held(str(sender))  # forgotten once these are acknowledged
-            if failed is not None:
-                self.reply(sender, reply_for(msg, False, "invalid", failed))
-            elif msg.request_id is not None:
-                self.reply(sender, reply_for(msg, True, None, "the turn has ended; its events follow from the store"))
-        elif msg.turn_id in self.ended:
-            self.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended"))
-        else:
-            self.reply(sender, reply_for(msg, False, "unknown_turn", f"no turn {msg.turn_id}"))
+        self.registry.subscribe(msg, sender)
+
+    def receiveMsg_TurnCommand(self, msg: TurnCommand, sender: Any) -> None:
+        self.registry.command(msg, sender)
 
     def _to_turn(self, msg: Consumed | Unsubscribe | ReportProgress, sender: Any) -> None:
-        """To the turn's own mailbox, if it is here (else it is moot)."""
-        turn = self.turns.get(msg.turn_id)
-        if turn is not None:
-            turn.tell(msg, sender)
+        self.registry.to_turn(msg, sender)
 
     receiveMsg_Consumed = receiveMsg_Unsubscribe = receiveMsg_ReportProgress = _to_turn
 
-    def receiveMsg_TurnCommand(self, msg: TurnCommand, sender: Any) -> None:
-        refused = unaddressed(msg)
-        if refused is not None:
-            self.reply(sender, refused)
-            return
-        tid = str(msg.turn_id)
-        turn = self.turns.get(tid)
-        if turn is not None:
-            turn.tell(msg, sender)
-        elif tid in self.ended or is_stored(self.store, tid):
-            self._answer_for_ended(msg, sender, self.ended.get(tid, "see the store"))
-        else:
-            self.held.hold(tid, msg, sender)
-            self._every("hold", HOLD / 2)
+    def receiveMsg_Locate(self, msg: Locate, sender: Any) -> None:
+        self.registry.locate(msg, sender)
 
-    def _answer_for_ended(self, msg: Any, sender: Any, reason: str) -> None:
-        if msg.kind in ("stop_turn", "cancel_turn"):
-            if msg.request_id is not None:
-                self.reply(sender, reply_for(msg, True, None, "the turn has already ended"))
-        else:
-            self.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended ({reason})"))
+    def receiveMsg_Found(self, msg: Found, sender: Any) -> None:
+        self.registry.found(msg)
 
     def receiveMsg_Recover(self, msg: Recover, sender: Any) -> None:
-        turn_ids = [t for t in msg.turn_ids if t not in self.turns]
-        found, errors = recoverable(self.store, turn_ids) if self.store is not None else ([], {})
-        for state, commands in found:
-            turn = self.turns[state.turn_id] = TurnActor.recovering(self, state)
-            for command in commands:
-                turn.tell(command, None)
-            turn.tell(RECOVER, None)
-        self.send(sender, Recovered(self.slot, [state.turn_id for state, _ in found], errors))
+        self.registry.recover(msg, sender)
+
+    @property
+    def turns(self) -> dict[str, TurnActor]:
+        return self.registry.turns
+
+    @property
+    def store(self) -> TurnStore | None:
+        return self.durable.store if self.durable is not None else None
+
+    @property
+    def host_id(self) -> str:
+        return f"{self.node}/{self.slot}"
+
+    def forget(self, turn: TurnActor) -> None:
+        self.registry.forget(turn)
 
     def turn_ended(self, turn: TurnActor) -> None:
-        self.wakeupAfter(timedelta(seconds=turn.state.options.linger), payload=("linger", turn.turn_id))
-
-    def _evict(self, turn_id: str) -> None:
-        """Forget a turn that ended ``linger`` s ago, once every reader has caught up (or was
-        dropped, ``TurnActor.let_go``)."""
-        turn = self.turns.get(turn_id)
-        if turn is None:
-            return
-        wait = turn.let_go()
-        if wait is not None:
-            self.wakeupAfter(timedelta(seconds=wait), payload=("linger", turn_id))
-            return
-        del self.turns[turn_id]
-        self.ended[turn_id] = turn.state.finish_reason or "error"
-        while len(self.ended) > _REMEMBER_ENDED:
-            self.ended.popitem(last=False)
+        self.registry.turn_ended(turn)
 
     # -- timers ---------------------------------------------------------------------------
 
     def set_timer(self, turn: TurnActor, timer: SetTimer) -> None:
-        payload = ("turn", turn.turn_id, TimerFired(timer.name, timer.token))
-        self.wakeupAfter(timedelta(seconds=timer.delay), payload=payload)
+        self.timers.add(timer.delay, ("turn", turn.turn_id, TimerFired(timer.name, timer.token)))
 
-    def _every(self, name: str, seconds: float) -> None:
+    def every(self, name: str, seconds: float) -> None:
+        """Wake this host with ``(name,)`` in ``seconds``, unless such a wakeup is due."""
         if name not in self.timers_on:
             self.timers_on.add(name)
             self.wakeupAfter(timedelta(seconds=seconds), payload=(name,))
 
     def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
+        for what, *args in self.timers.due() if msg.payload == ("timers",) else [msg.payload]:
+            if what == "turn" and (turn := self.turns.get(args[0])) is not None:
+                turn.tell(args[1], None)
+            elif what == "linger":
+                self.registry.evict(args[0])
         what = msg.payload[0]
-        if what == "turn":
-            turn = self.turns.get(msg.payload[1])
-            if turn is not None:
-                turn.tell(msg.payload[2], None)
-        elif what == "linger":
-            self._evict(msg.payload[1])
-        elif what == "liveness":
+        if what == "liveness":
             self.tools.check_liveness()
         elif what == "hold":
             self.timers_on.discard("hold")
-            self._expire_held()
+            self.registry.expire_held()
         elif what == "store":
             self.timers_on.discard("store")
-            self._poll_store()
+            self._tick_store()
         elif what == "shutdown":
             self._shut()
 
-    def _expire_held(self) -> None:
-        for tid, command, who in self.held.expired():
-            self.reply(who, reply_for(command, False, "unknown_turn", f"no turn {tid}"))
-        if self.held:
-            self._every("hold", HOLD / 2)
-
-    def _poll_store(self) -> None:
-        """Commands the command line wrote to the store reach a turn whatever it waits on."""
-        assert self.store is not None
-        try:
-            waiting = self.store.turns_with_commands()
-        except StoreError:
-            waiting = []
-        for tid in waiting:
-            turn = self.turns.get(tid)
-            if turn is not None:
-                turn.tell(STORED_COMMANDS, None)
-        self._every("store", 0.5)
+    def _tick_store(self) -> None:
+        """The store's tick (``durable``): the lease, turns taken over, commands waiting."""
+        assert self.durable is not None
+        tick = self.durable.tick(set(self.turns))
+        if tick.fenced:
+            for turn in list(self.turns.values()):
+                turn.fenced("this host could not renew its lease in the store: another host may take its turns")
+        for state, commands, owner in tick.adopted:
+            self.registry.adopt(state, commands, owner)
+        for tid in tick.commanded:
+            self.registry.stored_commands(tid)
+        self.every("store", TICK)
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -300,8 +244,10 @@ class TurnHost(Dispatcher):
     def receiveMsg_PoolFound(self, msg: PoolFound, sender: Any) -> None:
         self.tools.on_pool_found(msg)
 
-    def receiveMsg_PoolsChanged(self, msg: PoolsChanged, sender: Any) -> None:
-        self.tools.pools.clear()
+    def receiveMsg_NodesChanged(self, msg: NodesChanged, sender: Any) -> None:
+        self.tools.pools.clear()  # found again as calls need them
+        if self.owner is None:
+            self.owner = msg.owner  # a member's host: the leader's Runtime exports its spans
 
     def receiveMsg_ToolAlive(self, msg: ToolAlive, sender: Any) -> None:
         self.tools.on_alive(msg.turn_id, msg.call_id, msg.node)
@@ -321,13 +267,14 @@ class TurnHost(Dispatcher):
                 self.outboxes.acknowledged(item[1])
             elif item[0] == "lost":
                 self._drop_subscriber(item[1])
+            elif item[0] == "command":  # the store says a command waits (its notifications)
+                self.registry.stored_commands(item[1])
             elif item[0] == "mcp_stderr":
                 log_stderr(item[1], item[2])
         if llm:
             self.llm.on_outputs(llm)
 
-    def put(self, item: Any) -> None:
-        """Thread-safe: queue ``item`` for this host's actor thread and wake it."""
+    def put(self, item: Any) -> None:  # thread-safe: queue ``item`` for the actor thread, wake it
         self.handoff.put(item)
 
     # -- events and replies ---------------------------------------------------------------
@@ -335,12 +282,6 @@ class TurnHost(Dispatcher):
     def deliver(self, key: str, to: Any, payload: bytes, kind: str) -> None:
         """Queue one encoded event for the subscriber ``to`` (``key`` is ``str(to)``)."""
         self.outboxes.deliver(key, to, payload, kind)
-
-    def hold_outbox(self, key: str) -> None:
-        self.outboxes.hold(key)
-
-    def release_outbox(self, key: str) -> None:
-        self.outboxes.release(key)
 
     def _drop_subscriber(self, outbox: Outbox) -> None:
         log().warning("subscriber %s cannot be reached; the turns here stop sending to it", outbox.key)
@@ -360,7 +301,10 @@ class TurnHost(Dispatcher):
         self._myRef._send_intent(intent)
 
     def reply(self, to: Any, reply: ControlReply) -> None:
-        if to is not None:
+        if isinstance(to, StoredSender):
+            if self.durable is not None:
+                self.durable.record_reply(to, reply)
+        elif to is not None:
             self.send(to, reply)
 
     # -- the end --------------------------------------------------------------------------
@@ -368,6 +312,8 @@ class TurnHost(Dispatcher):
     def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
         """Stop every live turn (without a store) or leave it to recovery (with one)."""
         self.shutting_down = sender
+        if msg.keep_turns and self.durable is not None:
+            self.durable.leave()  # a shared store's other hosts take the turns over at once
         self.tools.stop_all("the runtime is closing")
         close_mcp_sessions(lambda: self.put(("mcp_closed",)))  # wakes _maybe_shut once they are
         self.llm.close()
@@ -393,12 +339,13 @@ class TurnHost(Dispatcher):
         self.llm.close()
         self.tools.stop_all("the host is exiting")
         close_mcp_sessions()
+        if self.durable is not None:
+            self.durable.close()  # with a shared store, its turns are for the other hosts at once
 
     def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
         log().warning("TurnHost %d: a message could not be delivered: %s", self.slot, type(msg.poisonMessage).__name__)
 
-    def receiveMsg_ChildActorExited(self, msg: Any, sender: Any) -> None:
-        pass
+    def receiveMsg_ChildActorExited(self, msg: Any, sender: Any) -> None: ...
 
     def __repr__(self) -> str:
         return f"<TurnHost {self.slot} pid={os.getpid()}>"

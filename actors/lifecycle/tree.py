@@ -22,8 +22,9 @@ from thespian.actors import ActorSystem
 
 from ..logs import log_defs, logger
 from ..providers.client import ssl_context
+from ..store import open_store
+from ..store.base import is_url
 from ..store.files import lock_store
-from ..store.sqlite import SQLiteStore
 from ..wire import transport
 from ..wire.thespian_compat import tune_convention
 from ..wire.transport import TransportConfig
@@ -52,15 +53,16 @@ class ProcessTree:
         host: str,
         key: bytes | None,
         transport_config: TransportConfig | None,
-        store_path: str | None,
+        store: str | None,
     ) -> ActorSystem:
         """Start the admin (a daemon in a session of its own) as a member of the tree."""
         transport.install(host, key, transport_config)
         tune_convention()
         ssl_context()  # built once here, inherited by every host
-        if store_path is not None:
-            self.lock_fd = lock_store(store_path)
-            SQLiteStore(store_path).close()  # fail here, naming the file, if it is not a store
+        if store is not None:
+            if not is_url(store):  # one runtime per SQLite store; a PostgreSQL one is shared by nodes
+                self.lock_fd = lock_store(store)
+            open_store(store).close()  # fail here, naming the file or URL, if it is not a store
         self.lifeline = Lifeline()
         with self.lifeline.forking():
             self.asys = ActorSystem("multiprocTCPBase", capabilities, logDefs=log_defs(), transientUnique=True)

@@ -16,21 +16,40 @@ OpenAI does.
 
 Builders: ``say(text)``, ``call(name, args)`` with ``use_tools(...)``, ``fail(status)``,
 ``raw_response(status, content_type, body)``.
+
+The network as it really behaves: ``FaultRelay`` (``relay``) sits between processes (or
+nodes) and, frame by frame of Thespian's transport, passes, cuts after delivery (a lost
+ACK), duplicates, delays, stalls or resets, as a seeded ``FaultPolicy`` of ``Rule``s says
+(``faults``); ``netns.relayed(policy)`` runs the calling thread in a fresh network namespace
+whose every TCP connection goes through one (root, iproute2 and nftables needed).
 """
 
+from .faults import CUT, DUPLICATE, PASS, RESET, STALL, Fault, FaultPolicy, Frame, Rule, delay
+from .relay import FaultRelay
 from .script import Chunk, Raw, Reply, Text, ToolArgs, ToolStart, call, fail, raw_response, say, use_tools
 from .server import Request, ScriptedProvider
 
 __all__ = [
+    "CUT",
+    "DUPLICATE",
+    "PASS",
+    "RESET",
+    "STALL",
     "Chunk",
+    "Fault",
+    "FaultPolicy",
+    "FaultRelay",
+    "Frame",
     "Raw",
     "Reply",
     "Request",
+    "Rule",
     "ScriptedProvider",
     "Text",
     "ToolArgs",
     "ToolStart",
     "call",
+    "delay",
     "fail",
     "raw_response",
     "say",

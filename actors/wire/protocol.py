@@ -9,10 +9,12 @@ Who sends what:
 
     Runtime  -> Directory   Hello, Configure, Shutdown
     Runtime  -> TurnHost    Shutdown (and the turns' commands)
-    Directory -> Runtime    Welcome, Configured, HostReplaced
+    Directory -> Runtime    Welcome, Configured, HostReplaced, NodesChanged
     TurnHost  -> Runtime    ShutdownDone, SpanBatch
-    Directory -> TurnHost   HostConfig, Recover, Relay, Shutdown, PoolsChanged, PoolFound
-    TurnHost  -> Directory  HostReady, Recovered, FindPool
+    Directory -> TurnHost   HostConfig, Recover, Relay, Shutdown, NodesChanged, PoolFound, Locate
+    TurnHost  -> Directory  HostReady, Recovered, FindPool, Find, Located
+    Directory -> TurnHost   Found
+    Directory -> Directory  RegisterNode (member to leader), NodesChanged (leader to member), Relay
     TurnHost  -> ToolPool   LeaseWorkers, ReturnWorkers
     ToolPool  -> TurnHost   WorkersLeased, WorkerExited
     anyone    -> subscriber EventBatch
@@ -23,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from messages import ToolResult, TurnEvent, decode
+from messages import ToolResult, TurnEvent
+from messages.codec import decode_many, join_encoded
 
 from ..telemetry.spans import SpanRecord
 
@@ -31,20 +34,24 @@ __all__ = [
     "Configure",
     "Configured",
     "EventBatch",
+    "Find",
     "FindPool",
+    "Found",
     "Hello",
     "HostConfig",
     "HostGone",
     "HostReady",
     "HostReplaced",
     "LeaseWorkers",
+    "Locate",
+    "Located",
+    "NodeRecord",
+    "NodesChanged",
     "PoolConfig",
     "PoolFound",
-    "PoolInfo",
-    "PoolsChanged",
     "Recover",
     "Recovered",
-    "RegisterPool",
+    "RegisterNode",
     "Relay",
     "ReturnWorkers",
     "Shutdown",
@@ -80,13 +87,15 @@ class Welcome(_Internal):
 
 @dataclass(frozen=True)
 class Configure(_Internal):
-    """From the Runtime to its directory: start the hosts and the tool pool, recover the
-    store's unfinished turns; or, on a member node, forward turn commands to ``upstream``."""
+    """From the Runtime (or ``greenroom node``) to its directory: start the hosts and the
+    tool pool, recover the store's unfinished turns; on a member node, register with the
+    leader's directory (``upstream``)."""
 
-    store_path: str | None = None
+    store: str | None = None  # a SQLite file's path or a PostgreSQL URL
     hosts: int = 1
     tool_processes: int = 2
     max_tool_processes: int = 16
+    command_hold: float = 30.0
     recycle_after: int = 100
     inline_async_tools: bool = False
     node: str = ""
@@ -101,6 +110,7 @@ class Configured(_Internal):
     hosts: list[Any]
     recovered: list[str]
     errors: dict[str, str]
+    store_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,11 +119,13 @@ class HostConfig(_Internal):
 
     slot: int
     hosts: int
-    store_path: str | None
+    store: str | None
     pool: Any
     directory: Any
     inline_async_tools: bool = False
     owner: Any = None  # the Runtime's endpoint, which exports the host's spans
+    node: str = ""  # its node's name: the host's id is node/slot
+    hold: float = 30.0  # seconds a command may wait for its turn's start (held.HeldCommands)
 
 
 @dataclass(frozen=True)
@@ -131,13 +143,16 @@ class HostReplaced(_Internal):
     slot: int
     address: Any
     recovered: list[str] = field(default_factory=list)
+    host_id: str = ""
 
 
 @dataclass(frozen=True)
 class Recover(_Internal):
-    """Load these turns from the store and carry them on."""
+    """Claim these turns in the store (``force``: from whoever held them; else only those whose
+    owner is gone), load them and carry them on."""
 
     turn_ids: list[str]
+    force: bool = True
 
 
 @dataclass(frozen=True)
@@ -179,24 +194,67 @@ class SpanBatch(_Internal):
 
 
 @dataclass(frozen=True)
-class PoolInfo(_Internal):
-    """A node's tool pool and the capabilities of its node."""
+class NodeRecord(_Internal):
+    """A node as the cluster knows it: its capabilities, its tool pool, its TurnHosts (by
+    slot; the id of ``hosts[i]`` is ``node/i``) and the identity of its hosts' store (None:
+    they keep no store)."""
 
     node: str
     capabilities: dict[str, Any]
-    address: Any
+    pool: Any
+    hosts: tuple[Any, ...] = ()
+    store_id: str | None = None
+
+    def host_ids(self) -> list[tuple[str, Any]]:
+        return [(f"{self.node}/{slot}", address) for slot, address in enumerate(self.hosts)]
 
 
 @dataclass(frozen=True)
-class PoolsChanged(_Internal):
-    pools: list[PoolInfo]
+class NodesChanged(_Internal):
+    """Every node the leader knows, after a change: to hosts (their pools), Runtimes (their
+    placement) and member directories (their routes); ``owner`` is the leader's Runtime,
+    where hosts send their spans and metrics."""
+
+    nodes: list[NodeRecord]
+    owner: Any = None
 
 
 @dataclass(frozen=True)
-class RegisterPool(_Internal):
-    """From a member node's directory to the leader's: my node's pool, for placed calls."""
+class RegisterNode(_Internal):
+    """From a member node's directory to the leader's: my node, its pool and hosts. Sent
+    again every few seconds: a leader that restarted learns the node again."""
 
-    pool: PoolInfo
+    record: NodeRecord
+
+
+@dataclass(frozen=True)
+class Find(_Internal):
+    """From a host to its directory: a message came for ``turn_id``, which does not run here."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class Found(_Internal):
+    """The directory's answer to ``Find``: the host that runs the turn (None: no host does)."""
+
+    turn_id: str
+    host: Any
+
+
+@dataclass(frozen=True)
+class Locate(_Internal):
+    """From a directory to every host it knows: is ``turn_id`` running on you?"""
+
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class Located(_Internal):
+    """A host's answer to ``Locate``."""
+
+    turn_id: str
+    here: bool
 
 
 @dataclass(frozen=True)
@@ -207,7 +265,7 @@ class FindPool(_Internal):
 @dataclass(frozen=True)
 class PoolFound(_Internal):
     requires: dict[str, Any]
-    pool: PoolInfo | None
+    pool: NodeRecord | None
 
 
 @dataclass(frozen=True)
@@ -289,23 +347,39 @@ class EventBatch(_Internal):
     Batches to a subscriber are sent one at a time: the next leaves when the previous one
     was acknowledged, and a ``Finish``, ``ToolApprovalRequest`` or ``Error`` leaves at once.
     Thespian does not guarantee the order of delivery: order by each event's ``seq``.
+    On the wire a batch is one msgpack array of its events' bytes as they were encoded (and
+    stored), pickled as one ``bytes``: no second serialization of each event.
     """
 
-    __slots__ = ("payloads",)
+    __slots__ = ("_blob", "_payloads")
 
     def __init__(self, payloads: list[bytes]) -> None:
-        self.payloads = payloads
+        self._payloads: list[bytes] | None = payloads
+        self._blob: bytes | None = None
+
+    @property
+    def blob(self) -> bytes:
+        """The events as one msgpack array."""
+        if self._blob is None:
+            self._blob = join_encoded(self._payloads or [])
+        return self._blob
 
     @property
     def events(self) -> list[TurnEvent]:
-        """The decoded events."""
-        return [decode(p) for p in self.payloads]  # type: ignore[misc]
+        """The decoded events (each validated: ``CodecError`` for one that is not an event)."""
+        return decode_many(self.blob)  # type: ignore[return-value]
 
-    def __getstate__(self) -> list[bytes]:
-        return self.payloads
+    def __len__(self) -> int:
+        if self._payloads is not None:
+            return len(self._payloads)
+        head = self.blob[0]
+        return head & 0x0F if head < 0xDC else int.from_bytes(self.blob[1 : 3 if head == 0xDC else 5], "big")
 
-    def __setstate__(self, state: list[bytes]) -> None:
-        self.payloads = state
+    def __getstate__(self) -> bytes:
+        return self.blob
+
+    def __setstate__(self, state: bytes | list[bytes]) -> None:
+        self._payloads, self._blob = (state, None) if isinstance(state, list) else (None, state)
 
     def __str__(self) -> str:
-        return f"EventBatch({len(self.payloads)})"
+        return f"EventBatch({len(self)})"

@@ -15,6 +15,9 @@ What greenroom patches or calls, and why:
   bounds, connections limited, a resent frame acknowledged and dropped (``transport``);
 - ``IPActorAddress.bindArgs``: binds sockets to the configured interface (``transport``);
 - ``convention`` timer globals: notice a lost node in seconds, not minutes (``tune_convention``);
+- ``TransmitIntent.__init__``'s default retry period and the transport's
+  ``DEFAULT_MAX_TRANSMIT_PERIOD``: a message whose ACK was lost is sent again in a fraction
+  of a second, not 35 s, and gives up after the configured time (``tune_delivery``);
 - ``TransmitIntent.identify`` and ``ReceiveEnvelope.identify``: Thespian formats every
   message it sends or an actor receives (``str()`` of the whole message, a turn's history
   included) for a debug line it rarely writes; this names the message's type instead;
@@ -41,7 +44,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["TESTED", "check", "child_pid", "tune_convention"]
+__all__ = ["TESTED", "check", "child_pid", "tune_convention", "tune_delivery"]
 
 TESTED = ("4.0.1",)
 
@@ -50,6 +53,7 @@ _checked = False
 
 def _internals() -> list[tuple[object, str]]:
     from thespian.system import actorManager, multiprocCommon, systemBase
+    from thespian.system import transport as transport_package
     from thespian.system.admin import convention
     from thespian.system.transport import IPBase, ReceiveEnvelope, TCPTransport, TransmitIntent, streamBuffer
 
@@ -74,6 +78,7 @@ def _internals() -> list[tuple[object, str]]:
         (convention, "CONVENTION_RESTART_PERIOD"),
         (convention, "CONVENTION_REGISTRATION_MISS_MAX"),
         (TransmitIntent, "identify"),
+        (transport_package, "DEFAULT_MAX_TRANSMIT_PERIOD"),
         (ReceiveEnvelope, "identify"),
         (actorManager.ActorManager, "_send_intent"),
         (systemBase.systemBase, "external_clone"),
@@ -156,3 +161,18 @@ def child_pid(actor: Any, address: Any) -> int | None:
             pid = getattr(info.childProc, "pid", None)
             return pid if isinstance(pid, int) else None
     return None
+
+
+def tune_delivery(retry_every: float, deliver_within: float) -> None:
+    """Resend a message whose ACK was lost after ``retry_every`` seconds (then 2x, 3x, ...),
+    and fail it once ``deliver_within`` seconds have passed since it was sent. Set before the
+    ActorSystem starts: every process of the tree is forked from this one."""
+    check()
+    from thespian.system import transport as transport_package
+    from thespian.system.transport import TransmitIntent
+
+    defaults = TransmitIntent.__init__.__defaults__
+    if defaults is None or len(defaults) != 4 or not isinstance(defaults[3], timedelta):
+        raise ConfigurationError(f"Thespian's TransmitIntent takes other defaults than greenroom knows: {defaults!r}")
+    TransmitIntent.__init__.__defaults__ = (*defaults[:3], timedelta(seconds=retry_every))
+    transport_package.DEFAULT_MAX_TRANSMIT_PERIOD = timedelta(seconds=deliver_within)

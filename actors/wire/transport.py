@@ -38,7 +38,7 @@ from typing import Any
 from ..debug_trace import trace
 from ..errors import ConfigurationError, TransportAuthError
 from .frames import BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint, is_duplicate, log_rejection
-from .thespian_compat import check
+from .thespian_compat import check, tune_delivery
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "TransportConfig", "current_key", "install", "load_key"]
 
@@ -53,12 +53,19 @@ _installed: dict[str, Any] = {}
 @dataclass(frozen=True)
 class TransportConfig:
     """Limits and confidentiality of the transport. ``encrypt=None``: on when the runtime
-    or node listens beyond the loopback interface."""
+    or node listens beyond the loopback interface.
+
+    Delivery: a message whose connection breaks before its ACK is sent again, first after
+    ``retry_every`` seconds, then after 2x, 3x, ... as long as ``deliver_within`` seconds
+    have not passed since it was sent; after that its sender is told it failed (Thespian's
+    defaults are 35 s between tries and 5 min in all)."""
 
     encrypt: bool | None = None
     max_frame: int = 64 * 1024 * 1024
     frame_timeout: float = 10.0
     max_pending_per_peer: int = 64
+    retry_every: float = 0.5
+    deliver_within: float = 30.0
 
 
 class _Serializer:
@@ -165,6 +172,7 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
         TCPTransport.TCPTransport._processReceivedEnvelope
     )
     TCPTransport.ReceiveBuffer = BoundedReceiveBuffer
+    tune_delivery(retry_every=config.retry_every, deliver_within=config.deliver_within)
     TCPTransport.MAX_INCOMING_SOCKET_PERIOD = timedelta(seconds=config.frame_timeout)
     BoundedReceiveBuffer.max_frame = config.max_frame
     if bind_host not in ("", "0.0.0.0"):

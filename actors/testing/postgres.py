@@ -1,0 +1,125 @@
+"""A throwaway PostgreSQL server for tests and benchmarks: its own data directory, port and end.
+
+    with ThrowawayPostgres() as pg:
+        store = open_store(pg.url())
+
+``initdb`` makes a cluster in a temporary directory and ``pg_ctl`` starts it, listening on
+``host`` only (``127.0.0.1`` by default, or an address the caller's network namespaces
+reach, whose subnets it then trusts) on a free port, with a socket directory of its own. PostgreSQL refuses to run as
+root, so when this process is root the server runs as an unprivileged user (``postgres``,
+which Debian's package creates, unless ``user`` says otherwise) that owns the directory.
+Leaving the block stops the server (``pg_ctl stop -m immediate``) and removes everything.
+
+``binaries()`` finds ``initdb`` and ``pg_ctl`` (in ``$GREENROOM_POSTGRES_BIN`` when it is set,
+else on ``PATH`` or in ``/usr/lib/postgresql/*/bin``); None when PostgreSQL is not installed.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import quote
+
+__all__ = ["ThrowawayPostgres", "binaries"]
+
+
+def binaries() -> tuple[str, str] | None:
+    """``(initdb, pg_ctl)``, or None when PostgreSQL's server is not installed."""
+    chosen = os.environ.get("GREENROOM_POSTGRES_BIN")
+    if chosen:  # this directory, or nothing
+        pair = os.path.join(chosen, "initdb"), os.path.join(chosen, "pg_ctl")
+        return pair if all(os.access(p, os.X_OK) for p in pair) else None
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if initdb is not None and pg_ctl is not None:
+        return os.path.realpath(initdb), os.path.realpath(pg_ctl)
+    for directory in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        initdb, pg_ctl = os.path.join(directory, "initdb"), os.path.join(directory, "pg_ctl")
+        if os.access(initdb, os.X_OK) and os.access(pg_ctl, os.X_OK):
+            return initdb, pg_ctl
+    return None
+
+
+def _free_port(host: str) -> int:
+    from ..lifecycle.processes import free_port
+
+    return free_port(host)
+
+
+class ThrowawayPostgres:
+    """A PostgreSQL server of its own; see the module docstring."""
+
+    def __init__(
+        self, host: str = "127.0.0.1", user: str = "postgres", database: str = "greenroom", password: str | None = None
+    ) -> None:
+        self.host = host
+        self.port = 0
+        self.database = database
+        self.password = password
+        self._run_as = user if os.geteuid() == 0 else None
+        self._dir: Path | None = None
+
+    def url(self, database: str | None = None) -> str:
+        secret = f":{quote(self.password, safe='')}" if self.password else ""
+        return f"postgresql://greenroom{secret}@{self.host}:{self.port}/{database or self.database}"
+
+    def _cmd(self, *args: str) -> list[str]:
+        return ["runuser", "-u", self._run_as, "--", *args] if self._run_as else list(args)
+
+    def __enter__(self) -> ThrowawayPostgres:
+        found = binaries()
+        if found is None:
+            raise RuntimeError("PostgreSQL is not installed (no initdb and pg_ctl on PATH or in /usr/lib/postgresql)")
+        initdb, pg_ctl = found
+        self._dir = Path(tempfile.mkdtemp(prefix="greenroom-pg-"))
+        if self._run_as:
+            entry = pwd.getpwnam(self._run_as)
+            os.chown(self._dir, entry.pw_uid, entry.pw_gid)
+        data, sockets, logfile = self._dir / "data", self._dir, self._dir / "log"
+        self.port = _free_port(self.host)
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "timeout": 120, "check": True}
+        auth = ["--auth=trust"]
+        if self.password:
+            pwfile = self._dir / "pwfile"
+            pwfile.write_text(self.password + "\n")
+            if self._run_as:
+                os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
+        try:
+            subprocess.run(self._cmd(initdb, "-D", str(data), "-U", "greenroom", *auth, "-E", "UTF8"), **quiet)  # type: ignore[call-overload]
+            options = f"-c listen_addresses={self.host} -p {self.port} -k {sockets} -c fsync=off"
+            if self.host not in ("127.0.0.1", "localhost", "::1"):  # the nodes of a test's own network
+                with open(data / "pg_hba.conf", "a") as hba:
+                    hba.write("host all all samenet trust\n")
+            start = [pg_ctl, "-D", str(data), "-o", options, "-l", str(logfile), "-w", "-t", "60", "start"]
+            subprocess.run(self._cmd(*start), **quiet)  # type: ignore[call-overload]
+            self.create_database(self.database)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def create_database(self, name: str) -> str:
+        """A new, empty database on this server (``CREATE DATABASE``, through psycopg); its URL."""
+        import psycopg
+        from psycopg import sql
+
+        assert self._dir is not None
+        with psycopg.connect(self.url("postgres"), autocommit=True, connect_timeout=30) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return self.url(name)
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        if self._dir is None:
+            return
+        found = binaries()
+        if found is not None and (self._dir / "data" / "postmaster.pid").exists():
+            stop = [found[1], "-D", str(self._dir / "data"), "-m", "immediate", "-w", "-t", "30", "stop"]
+            subprocess.run(self._cmd(*stop), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        shutil.rmtree(self._dir, ignore_errors=True)
+        self._dir = None

@@ -1,0 +1,226 @@
+"""Issue 23, the network side: a Runtime whose every connection goes through a ``FaultRelay``.
+
+Each test runs a real Runtime (its actor system, hosts, tool processes, the scripted
+provider) in a network namespace created and removed here, with every TCP connection
+between its processes redirected through the relay, which injects one fault a real network
+can cause: an ACK lost after its frame was delivered (``CUT``), a connection reset before
+its frame was delivered (``RESET``), a connection held while another overtakes it
+(``delay``). Each asserts what a correct runtime does.
+
+Each was written against the code before the fix of issue 23 and failed there (the comment
+above each names the bug it caught). A fault that was not injected as planned raises
+``Unplanned``: an error, never a pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from actors import ControlRejected, Runtime, TurnTimeout
+from actors.client.handle import TurnHandle
+from actors.lifecycle.processes import alive, session_processes
+from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.testing.netns import available, relayed
+from actors.testing.relay import CUT, PASS, RESET, FaultPolicy, FaultRelay, Frame, Rule, delay
+from messages import RetryPolicy, StopTurn, ToolApprovalRequest, ToolProgress, TurnEvent
+
+from . import fault_tools as F
+from . import tools_for_tests as T
+from .helpers import summary, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(available() is not None, reason=str(available()))]
+
+FAST = RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=0.05)
+TWO_ROUNDS = [
+    ("turn_started",),
+    ("tool_call_started", "call_1"),
+    ("tool_finished", "call_1", "success"),
+    ("text", "three"),
+    ("finish", "stop"),
+]
+
+
+
+class Unplanned(RuntimeError):
+    """The fault was not injected as the test planned: the test proves nothing this time."""
+
+
+def planned(ok: bool, what: str) -> None:
+    if not ok:
+        raise Unplanned(what)
+
+
+@contextlib.contextmanager
+def relayed_runtime(*rules: Rule) -> Iterator[tuple[Runtime, ScriptedProvider, FaultRelay]]:
+    """A Runtime (one host, one tool process) in a fresh namespace, every connection relayed;
+    ``rules`` apply once it has started and its host holds its first tool process (its own
+    start-up passes untouched)."""
+    with relayed(FaultPolicy()) as relay, ScriptedProvider() as provider:
+        rt = Runtime(provider.provider(retry=FAST), hosts=1, tool_processes=1).start()
+        planned(relay.wait_for(lambda: delivered(relay, "WorkersLeased") == 1, 30), "the host got a tool process")
+        for rule in rules:
+            relay.policy.add(rule)
+        try:
+            yield rt, provider, relay
+        finally:
+            rt.close()
+            left = session_processes(rt.admin_sid) if rt.admin_sid is not None else []
+            if left:
+                raise Unplanned(f"the Runtime left processes behind: {left}")
+
+
+def carries(name: str, outbound: bool | None = None) -> Callable[[Frame], bool]:
+    return lambda f: f.carries(name) and (outbound is None or f.outbound == outbound)
+
+
+def delivered(relay: FaultRelay, name: str) -> int:
+    """How many frames carrying ``name`` the relay let through (passed or delayed)."""
+    return sum(1 for r in relay.log if r.fault.kind in ("pass", "delay") and r.frame.carries(name))
+
+
+def events_of(turn: TurnHandle, timeout: float = 3.0) -> list[TurnEvent]:
+    """The turn's events up to its next Finish, or those that came before one did not (a
+    wait longer than ``timeout`` for the next event)."""
+    out: list[TurnEvent] = []
+    with contextlib.suppress(TurnTimeout):
+        out.extend(turn.events(timeout=timeout))
+    return out
+
+
+def attempt(command: Callable[[], None]) -> str | None:
+    """Run a handle's command; what it raised, if it raised (None if it returned)."""
+    try:
+        command()
+    except (TurnTimeout, ControlRejected) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+# -- a lost ACK ------------------------------------------------------------------------------
+
+
+# issue 23 fixed: a resent EventBatch is refused as a replay; the host drops the subscriber for good
+def test_a_lost_ack_on_an_event_batch_loses_no_event_of_that_turn_or_of_later_ones() -> None:
+    rule = Rule(carries("EventBatch"), CUT)
+    with relayed_runtime(rule) as (rt, provider, relay):
+        provider.add(use_tools(call("add", {"a": 1, "b": 2})), say("three"))
+        first = rt.run("add", tools=[T.add])
+        planned(relay.wait_for(lambda: relay.counts["ack_dropped"] == 1), "the first batch's ACK was dropped")
+        seen_first = summary(events_of(first))
+        provider.add(use_tools(call("add", {"a": 1, "b": 2})), say("three"))
+        second = rt.run("add again", tools=[T.add])
+        seen_second = summary(events_of(second))
+        assert (seen_first, seen_second) == (TWO_ROUNDS, TWO_ROUNDS)
+
+
+# issue 23 fixed: a resent StartTurn is refused as a replay; the caller is told host_lost while the turn runs on
+def test_a_lost_ack_on_a_start_turn_leaves_the_caller_following_the_turn_that_runs() -> None:
+    rule = Rule(carries("StartTurn"), CUT)
+    with relayed_runtime(rule) as (rt, provider, relay):
+        provider.add(use_tools(call("add", {"a": 1, "b": 2})), say("three"))
+        turn = rt.run("add", tools=[T.add])
+        planned(relay.wait_for(lambda: relay.counts["ack_dropped"] == 1), "StartTurn's ACK was dropped")
+        seen = summary(events_of(turn))
+        planned(len(provider.wait_for_requests(2)) == 2, "the turn ran on to its second round")
+        assert seen == TWO_ROUNDS
+
+
+# issue 23 fixed: a resent StopTurn is refused as a replay; stop() raises TurnTimeout though the stop was applied
+def test_a_stop_whose_ack_is_lost_returns_and_the_turn_ends_stopped(tmp_path: Path) -> None:
+    rule = Rule(carries("StopTurn"), CUT)
+    with relayed_runtime(rule) as (rt, provider, relay):
+        provider.add(use_tools(call("cooperative", {"marker": str(tmp_path / "finished")})))
+        turn = rt.run("work", tools=[T.cooperative])
+        turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=10)
+        raised = attempt(lambda: turn.stop("enough"))
+        planned(relay.wait_for(lambda: relay.counts["ack_dropped"] == 1), "StopTurn's ACK was dropped")
+        seen = summary(events_of(turn))
+        assert (raised, seen[-2:]) == (None, [("error", "stopped", "Agent run stopped"), ("finish", "stopped")])
+
+
+# issue 23 fixed: a resent approval is refused as a replay; approve() raises TurnTimeout though the call was approved
+def test_an_approval_whose_ack_is_lost_returns_and_the_call_runs_once(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    rule = Rule(carries("RespondToApprovals"), CUT)
+    with relayed_runtime(rule) as (rt, provider, relay):
+        provider.add(use_tools(call("gated_effect", {"path": str(keys)})), say("three"))
+        turn = rt.run("record", tools=[F.gated_effect])
+        request = turn.wait_for(lambda e: isinstance(e, ToolApprovalRequest), timeout=10)
+        assert isinstance(request, ToolApprovalRequest)
+        raised = attempt(lambda: turn.approve(request.call_id))
+        planned(relay.wait_for(lambda: relay.counts["ack_dropped"] == 1), "the approval's ACK was dropped")
+        result = turn.result(timeout=10, final=True)
+        assert (raised, result.finish_reason) == (None, "stop")
+        assert keys.read_text().splitlines() == [f"{turn.turn_id}:{request.call_id}"]
+
+
+# -- order between processes ------------------------------------------------------------------
+
+
+# issue 23 fixed: an InterruptTool that overtakes its RunTool is dropped; the tool runs on after Finish(stopped)
+def test_a_tool_whose_interrupt_overtook_its_start_does_not_run_on_after_the_stop(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    interrupted: list[int] = []
+
+    def interrupt(frame: Frame) -> bool:
+        if frame.carries("InterruptTool"):
+            interrupted.append(frame.conn)
+            return True
+        return False
+
+    rules = [
+        Rule(interrupt, PASS, times=None),
+        Rule(lambda f: f.carries("RunTool") and not interrupted, RESET, times=8),  # until the interrupt went
+    ]
+    with relayed_runtime(*rules) as (rt, provider, relay):
+        provider.add(use_tools(call("shell", {"command": f"echo $$ > {marker}; exec sleep 300"})))
+        turn = rt.run("run it", tools=[T.shell])
+        planned(relay.wait_for(lambda: relay.counts["reset"] >= 4), "RunTool's connection was reset 4 times")
+        raised = attempt(lambda: turn.stop("now"))
+        seen = summary(events_of(turn))
+        planned(relay.wait_for(lambda: delivered(relay, "RunTool") == 1, timeout=15), "RunTool was delivered")
+        passed = [r.frame for r in relay.log if r.fault == PASS]
+        first = [next(i for i, f in enumerate(passed) if f.carries(n)) for n in ("InterruptTool", "RunTool")]
+        planned(first[0] < first[1], "the InterruptTool went before the RunTool")
+        assert (raised, seen[-1]) == (None, ("finish", "stopped"))
+        if wait_until(marker.exists, timeout=3):  # the tool started after its turn was stopped
+            pid = int(marker.read_text())
+            assert wait_until(lambda: not alive(pid), timeout=5), "the tool runs on after Finish(stopped)"
+
+
+# issue 23 fixed: a stop that overtakes its StartTurn by more than 2 s is answered unknown_turn; the turn runs unstopped
+def test_a_stop_that_overtakes_its_start_by_seconds_still_stops_the_turn() -> None:
+    rule = Rule(carries("StartTurn", outbound=True), delay(4500))
+    with relayed_runtime(rule) as (rt, provider, relay):
+        provider.add(say("done"))
+        turn = rt.run("hello")
+        planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "StartTurn is held by the relay")
+        stop = StopTurn(turn_id=turn.turn_id, reason="overtaking", request_id="overtaking")
+        reply = rt.actor_system.ask(rt.directory, stop, 15)  # another sender: through the directory
+        seen = summary(events_of(turn, timeout=10))
+        assert (getattr(reply, "ok", reply), seen[-1]) == (True, ("finish", "stopped"))
+
+
+# issue 23 fixed: a cancel of a call still waiting for a tool process is dropped; the call runs to its end
+def test_a_cancel_reaches_calls_still_waiting_for_a_tool_process(tmp_path: Path) -> None:
+    """Three parallel calls, one idle tool process: the relay holds the pool's answer (the
+    processes for the two others) 1.5 s, so the cancel certainly comes while they wait."""
+    rule = Rule(carries("WorkersLeased"), delay(1500))
+    with relayed_runtime(rule) as (rt, provider, relay):
+        markers = [tmp_path / f"finished{i}" for i in range(3)]
+        calls = [call("cooperative", {"marker": str(m), "steps": 40}) for m in markers]
+        provider.add(use_tools(*calls), say("cancelled"))
+        turn = rt.run("work", tools=[T.cooperative])
+        turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=10)
+        planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "the pool's answer is held")
+        raised = attempt(lambda: turn.cancel("enough"))
+        result = turn.result(timeout=15, final=True)
+        contents = [json.loads(m.content or "{}") for m in result.messages if m.role == "tool"]
+        assert (raised, result.finish_reason) == (None, "cancelled")
+        assert [c["ok"] for c in contents] == [False, False, False], contents
+        assert [m.name for m in markers if m.exists()] == []
