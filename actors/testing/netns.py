@@ -178,13 +178,16 @@ def interpose(relay: FaultRelay, exclude_ports: Iterable[int] = ()) -> Iterator[
 
 
 @contextlib.contextmanager
-def relayed(policy: FaultPolicy | None = None, exclude_ports: Iterable[int] = ()) -> Iterator[FaultRelay]:
+def relayed(
+    policy: FaultPolicy | None = None, exclude_ports: Iterable[int] = (), *, keep: int = 10_000, log_bytes: int = 4096
+) -> Iterator[FaultRelay]:
     """A fresh namespace, entered by the calling thread, whose every TCP connection goes
-    through a relay with ``policy``; everything is removed (its processes killed) on exit.
+    through a relay with ``policy`` (its log sized by ``keep`` and ``log_bytes``, as
+    ``FaultRelay`` takes them); everything is removed (its processes killed) on exit.
     ``relay.namespace`` is the ``Namespace``."""
     with Namespace() as ns:
         with ns.entered():
-            relay = FaultRelay(policy).start()
+            relay = FaultRelay(policy, keep=keep, log_bytes=log_bytes).start()
             relay.namespace = ns
             try:
                 with interpose(relay, exclude_ports):
