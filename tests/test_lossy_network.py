@@ -224,3 +224,32 @@ def test_a_cancel_reaches_calls_still_waiting_for_a_tool_process(tmp_path: Path)
         assert (raised, result.finish_reason) == (None, "cancelled")
         assert [c["ok"] for c in contents] == [False, False, False], contents
         assert [m.name for m in markers if m.exists()] == []
+
+
+# -- starting -----------------------------------------------------------------------------------
+
+
+# found by the soak over a lossy network: Thespian closes the transport of an external
+# createActor once the answer has come, which fails the resend of the request still pending
+# after its lost ACK; that late failure turned the answered request into ActorSystemFailure
+def test_a_runtime_starts_when_the_ack_of_its_create_actor_request_is_lost() -> None:
+    policy = FaultPolicy([Rule(carries("PendingActor", outbound=True), CUT)])
+    with relayed(policy) as relay, ScriptedProvider() as provider:
+        rt = Runtime(provider.provider(retry=FAST), hosts=1, tool_processes=1)
+        try:
+            raised = attempt_start(rt)
+            planned(relay.wait_for(lambda: relay.counts["ack_dropped"] == 1), "PendingActor's ACK was dropped")
+            provider.add(say("hello"))
+            finish = None if raised else rt.run("hi").result(timeout=10).finish_reason
+        finally:
+            rt.close()
+        assert (raised, finish) == (None, "stop")
+
+
+def attempt_start(rt: Runtime) -> str | None:
+    """Start ``rt``; what it raised, if it raised."""
+    try:
+        rt.start()
+    except Exception as exc:  # noqa: BLE001 - whatever start raises is the finding
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -18,6 +18,10 @@ What greenroom patches or calls, and why:
 - ``TransmitIntent.__init__``'s default retry period and the transport's
   ``DEFAULT_MAX_TRANSMIT_PERIOD``: a message whose ACK was lost is sent again in a fraction
   of a second, not 35 s, and gives up after the configured time (``tune_delivery``);
+- ``NewActorResponse.transmit_failed``: an outside ``createActor`` whose request's ACK was
+  lost gets its answer, then Thespian closes its transport, which fails the resend still
+  pending; that late failure made an answered request raise ``ActorSystemFailure``. It is
+  ignored once the answer is in (``tune_delivery``);
 - ``TransmitIntent.identify`` and ``ReceiveEnvelope.identify``: Thespian formats every
   message it sends or an actor receives (``str()`` of the whole message, a turn's history
   included) for a debug line it rarely writes; this names the message's type instead;
@@ -43,6 +47,7 @@ __all__ = ["TESTED", "check", "child_pid", "tune_convention", "tune_delivery"]
 TESTED = ("4.0.1",)
 
 _checked = False
+_answered_creates_kept = False
 
 
 def _internals() -> list[tuple[object, str]]:
@@ -76,6 +81,7 @@ def _internals() -> list[tuple[object, str]]:
         (ReceiveEnvelope, "identify"),
         (actorManager.ActorManager, "_send_intent"),
         (systemBase.systemBase, "external_clone"),
+        (systemBase.NewActorResponse, "transmit_failed"),
         (systemBase.ExternalOpsToActors, "_run_transport"),
         (multiprocCommon.MultiProcReplicator, "_startChildActor"),
         (multiprocCommon, "ChildInfo"),
@@ -144,3 +150,22 @@ def tune_delivery(retry_every: float, deliver_within: float) -> None:
         raise ConfigurationError(f"Thespian's TransmitIntent takes other defaults than greenroom knows: {defaults!r}")
     TransmitIntent.__init__.__defaults__ = (*defaults[:3], timedelta(seconds=retry_every))
     transport_package.DEFAULT_MAX_TRANSMIT_PERIOD = timedelta(seconds=deliver_within)
+    _keep_answered_creates()
+
+
+def _keep_answered_creates() -> None:
+    """An outside ``createActor`` that got its answer succeeds, whatever its request's resend
+    does after (see the module docstring)."""
+    global _answered_creates_kept
+    if _answered_creates_kept:
+        return
+    from thespian.system.systemBase import NewActorResponse
+
+    failed = NewActorResponse.transmit_failed
+
+    def transmit_failed(self: Any, result: Any, intent: Any) -> None:
+        if self._newActorAddress is None:  # no answer yet: the request did fail
+            failed(self, result, intent)
+
+    NewActorResponse.transmit_failed = transmit_failed
+    _answered_creates_kept = True
