@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,32 +107,60 @@ def unanswered(rt: Runtime) -> set[str]:
     return waiting
 
 
+@dataclass(frozen=True)
+class Kept:
+    """What the soak keeps of a checked scenario: an ``Outcome`` holds every event of its
+    turn, and 1,000 of them kept would grow the owner's memory that the soak measures."""
+
+    elapsed: float
+    violations: list[str]
+    finish_reason: str
+    kill_result: str | None
+    action: str
+    fired: str | None
+
+    @classmethod
+    def of(cls, o: Outcome) -> Kept:
+        return cls(o.elapsed, o.violations, o.finish_reason, o.kill_result, o.scenario.control.action, o.fired)
+
+
 class Block:
     """One Runtime's scenarios: what they did, and what was left or noticed around them."""
 
     def __init__(self) -> None:
-        self.outcomes: list[Outcome] = []
+        self.outcomes: list[Kept] = []
+        self.pids: set[int] = set()  # every pid the tools reported
         self.left: list[str] = []  # processes left, a slow close
         self.waiting: list[str] = []  # the owner's requests still open at the block's end
         self.relay: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()  # "cut EventBatch" -> n
         self.rss_during: list[int] = []  # KiB, every MEMORY_EVERY scenarios, the Runtime running
+        self.start_failed: str | None = None
 
 
 MEMORY_EVERY = 25
+START_ATTEMPTS = 3  # a block whose Runtime did not start is run again (counted), on a fresh network
 
 
-def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[str, Any]]) -> Block:
-    """Run ``seeds`` on one fresh Runtime (behind a lossy network with ``--network``)."""
+def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[str, Any]], attempt: int = 0) -> Block:
+    """Run ``seeds`` on one fresh Runtime (behind a lossy network with ``--network``, its
+    faults seeded by the first seed and ``attempt``); none if the Runtime did not start."""
     block = Block()
     with contextlib.ExitStack() as stack:
         policy: NotingPolicy | None = None
         if args.network:
-            relay, policy = stack.enter_context(network(seeds[0], args.rates))
+            relay, policy = stack.enter_context(network(seeds[0] + 1_000_000 * attempt, args.rates))
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-"))
         provider = stack.enter_context(FaultProvider())
-        rt = Runtime(provider.provider(), hosts=2).start()
+        rt = Runtime(provider.provider(), hosts=2)
         try:
+            try:
+                rt.start()
+            except Exception as exc:  # noqa: BLE001 - a finding: reported, and the block is run again
+                noted = policy.drain() if policy is not None else []
+                block.start_failed = f"{type(exc).__name__}: {exc}; network faults meanwhile: {noted}"
+                print(f"the Runtime of seeds {seeds[0]}.. did not start: {block.start_failed}", flush=True)
+                seeds = []
             for seed in seeds:
                 scenario = Scenario.generate(seed, kills=not args.no_kills)
                 before = unanswered(rt)
@@ -141,7 +170,8 @@ def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[st
                 if left_waiting:
                     violations.append(f"{WAITING}: {len(left_waiting)} request(s) never answered: {left_waiting}")
                 outcome.violations = violations
-                block.outcomes.append(outcome)
+                block.outcomes.append(Kept.of(outcome))
+                block.pids.update(reported_pids([outcome]))
                 injected = policy.drain() if policy is not None else []
                 if violations:
                     bugs, unexplained = explain(outcome, violations)
@@ -167,7 +197,7 @@ def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[st
         sid = rt.admin_sid
         if sid is not None and not wait_until(lambda: session_processes(sid) == [], timeout=5):
             block.left.append(f"session {sid}: {session_processes(sid)}")
-        pids = reported_pids(block.outcomes)
+        pids = sorted(block.pids)
         if not wait_until(lambda: not [p for p in pids if alive(p)], timeout=5):
             block.left.append(f"reported by tools: {[p for p in pids if alive(p)]}")
             reap(pids)
@@ -180,17 +210,22 @@ def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[st
 
 def scenarios_part(args: argparse.Namespace) -> dict[str, Any]:
     seeds = list(range(args.seed, args.seed + args.n))
-    outcomes: list[Outcome] = []
+    outcomes: list[Kept] = []
     failures: list[dict[str, Any]] = []
     left_after_close: list[str] = []
     waiting_at_end: list[str] = []
+    start_failures: list[str] = []
     relay: Counter[str] = Counter()
     faults: Counter[str] = Counter()
     rss_after: list[int] = [owner_rss_kib()]  # KiB: before the first block, then after each
     rss_during: list[list[int]] = []
     started = time.monotonic()
     for i in range(0, len(seeds), args.per_runtime):
-        block = run_block(seeds[i : i + args.per_runtime], args, failures)
+        for attempt in range(START_ATTEMPTS):
+            block = run_block(seeds[i : i + args.per_runtime], args, failures, attempt)
+            if block.start_failed is None:
+                break
+            start_failures.append(block.start_failed)
         outcomes.extend(block.outcomes)
         left_after_close.extend(block.left)
         waiting_at_end.extend(block.waiting)
@@ -217,7 +252,7 @@ def scenarios_part(args: argparse.Namespace) -> dict[str, Any]:
     kills: Counter[tuple[str, str]] = Counter()
     for o in outcomes:
         if o.kill_result is not None:
-            kills[(o.scenario.control.action, o.kill_result)] += 1
+            kills[(o.action, o.kill_result)] += 1
     elapsed = [o.elapsed for o in outcomes]
     return {
         "n": len(outcomes),
@@ -230,6 +265,7 @@ def scenarios_part(args: argparse.Namespace) -> dict[str, Any]:
         "unexplained": unexplained,
         "left_after_close": left_after_close,
         "waiting_at_block_end": waiting_at_end,
+        "start_failures": start_failures,
         "kills": {f"{a}/{r}": n for (a, r), n in sorted(kills.items())},
         "finish_reasons": dict(Counter(o.finish_reason for o in outcomes)),
         "controls_fired": dict(Counter((o.fired or "not fired").split(":")[0].split(" ")[0] for o in outcomes)),
@@ -300,6 +336,7 @@ def main() -> None:
             ["callers left waiting", counts.get(WAITING, 0)],
             [f"  {WAITING} at a block's end", len(part["waiting_at_block_end"])],
             ["other violations", counts.get("other violations", 0)],
+            ["Runtime starts that failed (the block run again)", len(part["start_failures"])],
         ]
         for bug in KNOWN_BUGS:
             rows.append([f"  explained by known bug {bug.id}", part["known_bugs"].get(bug.id, 0)])
@@ -318,6 +355,8 @@ def main() -> None:
         print("controls:", weights_line(CONTROL_WEIGHTS))
         for left in part["left_after_close"] + part["waiting_at_block_end"]:
             print("left after close:", left)
+        for failed in part["start_failures"]:
+            print("did not start:", failed)
         if part["network"] is not None:
             net = part["network"]
             print("network faults per frame:", ", ".join(f"{k} {v:.2%}" for k, v in net["rates"].items()))
