@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -253,3 +254,33 @@ def attempt_start(rt: Runtime) -> str | None:
     except Exception as exc:  # noqa: BLE001 - whatever start raises is the finding
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+# found by the soak over a lossy network (seed 401, 5x rates: PoolConfig delayed 782 ms): a
+# host's LeaseWorkers that reaches the pool before the pool's PoolConfig is owed, and the
+# config did not pay what was owed; the host, having asked, waited for ever, and so did
+# every tool call it ran
+def test_tool_calls_run_when_the_pool_gets_its_config_after_a_host_asked_it_for_processes() -> None:
+    seen: dict[str, float] = {}
+
+    def first(name: str) -> Callable[[Frame], bool]:
+        def when(frame: Frame) -> bool:
+            if frame.carries(name) and name not in seen:
+                seen[name] = time.monotonic()
+                return True
+            return False
+
+        return when
+
+    policy = FaultPolicy([Rule(first("PoolConfig"), delay(3000)), Rule(first("LeaseWorkers"), PASS)])
+    with relayed(policy) as relay, ScriptedProvider() as provider:
+        rt = Runtime(provider.provider(retry=FAST), hosts=1, tool_processes=1)
+        try:
+            rt.start()
+            planned(relay.wait_for(lambda: len(seen) == 2, 10), "PoolConfig was held, LeaseWorkers went")
+            planned(seen["LeaseWorkers"] < seen["PoolConfig"] + 3.0, "LeaseWorkers went while PoolConfig was held")
+            provider.add(use_tools(call("add", {"a": 1, "b": 2})), say("three"))
+            seen_events = summary(events_of(rt.run("add", tools=[T.add]), timeout=10))
+        finally:
+            rt.close()
+        assert seen_events == TWO_ROUNDS
