@@ -161,6 +161,7 @@ def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[st
                 block.start_failed = f"{type(exc).__name__}: {exc}; network faults meanwhile: {noted}"
                 print(f"the Runtime of seeds {seeds[0]}.. did not start: {block.start_failed}", flush=True)
                 seeds = []
+            injected: list[str] = []  # the network faults drawn during the scenario just run
             for seed in seeds:
                 scenario = Scenario.generate(seed, kills=not args.no_kills)
                 before = unanswered(rt)
@@ -172,12 +173,14 @@ def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[st
                 outcome.violations = violations
                 block.outcomes.append(Kept.of(outcome))
                 block.pids.update(reported_pids([outcome]))
-                injected = policy.drain() if policy is not None else []
+                before_it, injected = injected, policy.drain() if policy is not None else []
                 if violations:
                     bugs, unexplained = explain(outcome, violations)
-                    record = json_safe(outcome, violations)
-                    failures.append({**record, "known_bugs": bugs, "unexplained": unexplained, "network": injected})
+                    record = {**json_safe(outcome, violations), "known_bugs": bugs, "unexplained": unexplained}
+                    failures.append({**record, "network": {"previous scenario": before_it, "this scenario": injected}})
                     print(format_failure(outcome, violations), flush=True)
+                    for line in before_it:
+                        print(f"  network, in the previous scenario: {line}", flush=True)
                     for line in injected:
                         print(f"  network: {line}", flush=True)
                     print(f"  known bugs: {bugs or 'none'}; unexplained: {len(unexplained)}", flush=True)
