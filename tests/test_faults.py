@@ -338,3 +338,36 @@ def test_run_command_returns_when_its_command_exits_and_ends_what_it_left_in_its
         assert group_processes(shell) == [], "what the command left in its group is still running"
     finally:
         reap([shell])  # the shell's group (the background sleep), so that the thread ends
+
+
+# found by the soak over a lossy network (seed 490 at 5x rates, seed 119 at 1x: a killed call's
+# turn hung after the tool process of the call before it had exited): Thespian learns that a
+# child died on SIGCHLD, but after its actor handles one child's exit it also collects every
+# other child it then finds dead and drops it from its list without reporting it; a tool
+# process that dies while its pool handles another's exit is never reported, its lessee never
+# told, and the call sent to it never ends (fixed in thespian_compat.report_child_exits)
+
+
+def test_a_tool_process_killed_while_its_pool_handles_another_exit_is_reported(runtime: Runtime) -> None:
+    from actors.tools.definition import tool_specs
+    from actors.wire.protocol import PoolConfig
+    from messages import RunTool, ToolCall
+
+    from .actors_for_tests import ExitRaceHost, RaceExits
+
+    spec = tool_specs([F.block])[0]
+    calls = tuple(
+        RunTool(
+            turn_id="t",
+            root_turn_id="t",
+            call=ToolCall(id=cid, name=spec.name, arguments=json.dumps({"seconds": 60})),
+            spec=spec,
+            arguments={"seconds": 60},
+            idempotency_key=f"t:{cid}",
+        )
+        for cid in ("c1", "c2")
+    )
+    config = PoolConfig(spares=0, recycle_after=0, directory=runtime.directory, node="race")
+    asys = runtime.actor_system
+    exited = asys.ask(asys.createActor(ExitRaceHost), RaceExits(config, (calls[0], calls[1]), within=5.0), 30)
+    assert exited == 2  # both killed processes reported to their lessee

@@ -22,6 +22,11 @@ What greenroom patches or calls, and why:
   lost gets its answer, then Thespian closes its transport, which fails the resend still
   pending; that late failure made an answered request raise ``ActorSystemFailure``. It is
   ignored once the answer is in (``tune_delivery``);
+- ``MultiProcReplicator._childExited``: once an actor has handled a child's exit, Thespian
+  collected every other child it then found dead and dropped it unreported (a tool process
+  killed while its pool handled another's exit was never reported, and its call never
+  ended); now only that child is dropped, and the others are left to the SIGCHLD check,
+  which reports them (``report_child_exits``);
 - ``TransmitIntent.identify`` and ``ReceiveEnvelope.identify``: Thespian formats every
   message it sends or an actor receives (``str()`` of the whole message, a turn's history
   included) for a debug line it rarely writes; this names the message's type instead;
@@ -42,7 +47,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["TESTED", "check", "child_pid", "tune_convention", "tune_delivery"]
+__all__ = ["TESTED", "check", "child_pid", "report_child_exits", "tune_convention", "tune_delivery"]
 
 TESTED = ("4.0.1",)
 
@@ -84,6 +89,8 @@ def _internals() -> list[tuple[object, str]]:
         (systemBase.NewActorResponse, "transmit_failed"),
         (systemBase.ExternalOpsToActors, "_run_transport"),
         (multiprocCommon.MultiProcReplicator, "_startChildActor"),
+        (multiprocCommon.MultiProcReplicator, "_childExited"),
+        (multiprocCommon.MultiProcReplicator, "_checkChildLiveness"),
         (multiprocCommon, "ChildInfo"),
     ]
 
@@ -151,6 +158,23 @@ def tune_delivery(retry_every: float, deliver_within: float) -> None:
     TransmitIntent.__init__.__defaults__ = (*defaults[:3], timedelta(seconds=retry_every))
     transport_package.DEFAULT_MAX_TRANSMIT_PERIOD = timedelta(seconds=deliver_within)
     _keep_answered_creates()
+
+
+def report_child_exits() -> None:
+    """Every child's exit is reported to its parent actor, however close together children
+    die (see the module docstring). Set before the ActorSystem starts."""
+    check()
+    from thespian.system.multiprocCommon import MultiProcReplicator
+
+    def child_exited(self: Any, child: Any) -> None:
+        def kept(info: Any) -> bool:  # another child, or this one if it has not exited yet
+            if child in (info.childAddr, getattr(info, "childRealAddr", None)):
+                return bool(self._checkChildLiveness(info))
+            return True
+
+        self._child_procs = [info for info in getattr(self, "_child_procs", []) if kept(info)]
+
+    MultiProcReplicator._childExited = child_exited
 
 
 def _keep_answered_creates() -> None:
