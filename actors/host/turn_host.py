@@ -316,6 +316,8 @@ class TurnHost(Dispatcher):
     def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
         """Stop every live turn (without a store) or leave it to recovery (with one)."""
         self.shutting_down = sender
+        if msg.keep_turns and self.durable is not None:
+            self.durable.leave()  # a shared store's other hosts take the turns over at once
         self.tools.stop_all("the runtime is closing")
         close_mcp_sessions(lambda: self.put(("mcp_closed",)))  # wakes _maybe_shut once they are
         self.llm.close()
