@@ -33,7 +33,7 @@ from messages import ControlReply
 
 from ..errors import ConfigurationError, StoreError
 from ..logs import logger
-from .base import STORE_SCHEMA
+from .base import STORE_SCHEMA, refuse_newer
 from .sql import SQLStore
 from .urls import connectable, keep, redacted, scrub
 
@@ -125,12 +125,7 @@ class PostgresStore(SQLStore):
                         f"{self.location} is not a greenroom turn store: table(s) {', '.join(gone)} missing"
                     )
                 row = self._run("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-                version = int(row[0]) if row is not None else 1
-                if version > STORE_SCHEMA:
-                    raise StoreError(
-                        f"the turn store at {self.location} was written by a newer greenroom (store schema "
-                        f"{version}; this greenroom knows up to {STORE_SCHEMA}): upgrade greenroom to use it"
-                    )
+                refuse_newer(self.location, int(row[0]) if row is not None else 1)
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self._run(statement)
