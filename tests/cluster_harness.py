@@ -1,5 +1,5 @@
-"""A greenroom deployment of several nodes on one machine: network namespaces on one bridge,
-created, faulted and removed here, for the multi-node tests and ``bench/cluster.py``.
+"""A greenroom deployment of several nodes on one machine, in network namespaces on one
+bridge, created, faulted and removed here: for the multi-node tests and ``bench/cluster.py``.
 
     with Cluster(4, tmp_path) as c:          # the bridge, 4 namespaces, PostgreSQL, the provider
         c.start_leader(hosts=1)               # node 0: tests.cluster_leader, driven by c.ask(op=...)
@@ -9,27 +9,25 @@ created, faulted and removed here, for the multi-node tests and ``bench/cluster.
         c.ask(op="run", turn_id="t1", prompt="hello")
     assert leftovers(c) == []
 
-The network: a bridge in this process's (root) namespace on a private /24 (``10.251.X.0/24``,
-X free on this machine), holding ``.1``; node ``i`` is namespace ``i``, linked to the bridge by
-a veth pair, at ``.(10+i)``. Nothing else is touched: no route, no forwarding, nothing on the
-machine's own interfaces. On the bridge address listen what every node shares: the scripted
-provider (in this process; its responder ``Scripts`` answers by prompt and round, so turns
-anywhere, in any order, resumed anywhere, get the same replies) and, with ``store``, a
-throwaway PostgreSQL (``store_url``). Node 0 runs the leader, ``tests.cluster_leader`` (a
-Runtime on that store, on ``PORT``); the others ``greenroom node`` (``python -m actors.cli
-node``). Every process gets ``$GREENROOM_HARNESS`` set to the cluster's tag, and its stderr
-goes to ``tmp/node<i>.log`` (quoted when a node fails to start or the leader fails a command).
+The network: a bridge in this process's namespace on a private /24 (``10.251.X.0/24``, X free
+here), holding ``.1``; node ``i`` is namespace ``i``, linked to it by a veth pair, at
+``.(10+i)``. Nothing else is touched (no route, no forwarding, not the machine's own
+interfaces). On the bridge's address listen what every node shares: the scripted provider
+(in this process; ``Scripts`` answers by prompt and round, so a turn gets the same replies
+wherever it runs or resumes) and, with ``store``, a throwaway PostgreSQL (``store_url``).
+Node 0 runs the leader (``tests.cluster_leader``, a Runtime on ``PORT``), the others
+``greenroom node``. Every process gets ``$GREENROOM_HARNESS`` (the cluster's tag); its stderr
+goes to ``tmp/node<i>.log``, quoted when a node fails to start or the leader a command.
 
-Faults: ``kill(i)`` SIGKILLs, by PID, every process in node i's namespace (its admin, actors,
-tools, anything they started) and removes the namespace: the machine is gone, its address
-answers nothing. ``kill(0, keep=True)`` does it to the leader but keeps the namespace, and
-``start_leader`` starts a new one there. ``partition(i)`` drops every packet in and out of
-node i's link (nftables, in its namespace) until ``heal(i)``.
+Faults: ``kill(i)`` SIGKILLs, by PID, every process in node i's namespace and removes the
+namespace (the machine is gone; its address answers nothing); ``kill(0, keep=True)`` kills
+the leader and keeps its namespace for ``start_leader`` again; ``partition(i)`` drops every
+packet in and out of node i's link (nftables in its namespace) until ``heal(i)``.
 
 The end, however the block ends: every process in every namespace SIGKILLed by PID, the
-namespaces and the bridge removed (with any nftables table, which lives in a namespace),
-PostgreSQL stopped and its directory removed, the provider closed. ``leftovers(c)`` scans
-``/proc`` and the links for anything of the cluster still there.
+namespaces (with any nftables table in them) and the bridge removed, PostgreSQL stopped and
+its directory removed, the provider closed. ``leftovers(c)`` scans ``/proc`` and the links
+for anything of the cluster still there.
 """
 
 from __future__ import annotations
@@ -227,7 +225,10 @@ class Cluster:
 
     def node_of(self, host_id: str) -> int:
         """The index of the node a host id (``NODE/SLOT``, NODE its admin's ``address:port``) is on."""
-        return next(n.index for n in self.nodes if host_id.split("/")[0] == n.name)
+        for n in self.nodes:
+            if host_id.split("/")[0] == n.name:
+                return n.index
+        raise ValueError(f"host {host_id!r} is on no node of the cluster ({[n.name for n in self.nodes]})")
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -261,67 +262,57 @@ class Cluster:
         path = self.nodes[index].log
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
+    def _options(self, hosts: int | None, store: bool, tool_processes: int | None, capabilities: Any) -> list[str]:
+        out = ["--hosts", str(hosts)] if hosts is not None else []
+        if store:
+            assert self.store_url is not None, "this cluster has no store"
+            out += ["--store", self.store_url]
+        out += ["--tool-processes", str(tool_processes)] if tool_processes is not None else []
+        for name, value in (capabilities or {}).items():
+            out += ["--capability", name if value is True else f"{name}={json.dumps(value)}"]
+        return out
+
     def start_leader(
-        self,
-        *extra: str,
-        hosts: int | None = None,
-        store: bool | None = None,
-        capabilities: dict[str, Any] | None = None,
-        timeout: float = 120,
-    ) -> dict[str, Any]:
-        """Start the leader in node 0's namespace (again, after ``kill(0, keep=True)``); its ready line."""
+        self, *extra: str, hosts: int | None = None, store: bool | None = None, tool_processes: int | None = None,
+        capabilities: dict[str, Any] | None = None, timeout: float = 120,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Start the leader in node 0's namespace (again, after ``kill(0, keep=True)``), on the
+        cluster's store unless ``store=False``; its ready line."""
         argv = ["-m", "tests.cluster_leader", self.leader.address, str(PORT), "--provider", self.provider_url]
-        if (self.with_store if store is None else store) and self.store_url:
-            argv += ["--store", self.store_url]
-        if hosts is not None:
-            argv += ["--hosts", str(hosts)]
-        argv += _capability_args(capabilities)
+        argv += self._options(hosts, self.with_store if store is None else store, tool_processes, capabilities)
         self._popen(self.leader, [*argv, *extra], stdin=True)
         self.leader.announced = self._first_line(self.leader, timeout)
         return self.leader.announced
 
     def start_member(
-        self,
-        index: int,
-        *extra: str,
-        hosts: int | None = None,
-        store: bool = False,
-        tool_processes: int | None = None,
-        capabilities: dict[str, Any] | None = None,
-        timeout: float = 120,
-    ) -> dict[str, Any]:
-        """Start ``greenroom node`` in node ``index``'s namespace, joining the leader; its ready line.
-        ``hosts``, ``store`` (the cluster's) and ``tool_processes`` are passed only when given."""
+        self, index: int, *extra: str, hosts: int | None = None, store: bool = False,
+        tool_processes: int | None = None, capabilities: dict[str, Any] | None = None, timeout: float = 120,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Start ``greenroom node`` in node ``index``'s namespace, joining the leader; its ready
+        line. ``--hosts``, ``--store`` (the cluster's) and ``--tool-processes`` only when given."""
         node = self.nodes[index]
         argv = ["-m", "actors.cli", "node", "--leader", self.leader.name, "--listen", node.address]
-        argv += ["--admin-port", str(PORT)]
-        if hosts is not None:
-            argv += ["--hosts", str(hosts)]
-        if store:
-            assert self.store_url is not None, "this cluster has no store"
-            argv += ["--store", self.store_url]
-        if tool_processes is not None:
-            argv += ["--tool-processes", str(tool_processes)]
-        argv += _capability_args(capabilities)
+        argv += ["--admin-port", str(PORT), *self._options(hosts, store, tool_processes, capabilities)]
         self._popen(node, [*argv, *extra])
         node.announced = self._first_line(node, timeout)
         return node.announced
 
-    def request(self, timeout: float = 120, **cmd: Any) -> dict[str, Any]:
-        """Send the leader one command; its answer (``{"error": ...}`` included)."""
+    def request(self, **cmd: Any) -> dict[str, Any]:
+        """Send the leader one command; its answer (``{"error": ...}`` included), waited for
+        a minute longer than the command's own ``timeout``."""
         proc = self.leader.proc
         assert proc is not None and proc.stdin is not None and self.leader.lines is not None
         proc.stdin.write((json.dumps(cmd) + "\n").encode())
         proc.stdin.flush()
-        line = self.leader.lines.readline(timeout)
+        line = self.leader.lines.readline(float(cmd.get("timeout", 60)) + 60)
         if line is None:
             raise RuntimeError(f"the leader exited:\n{self.log_tail(0)}")
         out: dict[str, Any] = json.loads(line)
         return out
 
-    def ask(self, timeout: float = 120, **cmd: Any) -> dict[str, Any]:
+    def ask(self, **cmd: Any) -> dict[str, Any]:
         """``request``, and an error answer fails the test with the leader's log."""
-        out = self.request(timeout, **cmd)
+        out = self.request(**cmd)
         assert "error" not in out, f"{cmd['op']}: {out['error']}\n{self.log_tail(0)}"
         return out
 
@@ -357,13 +348,6 @@ class Cluster:
 
     def heal(self, index: int) -> None:
         heal(self.nodes[index].ns)
-
-
-def _capability_args(capabilities: dict[str, Any] | None) -> list[str]:
-    out: list[str] = []
-    for name, value in (capabilities or {}).items():
-        out += ["--capability", name if value is True else f"{name}={json.dumps(value)}"]
-    return out
 
 
 def _free_prefix() -> str:
