@@ -1,6 +1,6 @@
 """What a turn costs each role of a cluster, and what a cluster does against one node.
 
-    python bench/cluster.py [--turns 40] [--sizes 1,2,4] [--no-store] [--no-count]
+    python bench/cluster.py [--turns 40] [--sizes 1,2,4] [--no-store] [--no-count] [--failover 10]
                                                         (root, iproute2, nftables, PostgreSQL)
 
 Each size is a cluster in network namespaces on one bridge (``tests.cluster_harness``), on
@@ -24,6 +24,10 @@ leader, so its figures include receiving every event); a few warm-up turns first
   included), before and after, net of an idle window, per turn; in the cluster without relays.
 - **Turns/s**: N turns at once, first start to last end, without relays; the ratio is
   against the 1-node cluster of the same run.
+
+- **Time to resume** (``--failover M``, with the store): M durable turns on one member,
+  each in a tool call, when that node is killed (its namespace torn down); from the kill to
+  each caller's ``ToolFinished(interrupted)``, the turn going on elsewhere.
 
 Absolute figures on a shared 2-core machine are noisy; the ratios are the result.
 """
@@ -181,6 +185,27 @@ def measure(size: int, turns: int, store: bool, hosts: int, count: bool, tmp: Pa
     return {"seconds": out["seconds"], "turns_per_s": turns / out["seconds"], "nodes": per_node}
 
 
+def failover(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
+    """Seconds from a node's loss to each of its ``count`` durable turns going on elsewhere."""
+    with Cluster(3, tmp) as c:
+        c.start_leader(hosts=hosts)
+        c.start_member(1, hosts=hosts, store=True, capabilities={"name": "m1", "doomed": True})
+        c.ask(op="wait_node", caps={"name": "m1"}, timeout=60)
+        for i in range(count):
+            effect = str(tmp / f"failover{i}")
+            c.scripts.add(f"f{i}", use_tools(call("side_effect", {"path": effect}), usage=None), Reply(usage=None))
+            c.ask(op="run", turn_id=f"f{i}", prompt=f"f{i}", tools=["side_effect"], requires={"doomed": True})
+        for i in range(count):
+            c.ask(op="wait_progress", turn_id=f"f{i}", timeout=120)
+        c.start_member(2, hosts=hosts, store=True, capabilities={"name": "m2", "doomed": True})
+        c.ask(op="wait_node", caps={"name": "m2"}, timeout=60)
+        killed = time.monotonic()
+        c.kill(1)
+        resumed = [c.ask(op="wait_event", turn_id=f"f{i}", kind="tool_finished", timeout=120)["at"] - killed
+                   for i in range(count)]  # fmt: skip
+    return {"turns": count, "p50_s": sorted(resumed)[len(resumed) // 2], "max_s": max(resumed)}
+
+
 def by_role(size: int, per_node: dict[int, dict[str, float]], key: str) -> dict[str, float]:
     return {role: sum(per_node[i][key] for i in nodes) for role, nodes in ROLES[size].items()}
 
@@ -192,6 +217,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=1, help="TurnHosts per node")
     parser.add_argument("--no-store", action="store_true", help="no PostgreSQL: turns are not durable")
     parser.add_argument("--no-count", action="store_true", help="skip the message counts (a cluster less per size)")
+    parser.add_argument("--failover", type=int, default=0, metavar="M", help="also time M turns' resumption")
     args = parser.parse_args()
     if (why := available()) is not None:
         parser.error(why)
@@ -204,6 +230,7 @@ def main() -> None:
             results[size] = {"speed": speed}
             if not args.no_count:
                 results[size]["count"] = measure(size, args.turns, not args.no_store, args.hosts, True, Path(tmp))
+        resume = failover(args.failover, args.hosts, Path(tmp)) if args.failover else None
     base = results[1]["speed"]["turns_per_s"]
     rows = []
     for size, r in results.items():
@@ -215,9 +242,13 @@ def main() -> None:
     print()
     rows = [[size, r["speed"]["turns_per_s"], r["speed"]["turns_per_s"] / base] for size, r in results.items()]
     print(table(rows, ["nodes", "turns/s", "x 1 node"]))
-    print(json.dumps({str(k): v for k, v in results.items()}))
+    if resume is not None:
+        print(f"\na node lost with {resume['turns']} durable turns: each resumed elsewhere within "
+              f"p50 {resume['p50_s']:.2f} s, max {resume['max_s']:.2f} s of the kill")  # fmt: skip
+    out = {str(k): v for k, v in results.items()}
+    print(json.dumps({"results": out, "failover": resume}))
     print("saved", save("cluster", {"turns": args.turns, "hosts": args.hosts, "store": not args.no_store,
-                                    "results": {str(k): v for k, v in results.items()}}))  # fmt: skip
+                                    "results": out, "failover": resume}))  # fmt: skip
 
 
 if __name__ == "__main__":

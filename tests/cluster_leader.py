@@ -186,8 +186,10 @@ class Leader:
         return {"host": self.turns[turn_id].host}
 
     def op_wait_event(self, turn_id: str, kind: str, timeout: float = 60) -> dict[str, Any]:
-        event = self.turns[turn_id].wait_for(lambda e: e.kind == kind, timeout=timeout)
-        return {"event": event_json(event), "data": getattr(event, "data", None)}
+        handle = self.turns[turn_id]
+        event = handle.wait_for(lambda e: e.kind == kind, timeout=timeout)
+        at = handle.received_at(event.seq)  # time.monotonic(): the same clock in every process here
+        return {"event": event_json(event), "data": getattr(event, "data", None), "at": at}
 
     def op_wait_progress(self, turn_id: str, timeout: float = 30) -> dict[str, Any]:
         return {"data": self.op_wait_event(turn_id, "tool_progress", timeout)["data"]}

@@ -231,27 +231,30 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
 @pytest.mark.heavy
 @pytest.mark.timeout(400)
 def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_members_rejoin_a_new_leader(
-    cluster: Cluster,
+    cluster: Cluster, tmp_path: Path
 ) -> None:
     boot(cluster, [1, 2])
-    held, later_held = threading.Event(), threading.Event()
+    held, later_held, marker = threading.Event(), threading.Event(), tmp_path / "stopped"
     cluster.scripts.add("t_on", say("still here").but(hold=held, hold_after=1))
     cluster.scripts.add("t_wait", use_tools(call("delete_file", {"path": "/nonexistent"})), say("done"))
+    cluster.scripts.add("t_halt", use_tools(call("shell", {"command": "sleep 300", "marker": str(marker)})))
     cluster.scripts.add("t_later", say("attached").but(hold=later_held, hold_after=1))
     cluster.ask(op="run", turn_id="t_on", prompt="t_on", requires={"name": "m1"})
     cluster.ask(op="run", turn_id="t_wait", prompt="t_wait", tools=["delete_file"], requires={"name": "m2"})
+    cluster.ask(op="run", turn_id="t_halt", prompt="t_halt", tools=["shell"], requires={"name": "m1"})
     cluster.ask(op="run", turn_id="t_later", prompt="t_later", requires={"name": "m2"})
     cluster.ask(op="wait_event", turn_id="t_wait", kind="tool_approval_request")
-    cluster.provider.wait_for_requests(3, timeout=60)  # type: ignore[union-attr]
+    pgid = cluster.ask(op="wait_progress", turn_id="t_halt")["data"]["pgid"]
+    cluster.provider.wait_for_requests(4, timeout=60)  # type: ignore[union-attr]
     cluster.kill(0, keep=True)
-    held.set()  # the streams go on with no leader
+    held.set()  # the stream goes on with no leader
     assert wait_until(lambda: cluster.store().route("t_on").status == "finished", timeout=60)
     assert merged(stored(cluster, "t_on")) == [["turn_started"], ["text", "still here"], ["finish", "stop"]]
     url = cluster.store_url
     assert url is not None
-    approved = cluster.cli(1, "approve", "t_wait", "call_1", "--store", url, "--json")
+    approved = cluster.cli(1, "approve", "t_wait", "call_1", "--store", url, "--json")  # from a member: m1
     assert approved.returncode == 0, approved.stderr
-    assert json.loads(approved.stdout)["ok"] is True
+    assert {k: json.loads(approved.stdout)[k] for k in ("turn_id", "ok")} == {"turn_id": "t_wait", "ok": True}
     assert wait_until(lambda: cluster.store().route("t_wait").status == "finished", timeout=60)
     assert merged(stored(cluster, "t_wait"))[-4:] == [
         ["tool_call_started", "call_1"],
@@ -261,16 +264,27 @@ def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_
     ]
     shown = cluster.cli(2, "turns", "show", "t_wait", "--store", url, "--json")
     assert shown.returncode == 0, shown.stderr
-    assert [e["kind"] for e in json.loads(shown.stdout)["events"]][-1] == "finish"
+    data = json.loads(shown.stdout)
+    assert (data["status"], data["finish_reason"]) == ("finished", "stop")
+    assert data["events"] == [e.model_dump(mode="json") for e in cluster.store().events("t_wait")]
+    halted = cluster.cli(2, "stop", "t_halt", "--store", url, "--reason", "no leader", "--json")
+    assert halted.returncode == 0, halted.stderr
+    assert wait_until(lambda: cluster.store().route("t_halt").status == "finished", timeout=60)
+    assert merged(stored(cluster, "t_halt"))[-3:] == [
+        ["tool_finished", "call_1", "interrupted"],
+        ["error", "stopped", "Agent run stopped"],
+        ["finish", "stopped"],
+    ]
+    assert wait_until(lambda: group_members(pgid) == [])
+    assert marker.read_text() == "stopped\n"
     cluster.start_leader(hosts=1)  # a new leader: the members join it again
-    assert wait_until(
-        lambda: sorted(n["node"] for n in cluster.ask(op="nodes")["nodes"]) == [cluster.nodes[1].name, cluster.nodes[2].name],
-        timeout=60,
-    )
+    members = sorted([cluster.nodes[1].name, cluster.nodes[2].name])
+    assert wait_until(lambda: sorted(n["node"] for n in cluster.ask(op="nodes")["nodes"]) == members, timeout=60)
     cluster.ask(op="attach", turn_id="t_later")  # a turn still running on a member, found from the new leader
     later_held.set()
     later = cluster.ask(op="result", turn_id="t_later")
     assert merged(later["events"]) == [["turn_started"], ["text", "attached"], ["finish", "stop"]]
+    assert [e[0] for e in later["events"]] == list(range(len(later["events"])))
 
 
 def test_a_turn_without_a_store_on_a_lost_node_ends_host_lost_at_its_caller(tmp_path: Path) -> None:
