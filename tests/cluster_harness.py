@@ -41,49 +41,23 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors.testing import Reply, Request, ScriptedProvider, fail
+from actors.testing import ScriptedProvider
 from actors.testing.netns import Bridge, Namespace, heal, partition
 from actors.testing.postgres import ThrowawayPostgres
+
+from .cluster_scripts import Scripts
+
+__all__ = ["PORT", "Cluster", "Node", "Scripts", "leftovers"]
 
 ROOT = Path(__file__).resolve().parents[1]
 PORT = 1900
 TAG_VAR = "GREENROOM_HARNESS"
 _clusters = itertools.count(1)
-
-
-class Scripts:
-    """The provider's responder: round ``k`` of a turn whose first user message is ``prompt``
-    gets the ``k``-th reply added for that prompt (a reply, or a function of the request);
-    ``k`` is the number of assistant messages the request carries. ``asked`` counts requests
-    by (prompt, round)."""
-
-    def __init__(self) -> None:
-        self._replies: dict[str, list[Reply | Callable[[Request], Reply]]] = {}
-        self._lock = threading.Lock()
-        self.asked: Counter[tuple[str, int]] = Counter()
-
-    def add(self, prompt: str, *replies: Reply | Callable[[Request], Reply]) -> None:
-        with self._lock:
-            self._replies[prompt] = list(replies)
-
-    def __call__(self, request: Request) -> Reply:
-        prompt = next((m.get("content") for m in request.messages if m.get("role") == "user"), None)
-        rounds = sum(1 for m in request.messages if m.get("role") == "assistant")
-        with self._lock:
-            self.asked[(str(prompt), rounds)] += 1
-            replies = self._replies.get(str(prompt), [])
-        if rounds >= len(replies):
-            return fail(400, f"no reply scripted for round {rounds} of {prompt!r}")
-        reply = replies[rounds]
-        return reply if isinstance(reply, Reply) else reply(request)
 
 
 class _Lines:
@@ -150,7 +124,7 @@ class Cluster:
         try:
             self._set_up()
         except BaseException:
-            self._stack.close()
+            self._close()
             raise
         return self
 
@@ -169,14 +143,29 @@ class Cluster:
         stack.callback(self._end_processes)  # first of all at the end
 
     def __exit__(self, *exc: object) -> None:
-        self._stack.close()
+        self._close()
+
+    def _close(self) -> None:
+        """Everything taken down, with SIGALRM held meanwhile: a test's timeout (pytest-timeout
+        raises from SIGALRM) fires after the end, not in the middle of it."""
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        try:
+            self._stack.close()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def _end_processes(self) -> None:
         if self._store is not None:
             with contextlib.suppress(Exception):
                 self._store.close()
+        survived = []
         for node in self.nodes:
-            self._kill_all(node)
+            try:
+                self._kill_all(node)
+            except RuntimeError as exc:  # the others are ended all the same
+                survived.append(str(exc))
+        if survived:
+            raise RuntimeError("; ".join(survived))
 
     def _kill_all(self, node: Node) -> None:
         """SIGKILL every process in the node's namespace, by PID, until none is left; reap ours."""
