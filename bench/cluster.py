@@ -22,6 +22,8 @@ leader, so its figures include receiving every event); a few warm-up turns first
   (the convention's heartbeats), per turn.
 - **CPU**: user + system time of every process in a node's namespace (children reaped
   included), before and after, net of an idle window, per turn; in the cluster without relays.
+  The leader's is also given for its caller alone (the process of the Runtime that started
+  the turns and receives their events): the rest is what the leader itself costs.
 - **Turns/s**: N turns at once, first start to last end, without relays; the ratio is
   against the 1-node cluster of the same run.
 
@@ -118,14 +120,22 @@ def relayed(ns: Namespace, rule: Rule, exclude: list[int]) -> Iterator[FaultRela
         relay.stop()
 
 
-def cpu_seconds(ns: Namespace) -> float:
-    """User + system time of every process in ``ns``, with the children they reaped."""
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system time of these processes, with the children they reaped."""
     total = 0
-    for pid in ns.processes():
+    for pid in pids:
         with contextlib.suppress(OSError, IndexError):
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += sum(int(f) for f in fields[11:15])
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(c: Cluster) -> dict[Any, float]:
+    """Each node's CPU time (every process in its namespace), and the leader's caller's (the
+    process of its Runtime, where the turns' events arrive) under ``"caller"``."""
+    out: dict[Any, float] = {n.index: cpu_seconds(n.ns.processes()) for n in c.nodes}
+    out["caller"] = cpu_seconds([c.leader.announced["pid"]])
+    return out
 
 
 def responder_replies() -> tuple[Reply, Reply]:
@@ -163,11 +173,11 @@ def measure(size: int, turns: int, store: bool, hosts: int, count: bool, tmp: Pa
                 relays.enter_context(relayed(node.ns, tally.rule(node.index), exclude))
         boot(c, size, store, hosts)
         batch(c, size, "warm", 4)
-        before = {n.index: cpu_seconds(n.ns) for n in c.nodes}, tally.snapshot(), time.monotonic()
+        before = cpu_of(c), tally.snapshot(), time.monotonic()
         time.sleep(IDLE)  # the idle window: what the cluster costs with no turn
-        idle = {n.index: cpu_seconds(n.ns) for n in c.nodes}, tally.snapshot(), time.monotonic()
+        idle = cpu_of(c), tally.snapshot(), time.monotonic()
         out = batch(c, size, "b", turns)
-        after = {n.index: cpu_seconds(n.ns) for n in c.nodes}, tally.snapshot(), time.monotonic()
+        after = cpu_of(c), tally.snapshot(), time.monotonic()
     idle_s, busy_s = idle[2] - before[2], after[2] - idle[2]
 
     def per_turn(i: int, value: Any) -> tuple[float, float]:
@@ -182,6 +192,7 @@ def measure(size: int, turns: int, store: bool, hosts: int, count: bool, tmp: Pa
         sent, _ = per_turn(i, lambda s, i: s[1][0][i])
         per_node[i] = {"cpu_ms": cpu * 1000, "received": received, "sent": sent,
                        "idle_cpu_ms_per_s": cpu_idle * 1000, "idle_frames_per_s": received_idle}  # fmt: skip
+    per_node[0]["caller_cpu_ms"] = per_turn(0, lambda s, i: s[0]["caller"])[0] * 1000
     return {"seconds": out["seconds"], "turns_per_s": turns / out["seconds"], "nodes": per_node}
 
 
@@ -238,6 +249,8 @@ def main() -> None:
         frames = by_role(size, r["count"]["nodes"], "received") if "count" in r else {}
         for role in ROLES[size]:
             rows.append([size, role, cpu[role], frames.get(role, float("nan"))])
+            if role.startswith("leader"):
+                rows.append([size, "  of which its caller", r["speed"]["nodes"][0]["caller_cpu_ms"], float("nan")])
     print(table(rows, ["nodes", "role", "CPU ms/turn", "frames in/turn"]))
     print()
     rows = [[size, r["speed"]["turns_per_s"], r["speed"]["turns_per_s"] / base] for size, r in results.items()]

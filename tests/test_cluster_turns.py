@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,17 @@ def boot(c: Cluster, members: list[int], store: bool = True, **capabilities: dic
     for i in members:
         start_member(c, i, store, capabilities.get(f"m{i}", {}))
     if store:
-        assert wait_until(lambda: live_nodes(c) == {0, *members}, timeout=60), live_nodes(c)
+        assert polled(lambda: live_nodes(c) == {0, *members}, timeout=60), live_nodes(c)
+
+
+def polled(predicate: Callable[[], bool], timeout: float) -> bool:
+    """``wait_until`` for conditions read from the store or the leader: looked at 5 times a second."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)  # polling a database: no event to wait on
+    return True
 
 
 def start_member(c: Cluster, i: int, store: bool = True, capabilities: dict[str, Any] | None = None) -> None:
@@ -163,7 +174,7 @@ def test_a_node_killed_mid_turn_with_ten_durable_turns_each_resumed_elsewhere_no
         where = cluster.ask(op="wait_progress", turn_id=turn_id, timeout=120)["data"]["netns"]
         assert (where, cluster.node_of(cluster.ask(op="host", turn_id=turn_id)["host"])) == (netns(cluster, 2), 2)
     start_member(cluster, 3, capabilities={"doomed": True})  # somewhere for them to go that can run them
-    assert wait_until(lambda: 3 in live_nodes(cluster), timeout=60)
+    assert polled(lambda: 3 in live_nodes(cluster), timeout=60)
     cluster.kill(2)
     for turn_id in turns:  # were any call run again, it would return at once and show
         (tmp_path / f"{turn_id}.release").touch()
@@ -218,7 +229,7 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
     assert cluster.node_of(owner.host_id) != cut
     cluster.heal(cut)
     effect.with_suffix(".release").touch()  # were the call still running there, it would return now
-    assert wait_until(lambda: cut in live_nodes(cluster), timeout=60)  # back, with a lease again
+    assert polled(lambda: cut in live_nodes(cluster), timeout=60)  # back, with a lease again
     cluster.scripts.add("t_back", say("back"))  # and running turns: its host has handled what came meanwhile
     cluster.ask(op="run", turn_id="t_back", prompt="t_back", requires={"name": f"m{cut}"})
     assert merged(cluster.ask(op="result", turn_id="t_back")["events"])[-1] == ["finish", "stop"]
@@ -248,14 +259,14 @@ def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_
     cluster.provider.wait_for_requests(4, timeout=60)  # type: ignore[union-attr]
     cluster.kill(0, keep=True)
     held.set()  # the stream goes on with no leader
-    assert wait_until(lambda: cluster.store().route("t_on").status == "finished", timeout=60)
+    assert polled(lambda: cluster.store().route("t_on").status == "finished", timeout=60)
     assert merged(stored(cluster, "t_on")) == [["turn_started"], ["text", "still here"], ["finish", "stop"]]
     url = cluster.store_url
     assert url is not None
     approved = cluster.cli(1, "approve", "t_wait", "call_1", "--store", url, "--json")  # from a member: m1
     assert approved.returncode == 0, approved.stderr
     assert {k: json.loads(approved.stdout)[k] for k in ("turn_id", "ok")} == {"turn_id": "t_wait", "ok": True}
-    assert wait_until(lambda: cluster.store().route("t_wait").status == "finished", timeout=60)
+    assert polled(lambda: cluster.store().route("t_wait").status == "finished", timeout=60)
     assert merged(stored(cluster, "t_wait"))[-4:] == [
         ["tool_call_started", "call_1"],
         ["tool_finished", "call_1", "failed"],
@@ -269,7 +280,7 @@ def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_
     assert data["events"] == [e.model_dump(mode="json") for e in cluster.store().events("t_wait")]
     halted = cluster.cli(2, "stop", "t_halt", "--store", url, "--reason", "no leader", "--json")
     assert halted.returncode == 0, halted.stderr
-    assert wait_until(lambda: cluster.store().route("t_halt").status == "finished", timeout=60)
+    assert polled(lambda: cluster.store().route("t_halt").status == "finished", timeout=60)
     assert merged(stored(cluster, "t_halt"))[-3:] == [
         ["tool_finished", "call_1", "interrupted"],
         ["error", "stopped", "Agent run stopped"],
@@ -279,7 +290,7 @@ def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_
     assert marker.read_text() == "stopped\n"
     cluster.start_leader(hosts=1)  # a new leader: the members join it again
     members = sorted([cluster.nodes[1].name, cluster.nodes[2].name])
-    assert wait_until(lambda: sorted(n["node"] for n in cluster.ask(op="nodes")["nodes"]) == members, timeout=60)
+    assert polled(lambda: sorted(n["node"] for n in cluster.ask(op="nodes")["nodes"]) == members, timeout=60)
     cluster.ask(op="attach", turn_id="t_later")  # a turn still running on a member, found from the new leader
     later_held.set()
     later = cluster.ask(op="result", turn_id="t_later")
