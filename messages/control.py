@@ -22,11 +22,11 @@ from .llm import ProviderConfig
 from .tool import ToolSpec
 
 __all__ = [
+    "TURN_COMMANDS",
     "CancelTurn",
     "Consumed",
     "ControlReply",
     "RejectCode",
-    "TURN_COMMANDS",
     "RespondToApprovals",
     "StartTurn",
     "StopCause",
@@ -109,7 +109,8 @@ class StartTurn(Message):
     ``tools`` takes ``ToolSpec``s, or tools as functions and ``Tool`` objects, as
     ``Runtime.run`` does. ``trace_context`` (a W3C ``traceparent``/``tracestate`` carrier,
     ``{}`` for a new trace) asks for the turn's OpenTelemetry spans, children of its parent;
-    without it nothing is traced."""
+    without it nothing is traced. ``requires`` names node capabilities the turn's host must
+    have (placement across nodes); a host that receives the message runs the turn anyway."""
 
     kind: Literal["start_turn"] = "start_turn"
     turn_id: str = Field(default_factory=new_turn_id)
@@ -121,6 +122,7 @@ class StartTurn(Message):
     root_turn_id: str | None = None
     trace_context: dict[str, str] | None = None
     window: int | None = Field(default=None, ge=1)  # the sender's flow control, as in Subscribe
+    requires: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("tools", mode="before")
     @classmethod

@@ -137,7 +137,7 @@ class Cluster:
             address = f"{self.bridge.prefix}.{10 + i}"
             self.nodes.append(Node(i, ns, address, self.bridge.attach(ns, address), self.tmp / f"node{i}.log"))
         if self.with_store:
-            self.pg = stack.enter_context(ThrowawayPostgres(self.bridge.address, allow=f"{self.bridge.prefix}.0/24"))
+            self.pg = stack.enter_context(ThrowawayPostgres(self.bridge.address))  # trusts the bridge's subnet
             self.pg_dir = str(self.pg._dir)  # its processes run there: leftovers() looks for them
         self.provider = stack.enter_context(ScriptedProvider(responder=self.scripts, host=self.bridge.address))
         stack.callback(self._end_processes)  # first of all at the end

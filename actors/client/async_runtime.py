@@ -77,11 +77,12 @@ class AsyncRuntime:
         turn_id: str | None = None,
         system: str | None = None,
         timeout: float = 10.0,
+        requires: dict[str, Any] | None = None,
     ) -> AsyncTurnHandle:
         """Start a turn; see ``Runtime.run``."""
         if not self.sync._started:
             await self.start()
-        stream = self.sync._start_turn(messages, tools, provider, options, turn_id, system)
+        stream = self.sync._start_turn(messages, tools, provider, options, turn_id, system, requires)
         handle = AsyncTurnHandle(self.sync._command, stream)
         if turn_id is not None:
             await handle._wait_index(0, timeout)  # raises ControlRejected if the id is taken

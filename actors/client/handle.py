@@ -79,6 +79,12 @@ class _Handle:
         reading past what came then raises ``ReaderDropped``."""
         return self._stream.dropped
 
+    @property
+    def host(self) -> str | None:
+        """The id of the host running the turn as this handle last knew it (``node/slot``,
+        where ``node`` is that node's ``host:port``); None until it is known."""
+        return self._stream.host_id
+
     def received_at(self, seq: int) -> float | None:
         """When (``time.monotonic()``) this process received event ``seq``, for latency figures."""
         return self._stream.received_at(seq)

@@ -24,7 +24,7 @@ from messages import ControlReply, Error, ListNodes, MembershipChanged, NodeInfo
 
 from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
 from ..telemetry.metrics import MetricBatch
-from ..wire.protocol import EventBatch, HostReplaced, ShutdownDone, SpanBatch
+from ..wire.protocol import EventBatch, HostReplaced, NodesChanged, ShutdownDone, SpanBatch
 from .stream import TurnStream
 
 __all__ = ["Inbound"]
@@ -38,7 +38,7 @@ class Inbound:
     def __init__(
         self,
         closed: Callable[[], bool],
-        on_host_replaced: Callable[[HostReplaced], None],
+        on_host_replaced: Callable[[HostReplaced | NodesChanged], None],
         on_spans: Callable[[list[Any]], None] = lambda spans: None,
         on_forgotten: Callable[[str], None] = lambda turn_id: None,
         on_metrics: Callable[[MetricBatch], None] = lambda batch: None,
@@ -58,6 +58,8 @@ class Inbound:
         self._members: dict[str, dict[str, Any]] = {}
         self._members_cond = threading.Condition()
         self._next_gap_check = 0.0
+        # a host says a turn moved (``Error(turn_moved)``): the Runtime follows it
+        self.on_moved: Callable[[str, TurnStream, str], None] = lambda turn_id, stream, why: None
 
     # -- what callers wait on -------------------------------------------------------------
 
@@ -144,6 +146,9 @@ class Inbound:
         elif isinstance(msg, TurnEvent):
             self._events([msg])
         elif isinstance(msg, ControlReply):
+            if msg.ok and msg.command == "subscribe" and (stream := self.stream(msg.turn_id)) is not None:
+                stream.host = stream.host or sender  # a turn attached to: its host answered (its id
+                # is learned when the Runtime looks it up: ``TurnHandle.host``)
             future = self.forget(msg.request_id) if msg.request_id else None
             if future is not None:
                 future.set_result(msg)
@@ -153,7 +158,7 @@ class Inbound:
             self._resolve(msg.request_id or "", msg)
         elif isinstance(msg, MembershipChanged):
             self._member(msg)
-        elif isinstance(msg, HostReplaced):
+        elif isinstance(msg, (HostReplaced, NodesChanged)):
             self._on_host_replaced(msg)
         elif isinstance(msg, ShutdownDone):
             self._resolve(f"ShutdownDone:{msg.slot}", msg)
@@ -180,6 +185,8 @@ class Inbound:
                 if isinstance(event, Error) and event.error_type == "reader_dropped":
                     stream.drop(event.message)
                     self.drop(event.turn_id, stream)
+                elif isinstance(event, Error) and event.error_type == "turn_moved":
+                    self.on_moved(event.turn_id, stream, event.message)
                 continue
             touched[event.turn_id] = stream
             if stream.deliver(event, wake=False):

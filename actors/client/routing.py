@@ -1,20 +1,28 @@
-"""Where a Runtime's messages for its turns go: the TurnHost of each turn's slot.
+"""Where a Runtime's messages for turns go: the host each turn was placed on, or its directory.
 
-A turn lives on the host of its slot (``names.slot_of``), so a start, a command or a
-subscription goes straight there without asking anyone.
+A new turn is placed on a host of the cluster's table (``NodesChanged``, from the
+directory) by rendezvous hashing over the hosts whose store is the Runtime's (none, or the
+same one) on nodes with the capabilities the turn ``requires`` (``wire.placement``: no
+message, no load report, and a host that leaves moves only its own turns). The turn's
+stream remembers its host (``TurnStream.host``); a command for a turn this Runtime neither
+started nor follows goes where the turn would have been placed, and a host that does not
+run it finds it (``cluster.routes``, ``host.registry``).
 
 - Order: Thespian does not order messages, so a command for a turn whose ``StartTurn`` has
   not been acknowledged yet is held here and sent once it is (the host then has the turn);
-  it can never overtake the start, however slow the network is.
+  it can never overtake the start, however slow the network is. The same holds while a
+  moved turn is being followed to its new host.
 - A message the transport could not deliver, after its own retries, fails its waiter: a
   command's future raises ``HostUnreachable``, a starting turn's stream ends ``host_lost``,
   and so do the commands held for it. A resend after a lost acknowledgement is not a
   failure: the receiver acknowledges it again and delivers it once (``wire.frames``).
 - Flow control: each stream's window travels in ``StartTurn``/``Subscribe``, and what its
   readers read goes back to the host as ``Consumed``.
-- When a host dies the directory starts a replacement and says so (``HostReplaced``): the
-  turns recovered there (with a store) are followed on it from the last event seen; the
-  others end here with ``Error`` + ``Finish(error)``, never a hang.
+- A host that dies on this node is replaced (``HostReplaced``): the turns recovered there
+  (with a store) are followed on it from the last event seen. A host that leaves the table
+  (its node was lost) or says a turn moved (``Error(turn_moved)``): a durable turn is
+  followed to the host that took it over (``follow``); the others end here with
+  ``Error`` + ``Finish(error)``, never a hang.
 """
 
 from __future__ import annotations
@@ -22,18 +30,22 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from messages import Consumed, ControlReply, StartTurn, Subscribe, Unsubscribe, unaddressed
 
-from ..cluster.names import slot_of
+from ..cluster.membership import matches
 from ..errors import ConfigurationError, HostUnreachable
-from ..wire.protocol import HostReplaced, Shutdown
+from ..wire.placement import rendezvous
+from ..wire.protocol import HostReplaced, NodeRecord, NodesChanged, Shutdown
 from .endpoint import Endpoint
 from .receiving import Inbound
 from .stream import TurnStream
 
 __all__ = ["Hosts", "addressed"]
+
+Held = list[tuple[Any, concurrent.futures.Future[ControlReply]]]
 
 
 def addressed(command: Any) -> None:
@@ -44,19 +56,68 @@ def addressed(command: Any) -> None:
 
 
 class Hosts:
-    """The addresses of a Runtime's TurnHosts, by slot. Any thread may send through it; only
-    the pump thread changes an address (``replaced``), one list item at a time."""
+    """The cluster's hosts as this Runtime places turns on them. Any thread may send
+    through it; the table changes on the pump thread, one assignment at a time."""
 
-    def __init__(self, endpoint: Endpoint, inbound: Inbound, addresses: list[Any], window: int | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        inbound: Inbound,
+        directory: Any,
+        local: NodeRecord,
+        window: int | None = None,
+        follow: Callable[[str, TurnStream, str | None], None] | None = None,
+    ) -> None:
         self._endpoint = endpoint
         self._inbound = inbound
-        self._addresses = list(addresses)
+        self._directory = directory
+        self.store_id = local.store_id
+        self._nodes: list[NodeRecord] = [local]
+        self._local = local.node
         self.window = window
+        self._follow = follow  # None: no store every node reaches, a moved turn cannot be followed
         self._lock = threading.Lock()
-        self._starting: dict[str, list[tuple[Any, concurrent.futures.Future[ControlReply]]]] = {}
+        self._held: dict[str, Held] = {}  # turn id -> commands waiting for its start, or its new host
+
+    # -- where -----------------------------------------------------------------------------
+
+    def place(self, turn_id: str, requires: dict[str, Any]) -> Any:
+        """The host a new turn goes to; ``ConfigurationError`` if none can take it."""
+        hosts = {
+            host_id: address
+            for node in self._nodes
+            if node.store_id == self.store_id and matches(node.capabilities, requires)
+            for host_id, address in node.host_ids()
+        }
+        chosen = rendezvous(turn_id, hosts)
+        if chosen is None:
+            raise ConfigurationError(f"no host can run this turn: no node on this store has {requires}")
+        return hosts[chosen]
+
+    def host_id(self, address: Any) -> str | None:
+        """The id (``node/slot``) of the host at ``address``, if it is in the table."""
+        for node in self._nodes:
+            for host_id, at in node.host_ids():
+                if at == address:
+                    return host_id
+        return None
+
+    def _at(self, stream: TurnStream, address: Any) -> None:
+        stream.host, stream.host_id = address, self.host_id(address)
 
     def of(self, turn_id: str) -> Any:
-        return self._addresses[slot_of(turn_id, len(self._addresses))]
+        """Where to send a message for ``turn_id``: its host if this Runtime knows it, else
+        the host it would have been placed on, else the directory."""
+        stream = self._inbound.stream(turn_id)
+        host = stream.host if stream is not None else None
+        if host is None:
+            try:
+                host = self.place(turn_id, {})
+            except ConfigurationError:
+                host = self._directory
+        return host
+
+    # -- sending ----------------------------------------------------------------------------
 
     def open(self, turn_id: str, since: int, fresh: bool) -> TurnStream:
         """A stream for ``turn_id`` whose readers' progress goes back to its host."""
@@ -67,40 +128,42 @@ class Hosts:
         return self._inbound.open_stream(turn_id, since, fresh, self.window, consumed, resend)
 
     def start(self, start: StartTurn) -> TurnStream:
-        """Send ``StartTurn``; the turn's stream, which follows its events from 0."""
+        """Place the turn and send ``StartTurn``; the turn's stream, which follows its events from 0."""
         tid = start.turn_id
+        host = self.place(tid, start.requires)
         stream = self.open(tid, 0, fresh=True)
+        self._at(stream, host)
         with self._lock:
-            self._starting[tid] = []
+            self._held[tid] = []
 
         def lost() -> None:
             stream.lost("its host cannot be reached")
-            for command, future in self._started(tid):
+            for command, future in self._release(tid):
                 _unreachable(command, future, self._inbound)
 
         def sent() -> None:
-            for command, future in self._started(tid):
+            for command, future in self._release(tid):
                 self._send(command, future)
 
         message = start if start.window == self.window else start.model_copy(update={"window": self.window})
-        self._endpoint.send(self.of(tid), message, lost, sent)
+        self._endpoint.send(host, message, lost, sent)
         return stream
 
-    def _started(self, turn_id: str) -> list[tuple[Any, concurrent.futures.Future[ControlReply]]]:
+    def _release(self, turn_id: str) -> Held:
         with self._lock:
-            return self._starting.pop(turn_id, [])
+            return self._held.pop(turn_id, [])
 
     def command(self, command: Any) -> concurrent.futures.Future[ControlReply]:
-        """Send a command to its turn's host (after its ``StartTurn``, if that is still on its
-        way); the future gets the turn's ``ControlReply``. A future cancelled by its waiter
-        is forgotten."""
+        """Send a command to its turn's host (after its ``StartTurn``, or once the turn is
+        found on its new host, if either is under way); the future gets the turn's
+        ``ControlReply``. A future cancelled by its waiter is forgotten."""
         if command.request_id is None:
             command = command.model_copy(update={"request_id": uuid.uuid4().hex})
         rid = command.request_id
         future = self._inbound.expect(rid)
         future.add_done_callback(lambda f: self._inbound.forget(rid) if f.cancelled() else None)
         with self._lock:
-            held = self._starting.get(command.turn_id)
+            held = self._held.get(command.turn_id)
             if held is not None:
                 held.append((command, future))
                 return future
@@ -108,10 +171,21 @@ class Hosts:
         return future
 
     def _send(self, command: Any, future: concurrent.futures.Future[ControlReply]) -> None:
-        self._endpoint.send(self.of(command.turn_id), command, lambda: _unreachable(command, future, self._inbound))
+        tid = command.turn_id
+
+        def lost() -> None:  # a durable turn's host is gone: the command waits for where it went
+            stream = self._inbound.stream(tid)
+            if self._follow is None or stream is None or stream.finished:
+                return _unreachable(command, future, self._inbound)
+            with self._lock:
+                self._held.setdefault(tid, []).append((command, future))
+            self.moved(tid, stream, "its host cannot be reached")
+
+        self._endpoint.send(self.of(tid), command, lost)
 
     def subscribe(self, turn_id: str, since: int) -> tuple[TurnStream, concurrent.futures.Future[ControlReply]]:
-        """Follow a turn started elsewhere from ``since``; the future gets the host's answer."""
+        """Follow a turn started elsewhere from ``since``; the future gets the host's answer
+        (and the stream its host: whoever answered)."""
         stream = self.open(turn_id, since, fresh=False)
         return stream, self.command(Subscribe(turn_id=turn_id, since=since, window=self.window))
 
@@ -119,28 +193,77 @@ class Hosts:
         """Tell the turn's host to send this runtime nothing more of it."""
         self._endpoint.send(self.of(turn_id), Unsubscribe(turn_id=turn_id))
 
-    def replaced(self, msg: HostReplaced) -> None:
-        """A host died: follow its recovered turns on the new one; end the others here."""
-        self._addresses[msg.slot] = msg.address
+    # -- a moved turn ---------------------------------------------------------------------
+
+    def moved(self, turn_id: str, stream: TurnStream, detail: str, lost_owner: str | None = None) -> None:
+        """The turn's host (``lost_owner``) is gone or let go of it: follow it to the host
+        that takes it over (a durable turn), holding its commands meanwhile; else it ends here."""
+        if stream.finished or (stream.host is None and turn_id in self._held):
+            return  # ended, or already being followed
+        lost_owner = lost_owner or self.host_id(stream.host)
+        if self._follow is None:
+            stream.lost(detail)
+            self._inbound.drop(turn_id, stream)
+            return
+        with self._lock:
+            self._held.setdefault(turn_id, [])
+        stream.host = None
+        self._follow(turn_id, stream, lost_owner)
+
+    def found(self, turn_id: str, stream: TurnStream, host: Any) -> None:
+        """A followed turn is on ``host`` now (None: it could not be found; it ends here)."""
+        if host is None:
+            stream.lost("its host was lost and no other host took the turn over in time")
+            self._inbound.drop(turn_id, stream)
+            for command, future in self._release(turn_id):
+                _unreachable(command, future, self._inbound)
+            return
+        self._at(stream, host)
+        self._endpoint.send(host, Subscribe(turn_id=turn_id, since=stream.next_seq, window=self.window))
+        for command, future in self._release(turn_id):
+            self._send(command, future)
+
+    def nodes_changed(self, msg: NodesChanged) -> None:
+        """The cluster's table changed: turns on hosts that left it move (or end)."""
+        before = [(h, a) for n in self._nodes for h, a in n.host_ids()]  # addresses are not hashable
+        local = [n for n in self._nodes if n.node == self._local]
+        self._nodes = msg.nodes if any(n.node == self._local for n in msg.nodes) else [*local, *msg.nodes]
+        now = [a for n in self._nodes for _, a in n.host_ids()]
         for turn_id, stream in self._inbound.open_streams():
-            if slot_of(turn_id, len(self._addresses)) != msg.slot or stream.finished:
+            lost = next((h for h, a in before if a == stream.host), None) if stream.host not in now else None
+            if lost is not None:
+                self.moved(turn_id, stream, "its node left the cluster; the turn kept no store", lost)
+
+    def replaced(self, msg: HostReplaced) -> None:
+        """A host of this node died: follow its recovered turns on the new one; end the others here."""
+        old = next((a for n in self._nodes if n.node == self._local for h, a in n.host_ids() if h == msg.host_id), None)
+        self._nodes = [_with_host(n, msg.slot, msg.address) if n.node == self._local else n for n in self._nodes]
+        for turn_id, stream in self._inbound.open_streams():
+            if stream.finished or old is None or stream.host != old:
                 continue
             if turn_id in msg.recovered:
-                resubscribe = Subscribe(turn_id=turn_id, since=stream.next_seq, window=self.window)
-                self._endpoint.send(msg.address, resubscribe)
+                self._at(stream, msg.address)
+                self._endpoint.send(msg.address, Subscribe(turn_id=turn_id, since=stream.next_seq, window=self.window))
             else:
-                detail = "the process that ran this turn died; it had no store to recover from"
-                stream.lost(detail)
+                stream.lost("the process that ran this turn died; it had no store to recover from")
                 self._inbound.drop(turn_id, stream)
 
     def shut_down(self, shutdown: Shutdown, timeout: float) -> None:
-        """Send ``shutdown`` to every host, behind the turns' own messages, and wait (at most
-        ``timeout`` seconds) until each has said ``ShutdownDone``."""
+        """Send ``shutdown`` to every host of this node, behind the turns' own messages, and
+        wait (at most ``timeout`` seconds) until each has said ``ShutdownDone``."""
         done = []
-        for slot, address in enumerate(self._addresses):
+        local = next(n for n in self._nodes if n.node == self._local)
+        for slot, address in enumerate(local.hosts):
             done.append(self._inbound.expect(f"ShutdownDone:{slot}"))
             self._endpoint.send(address, shutdown)
         concurrent.futures.wait(done, max(0.0, timeout))
+
+
+def _with_host(node: NodeRecord, slot: int, address: Any) -> NodeRecord:
+    hosts = list(node.hosts)
+    if slot < len(hosts):
+        hosts[slot] = address
+    return NodeRecord(node.node, node.capabilities, node.pool, tuple(hosts), node.store_id)
 
 
 def _unreachable(command: Any, future: concurrent.futures.Future[ControlReply], inbound: Inbound | None = None) -> None:

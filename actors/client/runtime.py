@@ -2,8 +2,9 @@
 
 ``Runtime`` starts a ``multiprocTCPBase`` actor system on its own admin port, listening on
 ``host`` only (``127.0.0.1`` by default) and authenticating every frame with a fresh key;
-in it a directory, one ``TurnHost`` per core and a ``ToolPool`` (``tree``). ``run()`` sends
-``StartTurn`` straight to the host of the turn's slot (``hosts``) and returns a ``TurnHandle``.
+in it a directory, one ``TurnHost`` per core and a ``ToolPool`` (``tree``). ``run()`` places
+the turn on a host of the cluster (``routing``), sends ``StartTurn`` straight there and
+returns a ``TurnHandle``.
 
 What a user can rely on when things end:
 
@@ -33,31 +34,30 @@ from thespian.actors import ActorSystem
 
 from messages import (
     ControlReply,
-    MembershipChanged,
-    NodeInfo,
     ProviderConfig,
     StartTurn,
     Subscribe,
     ToolSpec,
-    TurnEvent,
     TurnOptions,
     WatchMembership,
     new_turn_id,
 )
 
 from ..console import NO_CONSOLE, start_console
-from ..errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
+from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
 from ..lifecycle import owner
 from ..lifecycle.processes import free_port
-from ..store import TurnStore, open_store
-from ..store.base import TurnSummary, is_url
+from ..store import TurnStore
+from ..store.base import is_url
 from ..telemetry.export import SpanSink
 from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
-from ..wire.protocol import Configure, HostReplaced
+from ..wire.protocol import Configure, HostReplaced, NodesChanged
 from ..wire.transport import TransportConfig
+from .follow import Follower
 from .handle import TurnHandle
 from .inputs import History, checked_provider, checked_tools, history
+from .queries import Queries
 from .receiving import Inbound
 from .routing import Hosts, addressed
 from .session import Session
@@ -68,14 +68,15 @@ __all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
 ToolLike = Tool | Callable[..., Any] | ToolSpec
 
 
-class Runtime:
+class Runtime(Queries):
     """An embedded greenroom: its own actor system, its turns, and a clean end.
 
     ``provider`` is the default for ``run()``; ``admin_port`` defaults to a free port;
-    ``host`` is the only interface anything listens on. With ``store`` (a SQLite file
-    path) every turn is durable: unfinished turns are recovered at start, and the command
-    line finds this runtime through ``<store>.runtime.json``. ``hosts`` TurnHost processes
-    (default: one per CPU) run the turns; at most ``max_tool_processes`` tool processes run on
+    ``host`` is the only interface anything listens on. With ``store`` (a SQLite file path,
+    or a ``postgresql://`` URL) every turn is durable: unfinished turns are recovered at
+    start; on SQLite the command line finds this runtime through ``<store>.runtime.json``,
+    on PostgreSQL through the store itself, and the turns go to every node on that store. ``hosts`` TurnHost processes
+    (default: one per CPU; 0 leaves the turns to the members) run the turns; at most ``max_tool_processes`` tool processes run on
     this node (calls beyond them wait for one, and can be stopped or cancelled while they
     wait); ``tool_processes`` idle tool processes are kept
     forked ahead of need, each recycled after ``recycle_after`` calls;
@@ -146,8 +147,10 @@ class Runtime:
         self._hosts: Hosts | None = None
         self._spans, self._metrics = SpanSink(tracer_provider), MetricSink(meter_provider)
         self._inbound = Inbound(
-            lambda: self._closed, self._host_replaced, self._spans.put, self._forgotten, self._metrics.put
+            lambda: self._closed, self._hosts_changed, self._spans.put, self._forgotten, self._metrics.put
         )
+        self._inbound.on_moved = lambda turn_id, stream, why: self._running().moved(turn_id, stream, why)
+        self._follower = Follower(self._need_store, lambda tid, stream, at: self._running().found(tid, stream, at))
         self._console_config, self._console = console, NO_CONSOLE
         self._closed = False
         self._started = False
@@ -211,15 +214,20 @@ class Runtime:
             event_window=self.event_window,
             start_timeout=self._start_timeout,
             forking=self._metrics.forking,  # the tree records metrics when a MeterProvider is configured
+            follow=self._follower.follow,
         )
         self._hosts = self._session.hosts
         self.recovered, self.unrecoverable = configured.recovered, configured.errors
         self._session.endpoint.send(self._session.directory, WatchMembership())
         self._console = start_console(self, self._console_config)  # NO_CONSOLE without one
 
-    def _host_replaced(self, msg: HostReplaced) -> None:
-        if self._hosts is not None:
+    def _hosts_changed(self, msg: HostReplaced | NodesChanged) -> None:
+        if self._hosts is None:
+            return
+        if isinstance(msg, HostReplaced):
             self._hosts.replaced(msg)
+        else:
+            self._hosts.nodes_changed(msg)
 
     def close(self) -> None:
         """End the runtime: bounded, whatever it is doing; see the module docstring."""
@@ -228,6 +236,7 @@ class Runtime:
                 return
             self._closed = True
         deadline = time.monotonic() + self._close_timeout
+        self._follower.close()
         self._console.close(timeout=1.0)
         session = self._session
         if session is not None:
@@ -284,15 +293,17 @@ class Runtime:
         turn_id: str | None = None,
         system: str | None = None,
         timeout: float = 10.0,
+        requires: dict[str, Any] | None = None,
     ) -> TurnHandle:
         """Start a turn and return its handle.
 
         ``messages`` is a string (one user message), chat messages, or a history in a
         provider's wire format (``TurnResult.messages_as``). With an explicit ``turn_id``
         already in use, ``ControlRejected`` is raised at once (this waits for the turn's
-        first event, ``timeout`` at most)."""
+        first event, ``timeout`` at most). ``requires`` places the turn on a node with
+        those capabilities (``ConfigurationError`` if no node on this store has them)."""
         self._running()
-        stream = self._start_turn(messages, tools, provider, options, turn_id, system)
+        stream = self._start_turn(messages, tools, provider, options, turn_id, system, requires)
         if turn_id is not None:
             stream.wait_index(0, timeout)  # raises ControlRejected if the id is taken
         return TurnHandle(self._command, stream)
@@ -305,6 +316,7 @@ class Runtime:
         options: TurnOptions | None,
         turn_id: str | None,
         system: str | None,
+        requires: dict[str, Any] | None = None,
     ) -> TurnStream:
         """Check and send ``StartTurn`` without blocking; the turn's stream follows it."""
         hosts = self._running()
@@ -315,6 +327,7 @@ class Runtime:
             provider=checked_provider(provider or self.provider),
             options=options or TurnOptions(),
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
+            requires=requires or {},
         )
         return hosts.start(start)
 
@@ -347,46 +360,13 @@ class Runtime:
         if not reply.ok:
             self._inbound.drop(turn_id, stream)
             raise ControlRejected(reply.code or "invalid", reply.message)
+        stream.host_id = stream.host_id or self._running().host_id(stream.host)
         return reply.resumes_at
 
     def _forgotten(self, turn_id: str) -> None:
         """A handle's stream was collected before its turn ended: its host may stop sending."""
         if self._hosts is not None:
             self._hosts.unsubscribe(turn_id)
-
-    # -- nodes ----------------------------------------------------------------------------
-
-    def nodes(self, timeout: float = 10.0) -> list[NodeInfo]:
-        """The nodes that joined this runtime's convention, as its directory sees them."""
-        self._running()
-        assert self._session is not None
-        return self._inbound.nodes(self._session.endpoint.send, self._session.directory, timeout)
-
-    def wait_for_node(self, capabilities: dict[str, Any], timeout: float = 30.0) -> str:
-        """Wait until a node advertising ``capabilities`` has joined; return its name."""
-        return self._inbound.wait_for_node(capabilities, timeout)
-
-    @property
-    def membership(self) -> list[MembershipChanged]:
-        """Every join and leave seen so far, in order."""
-        return list(self._inbound.membership)
-
-    # -- the store ------------------------------------------------------------------------
-
-    def turns(self) -> list[TurnSummary]:
-        """Every turn of the store, newest first (needs ``store=``)."""
-        return self._need_store().summaries()
-
-    def updates(self, turn_id: str, since: int = 0) -> list[TurnEvent]:
-        """The stored events of a turn from ``seq`` ``since`` on (needs ``store=``)."""
-        return self._need_store().events(turn_id, since)
-
-    def _need_store(self) -> TurnStore:
-        if self.store_path is None:
-            raise ConfigurationError("this Runtime has no store: pass store= to Runtime()")
-        if self._store is None:
-            self._store = open_store(self.store_path)  # opened after the forks, in this process only
-        return self._store
 
     @property
     def directory(self) -> Any:

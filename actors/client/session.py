@@ -21,9 +21,10 @@ from thespian.actors import ActorSystem
 from ..cluster.directory import DirectoryActor
 from ..cluster.names import DIRECTORY_NAME, LEADER_CAPABILITY
 from ..lifecycle.tree import ProcessTree
+from ..store.base import is_url
 from ..store.files import remove_runtime_file, write_runtime_file
 from ..wire import transport
-from ..wire.protocol import Configure, Configured, Hello, Shutdown, Welcome
+from ..wire.protocol import Configure, Configured, Hello, NodeRecord, Shutdown, Welcome
 from ..wire.transport import TransportConfig
 from .endpoint import Endpoint
 from .receiving import Inbound
@@ -65,20 +66,28 @@ class Session:
         event_window: int | None,
         start_timeout: float,
         forking: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+        follow: Callable[[str, Any, str | None], None] | None = None,
     ) -> tuple[Session, Configured]:
         """Start the tree; the session, and what the directory answered to ``configure``.
         On any failure the caller closes the session it got (or the tree, if none)."""
         tree = ProcessTree()
         caps = {"Admin Port": admin_port, LEADER_CAPABILITY: True, **capabilities}
         try:
-            asys = tree.start(caps, host=host, key=key, transport_config=transport_config, store=configure.store)
+            with forking():  # the admin, and every host it forks, inherit whether metrics are armed
+                asys = tree.start(caps, host=host, key=key, transport_config=transport_config, store=configure.store)
             session = cls(tree, asys, inbound, start_timeout)
         except BaseException:
             tree.end(time.monotonic() + 1.0)
             raise
         try:
             configured = session.ask(configure, Configured)
-            session.hosts = Hosts(session.endpoint, inbound, configured.hosts, event_window)
+            local = NodeRecord(
+                configure.node, dict(configure.capabilities), None, tuple(configured.hosts), configured.store_id
+            )
+            shared = configure.store is not None and is_url(configure.store)
+            session.hosts = Hosts(
+                session.endpoint, inbound, session.directory, local, event_window, follow if shared else None
+            )
         except BaseException:
             session.close(time.monotonic() + 1.0, keep_turns=configure.store is not None, store_path=None)
             raise

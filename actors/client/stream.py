@@ -125,6 +125,8 @@ class TurnStream:
         self._reported = since  # the host was told seq < _reported were read
         self._dropped: str | None = None  # why the host dropped this reader
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.host: Any = None  # the address of the turn's host, where known (``routing``)
+        self.host_id: str | None = None  # and its id, ``node/slot``
         self.rejection: ControlReply | None = None  # the turn's StartTurn was refused
         self.rejections: list[ControlReply] = []
 

@@ -1,24 +1,30 @@
-"""DirectoryActor: the one address a caller needs; it starts the hosts and finds every turn.
+"""DirectoryActor: one per node; it starts the node's hosts and pool and finds every turn.
 
-On the leader it starts the node's ``ToolPool`` and one ``TurnHost`` per slot, recovers the
-store's unfinished turns onto their hosts, and forwards anything that names a ``turn_id``
-(``StartTurn`` from a supervisor, stop, cancel, approvals, ``StopTool``, ``Subscribe``) to
-the host of its slot, keeping the original sender as the one to answer. The Runtime skips
-it: it knows the hosts and sends to them directly.
+On every node it starts the node's ``ToolPool`` and its ``TurnHost``s (``Configure.hosts``,
+none on a tool-only node), replaces a host that dies in its slot, and has the hosts recover
+their turns from the store at start. On the leader (the Runtime's node) it keeps the
+cluster's table of nodes (``membership``: capabilities, pool, hosts, store) from the
+members' registrations and Thespian's convention, and sends it (``NodesChanged``) to its
+hosts, its Runtime and every member's directory after each change. A member's directory
+registers its node with the leader's every ``REREGISTER`` seconds (a restarted leader, found
+through a ``DirectoryLocator``, learns it again) and keeps the last table it was sent:
+placement and routing go on while the leader is away.
+
+Anything that names a turn and comes from someone other than the turn's caller (a
+supervisor actor's ``StartTurn``, stop, cancel, approvals, ``StopTool``, ``Subscribe``) is
+placed or routed here (``routes``) and forwarded with its original sender, who gets the
+answer. The Runtime skips the directory for its own turns: it places them and knows where.
 
 A host that dies is replaced in its slot at once. With a store, the new host recovers the
-slot's unfinished turns and the Runtime re-subscribes its handles; without one, those
-turns are lost, and each of their callers gets ``Error(host_lost)`` and
-``Finish(error)`` (from the Runtime for its own turns, from here for turns a supervisor
-started through the directory; these two carry ``seq=-1``: they are not the turn's own).
-
-On a member node it starts the node's pool, registers it with the leader's directory and
-forwards every turn command there. It never runs a thread, so it may fork.
+turns it owned and the Runtime re-subscribes its handles; without one, their callers get
+``Error(host_lost)`` and ``Finish(error)`` (from the Runtime for its own turns, from here,
+with ``seq=-1``, for turns a supervisor started through it). It never runs a thread.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
@@ -26,13 +32,13 @@ from typing import Any
 from thespian.actors import (
     ActorExitRequest,
     ActorSystemConventionUpdate,
-    ActorTypeDispatcher,
     ChildActorExited,
     WakeupMessage,
 )
 
 from messages import ListNodes, StartTurn, Subscribe, TurnCommand, WatchMembership, host_lost, reply_for, unaddressed
 
+from ..errors import StoreError
 from ..host.turn_host import TurnHost
 from ..lifecycle import lifeline
 from ..logs import logger
@@ -40,51 +46,41 @@ from ..store import TurnStore, open_store
 from ..store.base import is_url
 from ..tools.pool import ToolPool
 from ..wire.dispatch import Dispatcher
+from ..wire.placement import rendezvous
 from ..wire.protocol import (
     Configure,
     Configured,
+    Find,
     FindPool,
     Hello,
     HostConfig,
     HostGone,
     HostReady,
     HostReplaced,
+    Located,
+    NodeRecord,
+    NodesChanged,
     PoolConfig,
     PoolFound,
-    PoolInfo,
-    PoolsChanged,
     Recover,
     Recovered,
-    RegisterPool,
+    RegisterNode,
     Relay,
     Shutdown,
     Welcome,
 )
 from .membership import Membership
-from .names import DIRECTORY_NAME, LEADER_CAPABILITY, json_capabilities, node_name, slot_of
+from .names import LEADER_CAPABILITY, json_capabilities, node_name
+from .recovery import recovery_plan
+from .routes import Routes
 
-__all__ = ["DirectoryActor", "DirectoryLocator"]
+__all__ = ["REREGISTER", "DirectoryActor"]
 
+REREGISTER = 2.0  # seconds between a member's registrations with the leader
 _REMEMBER_ROUTED = 10_000
 
 
 log = logger("greenroom.directory")
-
-
-class DirectoryLocator(ActorTypeDispatcher):
-    """Created on the leader by a member node, to learn the address of the leader's
-    directory: global names do not span a convention."""
-
-    @staticmethod
-    def actorSystemCapabilityCheck(capabilities: dict[str, Any], requirements: dict[str, Any] | None) -> bool:
-        return bool(capabilities.get(LEADER_CAPABILITY))
-
-    def receiveMessage(self, msg: Any, sender: Any) -> None:
-        if msg == "where":
-            self.send(sender, self.createActor(DirectoryActor, globalName=DIRECTORY_NAME))
-            self.wakeupAfter(timedelta(seconds=30), payload="done")
-        elif isinstance(msg, WakeupMessage):
-            self.send(self.myAddress, ActorExitRequest())
 
 
 class DirectoryActor(Dispatcher):
@@ -96,16 +92,22 @@ class DirectoryActor(Dispatcher):
         self.hosts: list[Any] = []
         self.pool: Any = None
         self.store: TurnStore | None = None
+        self.store_id: str | None = None
         self.upstream: Any = None
         self.membership = Membership(self.send)
+        self.routes = Routes(self.send)
         self.routed: OrderedDict[str, Any] = OrderedDict()  # turn id -> who started it through here
+        self.members: dict[str, Any] = {}  # node -> its directory (on the leader)
         self.configuring: Any = None
         self.owner: Any = None
         self.waiting: set[int] = set()  # slots whose HostReady / Recovered is awaited
         self.recovered: list[str] = []
         self.errors: dict[str, str] = {}
-        self.replacing: set[int] = set()
+        self.replacing: dict[int, list[str]] = {}  # slot -> turns routed to its dead host
         self.closing = False
+        self.locate_timer = False
+        self.locator: Any = None  # on a member: a DirectoryLocator on the leader
+        self.unanswered = 0
 
     # -- configuration and recovery -------------------------------------------------------
 
@@ -115,108 +117,223 @@ class DirectoryActor(Dispatcher):
     def receiveMsg_Configure(self, msg: Configure, sender: Any) -> None:
         if self.config is not None:
             return  # a redelivery: configuration happens once
-        self.config = msg
+        self.config, self.configuring = msg, sender
         self.pool = self.createActor(ToolPool)
         config = PoolConfig(msg.tool_processes, msg.recycle_after, self.myAddress, msg.node, msg.max_tool_processes)
         self.send(self.pool, config)
-        local = PoolInfo(msg.node, dict(msg.capabilities), self.pool)
-        if msg.upstream is not None:
-            self.upstream = msg.upstream
-            self.send(self.upstream, RegisterPool(local))
-            self.send(sender, Configured([], [], {}))
-            return
-        self.membership.register(local, local=True)
-        self.owner = sender  # the Runtime: its hosts send it their spans
-        self.notifyOnSystemRegistrationChanges(True)
+        self.membership.local_node = msg.node
+        self.upstream = msg.upstream
+        if self.upstream is None:
+            self.owner = sender  # the Runtime: its hosts send it their spans
+            self.notifyOnSystemRegistrationChanges(True)
+        else:
+            self.membership.leader = False
         if msg.store is not None:
-            self.store = open_store(msg.store)
-        self.configuring = sender
-        count = max(1, msg.hosts)
-        self.hosts = [self._new_host(slot, count) for slot in range(count)]
+            try:
+                self.store = open_store(msg.store)
+                self.store_id = self.store.identity()
+            except StoreError as exc:
+                self.errors["*"] = str(exc)
+                log().error("cannot open the store: %s", exc)
+        self.hosts = [self._new_host(slot) for slot in range(max(0, msg.hosts))]
         self.waiting = set(range(len(self.hosts)))
+        if not self.hosts:
+            self._configured()
 
-    def _new_host(self, slot: int, count: int) -> Any:
+    def _new_host(self, slot: int) -> Any:
         assert self.config is not None
         host = self.createActor(TurnHost)
         c = self.config
         config = HostConfig(
-            slot, count, c.store, self.pool, self.myAddress, c.inline_async_tools, self.owner, c.node, c.command_hold
-        )
+            slot, len(self.hosts) or c.hosts, c.store, self.pool, self.myAddress, c.inline_async_tools,
+            self.owner, c.node, c.command_hold,
+        )  # fmt: skip
         self.send(host, config)
         return host
 
+    def host_id(self, slot: int) -> str:
+        return f"{self.config.node if self.config else ''}/{slot}"
+
     def receiveMsg_HostReady(self, msg: HostReady, sender: Any) -> None:
         if msg.slot in self.replacing:
-            return self._recover_slot(msg.slot)
+            return self._recover([msg.slot])
         self.waiting.discard(msg.slot)
-        if self.waiting or self.configuring is None:
-            return
-        self.waiting = set(range(len(self.hosts)))
-        for slot in range(len(self.hosts)):
-            self._recover_slot(slot)
+        if not self.waiting and self.configuring is not None:
+            self.waiting = set(range(len(self.hosts)))
+            self._recover(list(range(len(self.hosts))))
 
-    def _recover_slot(self, slot: int) -> None:
-        turn_ids = [t for t in self._unfinished() if slot_of(t, len(self.hosts)) == slot]
-        self.send(
-            self.hosts[slot], Recover(turn_ids, force=not is_url(self.config.store or "") if self.config else True)
-        )
-
-    def _unfinished(self) -> list[str]:
-        if self.store is None:
-            return []
-        try:
-            return self.store.unfinished()
-        except Exception as exc:  # a damaged store: say so once, recover nothing
-            self.errors["*"] = f"cannot list the store's turns: {exc}"
-            log().error("cannot list the unfinished turns of the store: %s", exc)
-            return []
+    def _recover(self, slots: list[int]) -> None:
+        """Have the hosts of ``slots`` recover their turns (``recovery``)."""
+        shared = self.config is not None and is_url(self.config.store or "")
+        plan, error = recovery_plan(self.store, [self.host_id(s) for s in range(len(self.hosts))], shared)
+        if error is not None:
+            self.errors["*"] = error
+        for slot in slots:
+            self.send(self.hosts[slot], Recover(plan[self.host_id(slot)], force=not shared))
 
     def receiveMsg_Recovered(self, msg: Recovered, sender: Any) -> None:
         if msg.slot in self.replacing:
-            self.replacing.discard(msg.slot)
             self._host_replaced(msg.slot, msg.recovered)
             return
         self.recovered.extend(msg.recovered)
         self.errors.update(msg.errors)
         self.waiting.discard(msg.slot)
         if not self.waiting and self.configuring is not None:
-            self.send(self.configuring, Configured(list(self.hosts), self.recovered, self.errors))
-            self.configuring = None
+            self._configured()
 
-    # -- routing --------------------------------------------------------------------------
+    def _configured(self) -> None:
+        self._register_local()
+        self.send(self.configuring, Configured(list(self.hosts), self.recovered, self.errors, self.store_id))
+        self.configuring = None
+
+    def _record(self) -> NodeRecord:
+        c = self.config
+        assert c is not None
+        return NodeRecord(c.node, json_capabilities(dict(c.capabilities)), self.pool, tuple(self.hosts), self.store_id)
+
+    def _register_local(self) -> None:
+        """This node's record changed (configured, a host replaced): tell who needs it."""
+        record = self._record()
+        self.membership.register(record, local=True)
+        if self.upstream is not None:
+            self.send(self.upstream, RegisterNode(record))
+            self._every("reregister", REREGISTER)
+        self._nodes_changed()
+
+    # -- the cluster's table --------------------------------------------------------------
+
+    def _nodes_changed(self) -> None:
+        """Send the table to this node's hosts, and, on the leader, to the Runtime and members."""
+        change = NodesChanged(self.membership.records(), self.owner)
+        for host in self.hosts:
+            self.send(host, change)
+        if self.upstream is None:
+            if self.owner is not None:
+                self.send(self.owner, change)
+            for directory in self.members.values():
+                self.send(directory, change)
+
+    def receiveMsg_RegisterNode(self, msg: RegisterNode, sender: Any) -> None:
+        self.members[msg.record.node] = sender
+        if self.membership.register(msg.record):
+            self._nodes_changed()
+
+    def receiveMsg_NodesChanged(self, msg: NodesChanged, sender: Any) -> None:
+        """On a member: the leader's table."""
+        self.membership.replace(msg.nodes)
+        if self.owner is None and msg.owner is not None:
+            self.owner = msg.owner  # the leader's Runtime: where the hosts here send their spans
+        change = NodesChanged(self.membership.records(), self.owner)
+        for host in self.hosts:
+            self.send(host, change)
+
+    def _look_for_leader(self) -> None:
+        """On a member: ask the leader where its directory is (a ``DirectoryLocator`` there,
+        made anew when the last one went unanswered: the leader may have restarted)."""
+        if self.locator is None or self.unanswered >= 3:
+            self.locator = self.createActor(
+                "actors.cluster.locator.DirectoryLocator", targetActorRequirements={LEADER_CAPABILITY: True}
+            )
+            self.unanswered = 0
+        self.unanswered += 1
+        self.send(self.locator, "where")
+
+    def receiveMsg_ActorAddress(self, msg: Any, sender: Any) -> None:
+        """A locator's answer: where the leader's directory is now."""
+        if sender != self.locator:
+            return
+        self.unanswered = 0
+        if msg != self.upstream and self.config is not None and self.configuring is None:
+            log().info("the leader's directory is at a new address (the leader restarted): registering again")
+            self.upstream = msg
+            self.send(self.upstream, RegisterNode(self._record()))
+
+    def receiveMsg_ActorSystemConventionUpdate(self, msg: ActorSystemConventionUpdate, sender: Any) -> None:
+        node = node_name(msg.remoteAdminAddress)
+        left = self.membership.nodes.get(node) if not msg.remoteAdded else None
+        changed = self.membership.convention_update(
+            node, json_capabilities(msg.remoteCapabilities or {}), bool(msg.remoteAdded)
+        )
+        if left is not None:
+            self.members.pop(node, None)
+            for address in left.hosts:
+                for turn_id in self._lost_host(address):
+                    if left.store_id is None:  # a durable one is taken over: its caller follows it
+                        self._lost(turn_id, f"node {node} left the cluster; its turns kept no store")
+        if changed:
+            self._nodes_changed()
+
+    def receiveMsg_FindPool(self, msg: FindPool, sender: Any) -> None:
+        self.send(sender, PoolFound(msg.requires, self.membership.find_pool(msg.requires)))
+
+    # -- placement and routing ------------------------------------------------------------
 
     def receiveMessage(self, message: Any, sender: Any) -> Any:
-        if isinstance(message, Relay):  # forwarded by a member's directory: answer the original sender
+        if isinstance(message, Relay):  # forwarded by another directory: answer the original sender
             message, sender = message.message, message.reply_to
         return super().receiveMessage(message, sender)  # to receiveMsg_<Class>
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
-        if self.upstream is None and msg.turn_id and self.hosts:
-            self.routed[msg.turn_id] = sender
-            while len(self.routed) > _REMEMBER_ROUTED:
-                self.routed.popitem(last=False)
-        self._to_host(msg, sender)
+        """Placed as the Runtime places its own: rendezvous over the hosts on this node's
+        store whose node has ``requires``."""
+        refused = unaddressed(msg)
+        hosts = dict(self.membership.hosts(self.store_id, msg.requires))
+        chosen = rendezvous(msg.turn_id, hosts) if refused is None else None
+        if chosen is None:
+            why = (
+                f"no host can run it (requires {msg.requires})" if msg.requires else "this directory knows no TurnHost"
+            )
+            return self.send(sender, refused or reply_for(msg, False, "invalid", why))
+        self.routes.learn(msg.turn_id, hosts[chosen])
+        self.routed[msg.turn_id] = sender
+        while len(self.routed) > _REMEMBER_ROUTED:
+            self.routed.popitem(last=False)
+        self.send(hosts[chosen], Relay(msg, sender))
 
     def receiveMsg_TurnCommand(self, msg: TurnCommand, sender: Any) -> None:
-        self._to_host(msg, sender)
+        self._route(msg, sender)
 
     def receiveMsg_Subscribe(self, msg: Subscribe, sender: Any) -> None:
-        self._to_host(msg, sender)
+        self._route(msg, sender)
 
-    def _to_host(self, msg: Any, reply_to: Any) -> None:
-        """To the host of the turn's slot (from a member: to the leader's directory)."""
-        if self.upstream is not None:
-            return self.send(self.upstream, Relay(msg, reply_to))
+    def _route(self, msg: Any, reply_to: Any) -> None:
         refused = unaddressed(msg)
-        if refused is None and not self.hosts:
-            refused = reply_for(msg, False, "invalid", "this directory runs no TurnHost yet")
         if refused is not None:
             return self.send(reply_to, refused)
-        self.send(self.hosts[slot_of(msg.turn_id, len(self.hosts))], Relay(msg, reply_to))
+        self.routes.send(msg.turn_id, msg, reply_to, dict(self.membership.hosts(self.store_id)), self.store)
+
+    def receiveMsg_Find(self, msg: Find, sender: Any) -> None:
+        hosts = [a for r in self.membership.records() for _, a in r.host_ids()]
+        self.routes.find(msg.turn_id, sender, hosts)
+        if self.routes.finding and not self.locate_timer:
+            self.locate_timer = True
+            self._every("locate", 1.0)
+
+    def receiveMsg_Located(self, msg: Located, sender: Any) -> None:
+        self.routes.located(msg.turn_id, msg.here, sender)
+
+    # -- timers ---------------------------------------------------------------------------
+
+    def _every(self, name: str, seconds: float) -> None:
+        self.wakeupAfter(timedelta(seconds=seconds), payload=name)
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: Any) -> None:
+        if msg.payload == "reregister" and self.upstream is not None and not self.closing:
+            self.send(self.upstream, RegisterNode(self._record()))
+            self._look_for_leader()
+            self._every("reregister", REREGISTER)
+        elif msg.payload == "locate":
+            self.routes.expire(time.monotonic())
+            self.locate_timer = bool(self.routes.finding)
+            if self.locate_timer:
+                self._every("locate", 1.0)
 
     # -- hosts that die -------------------------------------------------------------------
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
+        if msg.childAddress == self.locator:
+            self.locator = None  # the leader is away: a new one is made at the next look
+            return
         if msg.childAddress not in self.hosts or self.closing:
             if msg.childAddress == self.pool and not self.closing and not lifeline.is_cut():
                 log().error("the tool pool exited; tool calls can no longer start")
@@ -225,59 +342,42 @@ class DirectoryActor(Dispatcher):
         log().error("TurnHost %d exited; its turns are %s", slot, "recovered" if self.store else "lost")
         if self.pool is not None:
             self.send(self.pool, HostGone(msg.childAddress))
-        self.replacing.add(slot)
-        self.hosts[slot] = self._new_host(slot, len(self.hosts))
+        self.replacing[slot] = self._lost_host(msg.childAddress)
+        self.hosts[slot] = self._new_host(slot)
+
+    def _lost_host(self, address: Any) -> list[str]:
+        """Forget the routes to a host that is gone; the turns started through here it ran."""
+        return [t for t in self.routes.forget_host(address) if t in self.routed]
 
     def _host_replaced(self, slot: int, recovered: list[str]) -> None:
         for watcher in self.membership.watchers:
-            self.send(watcher, HostReplaced(slot, self.hosts[slot], recovered))
-        for turn_id, who in list(self.routed.items()):
-            if slot_of(turn_id, len(self.hosts)) != slot:
-                continue
+            self.send(watcher, HostReplaced(slot, self.hosts[slot], recovered, self.host_id(slot)))
+        for turn_id in self.replacing.pop(slot, []):
             if turn_id in recovered:
-                self.send(self.hosts[slot], Relay(Subscribe(turn_id=turn_id, since=0), who))
-            else:
-                detail = "the process that ran this turn died; without a store the turn cannot be recovered"
-                for event in host_lost(turn_id, -1, detail):
-                    self.send(who, event)
-                del self.routed[turn_id]
+                self.routes.learn(turn_id, self.hosts[slot])
+                self.send(self.hosts[slot], Relay(Subscribe(turn_id=turn_id, since=0), self.routed[turn_id]))
+            elif self.store is None:
+                self._lost(turn_id, "the process that ran this turn died; without a store it cannot be recovered")
+        self._register_local()
 
-    # -- membership and placement ---------------------------------------------------------
+    def _lost(self, turn_id: str, detail: str) -> None:
+        """Tell who started a turn through here that it is lost."""
+        who = self.routed.pop(turn_id, None)
+        if who is not None:
+            for event in host_lost(turn_id, -1, detail):
+                self.send(who, event)
 
-    def receiveMsg_ActorSystemConventionUpdate(self, msg: ActorSystemConventionUpdate, sender: Any) -> None:
-        node = node_name(msg.remoteAdminAddress)
-        changed = self.membership.convention_update(
-            node, json_capabilities(msg.remoteCapabilities or {}), bool(msg.remoteAdded)
-        )
-        if changed:
-            self._pools_changed()
-
-    def receiveMsg_RegisterPool(self, msg: RegisterPool, sender: Any) -> None:
-        self.membership.register(msg.pool)
-        self._pools_changed()
-
-    def _pools_changed(self) -> None:
-        for host in self.hosts:
-            self.send(host, PoolsChanged(list(self.membership.pools.values())))
-
-    def receiveMsg_FindPool(self, msg: FindPool, sender: Any) -> None:
-        self.send(sender, PoolFound(msg.requires, self.membership.find_pool(msg.requires)))
+    # -- membership -----------------------------------------------------------------------
 
     def receiveMsg_WatchMembership(self, msg: WatchMembership, sender: Any) -> None:
-        self._watch(sender)
-
-    def _watch(self, who: Any) -> None:
         if self.upstream is not None:
-            return self.send(self.upstream, Relay(WatchMembership(), who))
-        self.membership.watch(who)
+            return self.send(self.upstream, Relay(WatchMembership(), sender))
+        self.membership.watch(sender)
 
     def receiveMsg_ListNodes(self, msg: ListNodes, sender: Any) -> None:
-        self._list(msg, sender)
-
-    def _list(self, msg: ListNodes, who: Any) -> None:
         if self.upstream is not None:
-            return self.send(self.upstream, Relay(msg, who))
-        self.send(who, self.membership.listing(msg))
+            return self.send(self.upstream, Relay(msg, sender))
+        self.send(sender, self.membership.listing(msg))
 
     def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
         """A watcher that cannot be reached any more is dropped."""
@@ -291,6 +391,10 @@ class DirectoryActor(Dispatcher):
         self.closing = True
         if self.pool is not None:
             self.send(self.pool, msg)
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: Any) -> None:
+        if self.store is not None:
+            self.store.close()
 
     def receiveUnrecognizedMessage(self, msg: Any, sender: Any) -> None:
         log().debug("DirectoryActor ignored %r", type(msg).__name__)

@@ -1,10 +1,12 @@
-"""The nodes of a deployment as the leader's directory sees them, and their tool pools.
+"""The nodes of a deployment as a directory sees them: their pools, their hosts, who watches.
 
-A node is announced to watchers (``MembershipChanged(joined=True)``) once Thespian's
-convention has it *and* its directory has registered the node's tool pool, so a call that
-needs the node's capabilities can be placed as soon as a caller learns the node is there.
-A node that leaves (gracefully, or silent for the convention's timers) is announced at once
-and its pool is dropped.
+On the leader, a node is announced to watchers (``MembershipChanged(joined=True)``) once
+Thespian's convention has it *and* its directory has registered the node (``RegisterNode``:
+its pool and its TurnHosts), so a call or a turn that needs the node's capabilities can be
+placed as soon as a caller learns the node is there. A node that leaves (gracefully, or
+silent for the convention's timers) is announced at once and its pool and hosts dropped.
+A member's directory keeps the copy the leader last sent (``NodesChanged``): it goes on
+placing calls and routing commands with it while the leader is away.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from typing import Any
 from messages import ListNodes, MembershipChanged, NodeInfo, NodeList
 
 from ..logs import logger
-from ..wire.protocol import PoolInfo
+from ..wire.protocol import NodeRecord
 
-__all__ = ["Membership"]
+__all__ = ["Membership", "matches"]
 
 
 log = logger("greenroom.directory")
@@ -29,52 +31,76 @@ def matches(capabilities: dict[str, Any], requires: dict[str, Any]) -> bool:
 
 
 class Membership:
-    """Members, their pools and who watches them; ``send(to, message)`` is the directory's."""
+    """Members, their records and who watches them; ``send(to, message)`` is the directory's."""
 
     def __init__(self, send: Callable[[Any, Any], None]) -> None:
         self._send = send
         self.members: dict[str, dict[str, Any]] = {}  # joined the convention
-        self.pools: dict[str, PoolInfo] = {}  # registered, by node (the leader's own included)
+        self.nodes: dict[str, NodeRecord] = {}  # registered, by node (this directory's own included)
         self.announced: set[str] = set()
         self.watchers: list[Any] = []
         self.local_node = ""
+        self.leader = True  # a member's directory: False (it has no convention updates)
 
     def convention_update(self, node: str, capabilities: dict[str, Any], joined: bool) -> bool:
-        """Thespian saw a node join or leave; True if the pools changed."""
+        """Thespian saw a node join or leave; True if the records changed."""
         if joined:
             self.members[node] = capabilities
             self._announce(node)
             return False
         capabilities = self.members.pop(node, capabilities)
-        changed = self.pools.pop(node, None) is not None
+        changed = self.nodes.pop(node, None) is not None
         if node in self.announced:
             self.announced.discard(node)
             self._tell(MembershipChanged(node=node, joined=False, capabilities=capabilities, at=time.time()))
         return changed
 
-    def register(self, pool: PoolInfo, local: bool = False) -> None:
-        """A node's directory registered its pool."""
-        self.pools[pool.node] = pool
+    def register(self, record: NodeRecord, local: bool = False) -> bool:
+        """A node's directory registered (or registered again); True if its record changed."""
+        changed = self.nodes.get(record.node) != record
+        self.nodes[record.node] = record
         if local:
-            self.local_node = pool.node
+            self.local_node = record.node
         else:
-            self.members.setdefault(pool.node, pool.capabilities)
-            self._announce(pool.node)
+            self.members.setdefault(record.node, record.capabilities)
+            self._announce(record.node)
+        return changed
+
+    def replace(self, records: list[NodeRecord]) -> None:
+        """A member's directory: the leader's latest view (this node's own record stays)."""
+        own = self.nodes.get(self.local_node)
+        self.nodes = {r.node: r for r in records}
+        if own is not None:
+            self.nodes[self.local_node] = own
 
     def _announce(self, node: str) -> None:
-        if node in self.members and node in self.pools and node not in self.announced:
+        if node in self.members and node in self.nodes and node not in self.announced:
             self.announced.add(node)
             log().info("node %s joined", node)
             self._tell(MembershipChanged(node=node, joined=True, capabilities=self.members[node], at=time.time()))
 
-    def find_pool(self, requires: dict[str, Any]) -> PoolInfo | None:
-        """A pool whose node has every capability ``requires`` names; the leader's first."""
-        ordered = sorted(self.pools.values(), key=lambda p: p.node != self.local_node)
-        for pool in ordered:
-            if pool.node == self.local_node or pool.node in self.announced:
-                if matches(pool.capabilities, requires):
-                    return pool
+    def records(self) -> list[NodeRecord]:
+        """The nodes that may be used: this one, and those announced (on a member: all it knows)."""
+        return [
+            r for n, r in sorted(self.nodes.items()) if not self.leader or n == self.local_node or n in self.announced
+        ]
+
+    def find_pool(self, requires: dict[str, Any]) -> NodeRecord | None:
+        """A node whose capabilities include every one ``requires`` names; this one first."""
+        for record in sorted(self.records(), key=lambda r: r.node != self.local_node):
+            if matches(record.capabilities, requires):
+                return record
         return None
+
+    def hosts(self, store_id: str | None, requires: dict[str, Any] | None = None) -> list[tuple[str, Any]]:
+        """``(host_id, address)`` of every host whose store is ``store_id`` on a node with
+        ``requires``: where a new turn may go."""
+        return [
+            pair
+            for r in self.records()
+            if r.store_id == store_id and matches(r.capabilities, requires or {})
+            for pair in r.host_ids()
+        ]
 
     def watch(self, who: Any) -> None:
         if who not in self.watchers:

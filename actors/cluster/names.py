@@ -1,26 +1,18 @@
-"""Where things are: the directory's global name, and which host runs which turn.
+"""Names: the directory's global name, the leader's capability, a node's name and capabilities.
 
-A turn's host is a pure function of its id and the number of hosts (``slot_of``), so the
-Runtime, the directory and the command line all reach it without a lookup, and a host that
-is replaced keeps its slot.
+(Which host runs which turn is ``wire.placement``: rendezvous hashing over the hosts.)
 """
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
-__all__ = ["DIRECTORY_NAME", "LEADER_CAPABILITY", "json_capabilities", "node_name", "slot_of"]
+__all__ = ["DIRECTORY_NAME", "LEADER_CAPABILITY", "json_capabilities", "node_name"]
 
 DIRECTORY_NAME = "greenroom.directory"
 LEADER_CAPABILITY = "greenroom.leader"
 
 _THESPIAN_KEYS = ("Thespian", "Python Version", "Admin Port", "Convention Address.IPv4", "greenroom.")
-
-
-def slot_of(turn_id: str, hosts: int) -> int:
-    """The slot (host index) of ``turn_id`` among ``hosts`` hosts; stable across processes."""
-    return zlib.crc32(turn_id.encode("utf-8", "surrogatepass")) % max(1, hosts)
 
 
 def node_name(admin_address: Any) -> str:

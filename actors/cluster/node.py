@@ -1,21 +1,28 @@
 """``greenroom node``: a member of a deployment, joining a leader's Thespian convention.
 
-    greenroom node --leader 10.0.0.1:1900 --listen 10.0.0.2 --capability sandbox \\
-                   --capability gpu=true [--admin-port 1900] [--key-file PATH]
+    greenroom node --leader 10.0.0.1:1900 --listen 10.0.0.2 [--hosts 4] \\
+                   [--store postgresql://greenroom@10.0.0.9/greenroom] \\
+                   [--capability sandbox --capability gpu=true] [--admin-port 1900] [--key-file PATH]
 
 A node runs a Thespian admin bound to ``--listen`` only, advertising its capabilities, with
 the deployment's key (``$GREENROOM_KEY`` or ``--key-file``/``$GREENROOM_KEY_FILE``): frames
 that are not signed with it are refused before anything is unpickled, so a node with
-another key cannot join. Tool calls whose tool requires one of its capabilities are placed
-on it; its directory forwards every turn command to the leader's directory, so an actor on
-this node can steer any turn by id. The tools' modules must be importable on the node.
-The node runs until SIGINT or SIGTERM, then leaves the convention gracefully.
+another key cannot join. It runs a tool pool, where tool calls that require one of its
+capabilities are placed, and ``--hosts`` TurnHosts (default: one per core; 0 for a node
+that only runs tools), where Runtimes place new turns beside the leader's own: with
+``--store``, a PostgreSQL URL every node reaches, its turns are durable and are taken over
+by the other nodes if this one is lost; without it, its hosts take the turns of Runtimes
+that have no store. A SQLite file is one machine's store: a node refuses it. The tools'
+modules must be importable on the node. Its directory registers the node with the leader's
+(and again if the leader restarts), and routes commands by turn id, so an actor on this
+node can steer any turn. The node runs until SIGINT or SIGTERM, then leaves the convention.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -23,6 +30,7 @@ import time
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..store.base import is_url
 from ..wire import transport
 from ..wire.thespian_compat import tune_convention
 
@@ -45,15 +53,31 @@ def parse_capability(text: str) -> tuple[str, Any]:
 
 
 def start_node(
-    leader: str, listen: str, capabilities: dict[str, Any], admin_port: int, key: bytes, timeout: float = 30.0
-) -> Any:
-    """Start this node's admin, join ``leader`` and set up the forwarding directory."""
+    leader: str,
+    listen: str,
+    capabilities: dict[str, Any],
+    admin_port: int,
+    key: bytes,
+    timeout: float = 30.0,
+    hosts: int = 0,
+    store: str | None = None,
+    tool_processes: int = 2,
+    max_tool_processes: int = 16,
+) -> tuple[Any, Any]:
+    """Start this node's admin, join ``leader`` and configure the node's directory; the
+    actor system and the leader's directory."""
+    if store is not None and not is_url(store):
+        raise ConfigurationError(
+            f"a node needs a store every node reaches (postgresql://...), not a file ({store}): "
+            "a SQLite store stays on the leader's machine"
+        )
     from thespian.actors import ActorSystem
 
     from ..lifecycle.lifeline import Lifeline
     from ..logs import log_defs
     from ..wire.protocol import Configure, Configured
-    from .directory import DirectoryActor, DirectoryLocator
+    from .directory import DirectoryActor
+    from .locator import DirectoryLocator
     from .names import DIRECTORY_NAME, LEADER_CAPABILITY
 
     transport.install(listen, key)
@@ -79,11 +103,18 @@ def start_node(
             time.sleep(0.5)  # retry pacing while the convention forms
     directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
     node = f"{listen}:{admin_port}"
-    done = asys.ask(directory, Configure(upstream=upstream, node=node, capabilities=capabilities), timeout)
+    configure = Configure(
+        store, hosts=hosts, tool_processes=tool_processes, max_tool_processes=max_tool_processes,
+        node=node, capabilities=capabilities, upstream=upstream,
+    )  # fmt: skip
+    done = asys.ask(directory, configure, timeout)
     if not isinstance(done, Configured):
         asys.shutdown()
         raise ConfigurationError("the node's directory did not start")
-    return asys
+    if "*" in done.errors:
+        asys.shutdown()
+        raise ConfigurationError(done.errors["*"])
+    return asys, upstream
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,19 +126,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--key-file", default=None, help="the deployment key (else $GREENROOM_KEY or $GREENROOM_KEY_FILE)"
     )
+    parser.add_argument("--hosts", type=int, default=None, help="TurnHosts on this node (default: one per core)")
+    parser.add_argument("--store", default=None, help="a PostgreSQL URL every node reaches: durable turns here")
+    parser.add_argument("--tool-processes", type=int, default=2, help="idle tool processes kept forked")
+    parser.add_argument("--max-tool-processes", type=int, default=16)
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
+    hosts = args.hosts if args.hosts is not None else max(1, os.cpu_count() or 1)
     try:
         key = transport.load_key(key_file=args.key_file)
         if key is None:
             raise ConfigurationError("a node needs the deployment key: set $GREENROOM_KEY or pass --key-file")
         capabilities = dict(parse_capability(c) for c in args.capability)
-        asys = start_node(args.leader, args.listen, capabilities, args.admin_port, key, args.timeout)
+        asys, _ = start_node(
+            args.leader, args.listen, capabilities, args.admin_port, key, args.timeout,
+            hosts, args.store, args.tool_processes, args.max_tool_processes,
+        )  # fmt: skip
     except ConfigurationError as exc:
         print(f"greenroom node: {exc}", file=sys.stderr)
         return 2
     print(
-        json.dumps({"node": f"{args.listen}:{args.admin_port}", "leader": args.leader, "capabilities": capabilities}),
+        json.dumps(
+            {
+                "node": f"{args.listen}:{args.admin_port}",
+                "leader": args.leader,
+                "capabilities": capabilities,
+                "hosts": hosts,
+                "store": _redacted(args.store) if args.store else None,
+            }
+        ),
         flush=True,
     )
     stop = threading.Event()
@@ -116,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     asys.shutdown()
     return 0
+
+
+def _redacted(url: str) -> str:
+    from ..store.postgres import redacted  # psycopg: only with a PostgreSQL store
+
+    return redacted(url)
 
 
 if __name__ == "__main__":

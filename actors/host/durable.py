@@ -20,7 +20,6 @@ the rest:
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import time
 from collections.abc import Callable, Iterable
@@ -32,9 +31,10 @@ from messages import ControlReply, Message, TurnState
 from ..errors import SnapshotError, StoreError
 from ..logs import logger
 from ..store.base import Owner, TurnStore, is_url
+from ..wire.placement import rendezvous
 from .subscriptions import whole_finish
 
-__all__ = ["LEASE", "Durable", "StoredSender", "Tick", "preferred"]
+__all__ = ["LEASE", "Durable", "StoredSender", "Tick"]
 
 LEASE = 5.0  # seconds a host's lease lasts; it is renewed every TICK
 TICK = 1.0
@@ -62,16 +62,6 @@ class Tick:
     commanded: list[str] = field(default_factory=list)
 
 
-def preferred(turn_id: str, hosts: Iterable[str]) -> str | None:
-    """The host a turn goes to among ``hosts``: the highest rendezvous score (stable, and a
-    host's loss moves only its own turns)."""
-
-    def score(host_id: str) -> bytes:
-        return hashlib.blake2b(f"{host_id}|{turn_id}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
-
-    return max(hosts, key=score, default=None)
-
-
 class Durable:
     """The store of one TurnHost; see the module docstring."""
 
@@ -84,6 +74,8 @@ class Durable:
         self.notified = self.shared and store.listen(lambda turn_id: wake(("command", turn_id)))
         self.renewed_at = time.monotonic()
         self.fenced = False
+        if self.shared:  # a lease before the first turn: no other host may take this one's turns for orphans
+            store.renew_host(host_id, node, self._address, LEASE)
 
     def owner(self, epoch: int = 1) -> Owner:
         return Owner(self.host_id, epoch)
@@ -128,7 +120,7 @@ class Durable:
                 return out
             try:
                 live = [h.host_id for h in self.store.live_hosts()]
-                mine = [t for t in self.store.orphans() if t not in running and preferred(t, live) == self.host_id]
+                mine = [t for t in self.store.orphans() if t not in running and rendezvous(t, live) == self.host_id]
                 out.adopted, _ = self.recover(mine[:16], force=False)
             except StoreError as exc:
                 log().warning("host %s could not look for orphaned turns: %s", self.host_id, exc)

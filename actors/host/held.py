@@ -38,6 +38,14 @@ class HeldCommands:
         """The commands held for a turn that has just started, in arrival order."""
         return [(command, sender) for command, sender, _ in self._held.pop(turn_id, [])]
 
+    def take(self, turn_id: str, which: Callable[[Any], bool]) -> list[tuple[Any, Any]]:
+        """The commands held for ``turn_id`` for which ``which(command)`` holds; the rest stay."""
+        held = self._held.pop(turn_id, [])
+        keep = [h for h in held if not which(h[0])]
+        if keep:
+            self._held[turn_id] = keep
+        return [(command, sender) for command, sender, _ in held if which(command)]
+
     def expired(self) -> list[tuple[str, Any, Any]]:
         """Drop and return (turn id, command, sender) for every command held ``hold`` s or more."""
         now = self._clock()

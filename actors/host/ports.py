@@ -15,8 +15,10 @@ from messages import ControlReply, InterruptTool, RunTool, TurnState
 from ..mailbox import Kernel
 from ..store.sqlite import TurnStore
 from ..turn.decisions import SetTimer
+from .durable import Durable
+from .outbox import Outboxes
 
-__all__ = ["Actor", "HostedTurn", "ToolCalls", "ToolHost", "TurnHostFace"]
+__all__ = ["Actor", "HostedTurn", "RegistryHost", "ToolCalls", "ToolHost", "TurnHostFace"]
 
 
 class Actor(Protocol):
@@ -99,3 +101,32 @@ class ToolHost(Protocol):
     def put(self, item: Any) -> None: ...
 
     def progress(self, turn: HostedTurn, call_id: str, data: Any) -> None: ...
+
+
+class RegistryHost(TurnHostFace, Protocol):
+    """What the ``TurnRegistry`` needs of its host, besides a turn's needs: its store side,
+    its outboxes, where its directory is, its sends and timers."""
+
+    @property
+    def durable(self) -> Durable | None: ...
+
+    @property
+    def outboxes(self) -> Outboxes: ...
+
+    @property
+    def directory(self) -> Any: ...
+
+    @property
+    def myAddress(self) -> Any: ...
+
+    @property
+    def slot(self) -> int: ...
+
+    @property
+    def shutting_down(self) -> Any: ...
+
+    def send(self, to: Any, message: Any) -> None: ...
+
+    def every(self, name: str, seconds: float) -> None: ...
+
+    def wakeupAfter(self, timePeriod: timedelta, payload: Any = None) -> None: ...

@@ -45,7 +45,7 @@ from messages import InterruptTool, RunTool
 from ..tools.tool_actor import ToolActor
 from ..turn.decisions import ToolLost
 from ..turn.results import interrupted_content
-from ..wire.protocol import FindPool, LeaseWorkers, PoolFound, PoolInfo, ReturnWorkers, WorkerResult, WorkersLeased
+from ..wire.protocol import FindPool, LeaseWorkers, NodeRecord, PoolFound, ReturnWorkers, WorkerResult, WorkersLeased
 from .ports import HostedTurn, ToolHost
 
 __all__ = ["ToolRunner"]
@@ -79,7 +79,7 @@ class ToolRunner:
         self.by_worker: dict[str, Key] = {}
         self.placed_idle: dict[str, list[Any]] = {}  # requires -> free processes on matching nodes
         self.placed_waiting: dict[str, deque[Key]] = {}
-        self.pools: dict[str, PoolInfo | None] = {}  # requires -> pool (None: none matches)
+        self.pools: dict[str, NodeRecord | None] = {}  # requires -> pool (None: none matches)
         self.origin: dict[str, str] = {}  # each process lent: "local", "isolated", or its requires key
         self.watching = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -187,7 +187,7 @@ class ToolRunner:
                 busy.node, busy.last_heard = pool.node, time.monotonic()
                 self._send_run(key, busy, free.pop())
         if waiting:
-            self.host.send(pool.address, LeaseWorkers(len(waiting), json.loads(rk)))
+            self.host.send(pool.pool, LeaseWorkers(len(waiting), json.loads(rk)))
 
     def on_alive(self, turn_id: str, call_id: str, node: str) -> None:
         busy = self.calls.get((turn_id, call_id))

@@ -1,20 +1,17 @@
 """TurnHost: one OS process that hosts many TurnActors and the LLMActor that serves them.
 
-The directory starts one TurnHost per core (``Runtime(hosts=...)``); a turn lives on the
-host of its slot (``names.slot_of(turn_id)``), so the Runtime, a supervisor or the command
-line reach it without asking anyone. Inside, each TurnActor is an actor of its own (a FIFO
+Each node's directory starts its TurnHosts (``Runtime(hosts=...)``, ``greenroom node
+--hosts``); a host's id is ``node/slot``, the same after a restart. A turn lives on the host
+it was placed on (``wire.placement``). Inside, each TurnActor is an actor of its own (a FIFO
 mailbox, its ``TurnRules`` and state; see ``kernel``); the host routes each Thespian
 message to the right mailbox, runs the mailboxes, then sends what they produced.
 
 Guarantees:
 
-- a command that arrives before its turn (Thespian does not order messages, not even from
-  one sender) is held (``held``) and applied right after the turn starts, before its first
-  step; one still unclaimed after its hold (``held``) is answered ``unknown_turn``. Every command gets
-  an answer: a refusal always, a success when it carried a ``request_id``;
-- a ``Subscribe`` or a command for a turn that has ended is answered for it (a stop or a
-  cancel "no effect", anything else ``turn_finished``); an unknown ``Subscribe`` is refused
-  at once;
+- every message that names a turn gets to the turn or an answer (``registry``): held while
+  the turn is on its way, forwarded when it is on another host. Every command gets an
+  answer: a refusal always, a success when it carried a ``request_id``;
+- with a store, the host holds a lease in it and takes over orphaned turns (``durable``);
 - events leave in ACK-clocked batches per subscriber (``outbox``), so a turn costs a few
   messages whatever its number of deltas;
 - the host forks no tool process: they come from its node's ``ToolPool``; the only
@@ -28,7 +25,6 @@ Guarantees:
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
 
@@ -38,17 +34,13 @@ from thespian.system.transport import TransmitIntent
 from messages import (
     Consumed,
     ControlReply,
-    Message,
     ReportProgress,
     StartTurn,
     StopTurn,
     Subscribe,
     ToolAlive,
     TurnCommand,
-    TurnState,
     Unsubscribe,
-    reply_for,
-    unaddressed,
 )
 
 from ..handoff import Handoff
@@ -57,18 +49,18 @@ from ..mailbox import Kernel
 from ..mcp.session import close_all as close_mcp_sessions
 from ..mcp.session import open_count as open_mcp_sessions
 from ..store import TurnStore, open_store
-from ..store.base import Owner
 from ..telemetry.metrics import METRICS, armed
 from ..telemetry.spans import RECORDER
 from ..turn.decisions import SetTimer, TimerFired
 from ..wire.dispatch import Dispatcher
 from ..wire.protocol import (
+    Found,
     HostConfig,
     HostReady,
+    Locate,
+    NodesChanged,
     PoolFound,
-    PoolsChanged,
     Recover,
-    Recovered,
     Relay,
     Shutdown,
     ShutdownDone,
@@ -78,15 +70,13 @@ from ..wire.protocol import (
     WorkersLeased,
 )
 from .durable import TICK, Durable, StoredSender
-from .held import HeldCommands
 from .llm_actor import LLMActor
 from .outbox import Outbox, Outboxes
+from .registry import TurnRegistry
 from .tool_runner import ToolRunner
-from .turn_actor import RECOVER, STORED_COMMANDS, TurnActor
+from .turn_actor import TurnActor
 
 __all__ = ["TurnHost"]
-
-_REMEMBER_ENDED = 10_000
 
 
 log = logger("greenroom.host")
@@ -102,9 +92,7 @@ class TurnHost(Dispatcher):
         self.handoff = Handoff()
         self.llm = LLMActor(self.kernel, self.handoff.put)
         self.tools = ToolRunner(self)
-        self.turns: dict[str, TurnActor] = {}
-        self.ended: OrderedDict[str, str] = OrderedDict()
-        self.held = HeldCommands()
+        self.registry = TurnRegistry(self)
         self.outboxes = Outboxes(self._send_tracked, self.handoff.put)
         self.durable: Durable | None = None
         self.node = ""
@@ -143,73 +131,41 @@ class TurnHost(Dispatcher):
         METRICS.dirty = armed()  # a replacement host reports its (empty) state at once
         self.inline_async_tools = msg.inline_async_tools
         self.node = msg.node
-        self.held.hold_for = msg.hold
+        self.registry.held.hold_for = msg.hold
         if msg.store is not None:
             self.durable = Durable(open_store(msg.store), self.host_id, msg.node, self.myAddress, self.handoff.put)
-            self._every("store", TICK)
+            self.every("store", TICK)
         self.tools._top_up()
         self.send(sender, HostReady(msg.slot))
 
-    # -- turns ----------------------------------------------------------------------------
+    # -- turns (``registry``) ---------------------------------------------------------------
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
-        tid = msg.turn_id
-        if tid in self.turns or tid in self.ended or self._stored(tid):
-            self.reply(sender, reply_for(msg, False, "invalid", f"turn id {tid} is already in use"))
-            return
-        turn = TurnActor.starting(self, msg)
-        self.turns[tid] = turn
-        turn.tell(msg, sender)
-        for command, who in self.held.claim(tid):
-            turn.tell(command, who)
-        if self.shutting_down is not None:  # a straggler: it ends as the others did
-            turn.tell(StopTurn(turn_id=tid, reason="the runtime is closing", cause="shutdown"), None)
+        self.registry.start(msg, sender)
 
     def receiveMsg_Subscribe(self, msg: Subscribe, sender: Any) -> None:
-        turn = self.turns.get(msg.turn_id)
-        if turn is not None:
-            turn.tell(msg, sender)
-        elif self.durable is not None and self._stored(msg.turn_id):
-            failed = self.durable.replay(msg.turn_id, msg.since, sender, self.deliver)
-            self.outboxes.unless_held(str(sender))  # forgotten once these are acknowledged
-            if failed is not None:
-                self.reply(sender, reply_for(msg, False, "invalid", failed))
-            elif msg.request_id is not None:
-                self.reply(sender, reply_for(msg, True, None, "the turn has ended; its events follow from the store"))
-        elif msg.turn_id in self.ended:
-            self.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended"))
-        else:
-            self.reply(sender, reply_for(msg, False, "unknown_turn", f"no turn {msg.turn_id}"))
+        self.registry.subscribe(msg, sender)
+
+    def receiveMsg_TurnCommand(self, msg: TurnCommand, sender: Any) -> None:
+        self.registry.command(msg, sender)
 
     def _to_turn(self, msg: Consumed | Unsubscribe | ReportProgress, sender: Any) -> None:
-        """To the turn's own mailbox, if it is here (else it is moot)."""
-        turn = self.turns.get(msg.turn_id)
-        if turn is not None:
-            turn.tell(msg, sender)
+        self.registry.to_turn(msg, sender)
 
     receiveMsg_Consumed = receiveMsg_Unsubscribe = receiveMsg_ReportProgress = _to_turn
 
-    def receiveMsg_TurnCommand(self, msg: TurnCommand, sender: Any) -> None:
-        refused = unaddressed(msg)
-        if refused is not None:
-            self.reply(sender, refused)
-            return
-        tid = str(msg.turn_id)
-        turn = self.turns.get(tid)
-        if turn is not None:
-            turn.tell(msg, sender)
-        elif tid in self.ended or self._stored(tid):
-            self._answer_for_ended(msg, sender, self.ended.get(tid, "see the store"))
-        else:
-            self.held.hold(tid, msg, sender)
-            self._every("hold", min(1.0, self.held.hold_for / 2))
+    def receiveMsg_Locate(self, msg: Locate, sender: Any) -> None:
+        self.registry.locate(msg, sender)
 
-    def _answer_for_ended(self, msg: Any, sender: Any, reason: str) -> None:
-        if msg.kind in ("stop_turn", "cancel_turn"):
-            if msg.request_id is not None:
-                self.reply(sender, reply_for(msg, True, None, "the turn has already ended"))
-        else:
-            self.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended ({reason})"))
+    def receiveMsg_Found(self, msg: Found, sender: Any) -> None:
+        self.registry.found(msg)
+
+    def receiveMsg_Recover(self, msg: Recover, sender: Any) -> None:
+        self.registry.recover(msg, sender)
+
+    @property
+    def turns(self) -> dict[str, TurnActor]:
+        return self.registry.turns
 
     @property
     def store(self) -> TurnStore | None:
@@ -219,48 +175,11 @@ class TurnHost(Dispatcher):
     def host_id(self) -> str:
         return f"{self.node}/{self.slot}"
 
-    def _stored(self, turn_id: str) -> bool:
-        return self.durable is not None and self.durable.is_stored(turn_id)
-
-    def receiveMsg_Recover(self, msg: Recover, sender: Any) -> None:
-        found, errors = (
-            ([], {})
-            if self.durable is None
-            else self.durable.recover([t for t in msg.turn_ids if t not in self.turns], msg.force)
-        )
-        for state, commands, owner in found:
-            self._adopt(state, commands, owner)
-        self.send(sender, Recovered(self.slot, [state.turn_id for state, _, _ in found], errors))
-
-    def _adopt(self, state: TurnState, commands: list[tuple[int, Message]], owner: Owner) -> None:
-        """Carry on a turn this host claimed in the store: its queued commands first."""
-        turn = self.turns[state.turn_id] = TurnActor.recovering(self, state, owner)
-        for command_id, command in commands:
-            turn.tell(command, StoredSender(command_id))
-        turn.tell(RECOVER, None)
-
     def forget(self, turn: TurnActor) -> None:
-        """A turn another host took over: gone from here at once (it has not ended)."""
-        if self.turns.get(turn.turn_id) is turn:
-            del self.turns[turn.turn_id]
+        self.registry.forget(turn)
 
     def turn_ended(self, turn: TurnActor) -> None:
-        self.wakeupAfter(timedelta(seconds=turn.state.options.linger), payload=("linger", turn.turn_id))
-
-    def _evict(self, turn_id: str) -> None:
-        """Forget a turn that ended ``linger`` s ago, once every reader has caught up (or was
-        dropped, ``TurnActor.let_go``)."""
-        turn = self.turns.get(turn_id)
-        if turn is None:
-            return
-        wait = turn.let_go()
-        if wait is not None:
-            self.wakeupAfter(timedelta(seconds=wait), payload=("linger", turn_id))
-            return
-        del self.turns[turn_id]
-        self.ended[turn_id] = turn.state.finish_reason or "error"
-        while len(self.ended) > _REMEMBER_ENDED:
-            self.ended.popitem(last=False)
+        self.registry.turn_ended(turn)
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -268,7 +187,8 @@ class TurnHost(Dispatcher):
         payload = ("turn", turn.turn_id, TimerFired(timer.name, timer.token))
         self.wakeupAfter(timedelta(seconds=timer.delay), payload=payload)
 
-    def _every(self, name: str, seconds: float) -> None:
+    def every(self, name: str, seconds: float) -> None:
+        """Wake this host with ``(name,)`` in ``seconds``, unless such a wakeup is due."""
         if name not in self.timers_on:
             self.timers_on.add(name)
             self.wakeupAfter(timedelta(seconds=seconds), payload=(name,))
@@ -280,23 +200,17 @@ class TurnHost(Dispatcher):
             if turn is not None:
                 turn.tell(msg.payload[2], None)
         elif what == "linger":
-            self._evict(msg.payload[1])
+            self.registry.evict(msg.payload[1])
         elif what == "liveness":
             self.tools.check_liveness()
         elif what == "hold":
             self.timers_on.discard("hold")
-            self._expire_held()
+            self.registry.expire_held()
         elif what == "store":
             self.timers_on.discard("store")
             self._tick_store()
         elif what == "shutdown":
             self._shut()
-
-    def _expire_held(self) -> None:
-        for tid, command, who in self.held.expired():
-            self.reply(who, reply_for(command, False, "unknown_turn", f"no turn {tid}"))
-        if self.held:
-            self._every("hold", min(1.0, self.held.hold_for / 2))
 
     def _tick_store(self) -> None:
         """The store's tick (``durable``): the lease, turns taken over, commands waiting."""
@@ -306,15 +220,10 @@ class TurnHost(Dispatcher):
             for turn in list(self.turns.values()):
                 turn.fenced("this host could not renew its lease in the store: another host may take its turns")
         for state, commands, owner in tick.adopted:
-            self._adopt(state, commands, owner)
+            self.registry.adopt(state, commands, owner)
         for tid in tick.commanded:
-            self._stored_commands(tid)
-        self._every("store", TICK)
-
-    def _stored_commands(self, turn_id: str) -> None:
-        turn = self.turns.get(turn_id)
-        if turn is not None:
-            turn.tell(STORED_COMMANDS, None)
+            self.registry.stored_commands(tid)
+        self.every("store", TICK)
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -330,8 +239,10 @@ class TurnHost(Dispatcher):
     def receiveMsg_PoolFound(self, msg: PoolFound, sender: Any) -> None:
         self.tools.on_pool_found(msg)
 
-    def receiveMsg_PoolsChanged(self, msg: PoolsChanged, sender: Any) -> None:
-        self.tools.pools.clear()
+    def receiveMsg_NodesChanged(self, msg: NodesChanged, sender: Any) -> None:
+        self.tools.pools.clear()  # found again as calls need them
+        if self.owner is None:
+            self.owner = msg.owner  # a member's host: the leader's Runtime exports its spans
 
     def receiveMsg_ToolAlive(self, msg: ToolAlive, sender: Any) -> None:
         self.tools.on_alive(msg.turn_id, msg.call_id, msg.node)
@@ -352,7 +263,7 @@ class TurnHost(Dispatcher):
             elif item[0] == "lost":
                 self._drop_subscriber(item[1])
             elif item[0] == "command":  # the store says a command waits (its notifications)
-                self._stored_commands(item[1])
+                self.registry.stored_commands(item[1])
         if llm:
             self.llm.on_outputs(llm)
 

@@ -67,12 +67,14 @@ class Owner:
 
 @dataclass(frozen=True)
 class Route:
-    """Where a turn is, as its store knows: its owner, epoch and status."""
+    """Where a turn is, as its store knows: its owner, epoch and status, and the owner's
+    address (pickled) while its lease holds (None once it ran out: the turn is an orphan)."""
 
     turn_id: str
     host_id: str | None
     epoch: int
     status: str
+    address: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,12 @@ class TurnStore(Protocol):
 
     def route(self, turn_id: str) -> Route | None:
         """Where the turn is (None: unknown)."""
+
+    def owned_by(self, host_id: str) -> list[str]:
+        """The unfinished turns whose owner is ``host_id`` (a restarted host claims them)."""
+
+    def identity(self) -> str:
+        """A random id the store keeps for ever: two locations with the same id are one store."""
 
     def renew_host(self, host_id: str, node: str, address: bytes, lease: float) -> None:
         """``host_id`` is alive for ``lease`` more seconds, at ``address``."""

@@ -82,6 +82,7 @@ class PostgresStore(SQLStore):
 
     _placeholder = "%s"
     _for_share = " FOR SHARE"
+    _now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
     _errors = (psycopg.Error,)
 
     def __init__(self, url: str, connect_timeout: float = 10.0) -> None:

@@ -17,6 +17,7 @@ What each method guarantees is said in ``base.TurnStore``; how:
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -29,7 +30,7 @@ from .base import EncodedEvent, HostRecord, Owner, Route, TurnSummary, status_of
 
 __all__ = ["SQLStore"]
 
-_LIVE = "(SELECT host_id FROM hosts WHERE lease_until > ?)"
+_LIVE = "(SELECT host_id FROM hosts WHERE lease_until > {now})"
 
 
 class SQLStore:
@@ -39,6 +40,9 @@ class SQLStore:
     _placeholder = "?"
     _begin = "BEGIN"
     _for_share = ""  # PostgreSQL: lock the turn's row against a takeover until commit
+    # the database's clock, in seconds since the epoch: leases are compared on one clock, the
+    # server's, whatever the clocks of the nodes that write them
+    _now = "((julianday('now') - 2440587.5) * 86400.0)"
     _errors: tuple[type[BaseException], ...] = ()
 
     # -- what a backend supplies ----------------------------------------------------------
@@ -132,7 +136,7 @@ class SQLStore:
     def _insert_events(self, turn_id: str, events: Sequence[EncodedEvent]) -> None:
         if events:
             now = time.time()  # when the transition was written, before anything was carried out
-            self._conn().executemany(
+            self._conn().cursor().executemany(
                 self._sql(
                     "INSERT INTO events (turn_id, seq, kind, data, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
                 ),
@@ -287,8 +291,8 @@ class SQLStore:
     # -- owners and hosts -----------------------------------------------------------------
 
     def claim(self, turn_id: str, host_id: str, force: bool = False) -> int | None:
-        gone = "" if force else f" AND (owner IS NULL OR owner = ? OR owner NOT IN {_LIVE})"
-        params: tuple[Any, ...] = (host_id, turn_id) + (() if force else (host_id, time.time()))
+        gone = "" if force else f" AND (owner IS NULL OR owner = ? OR owner NOT IN {_LIVE.format(now=self._now)})"
+        params: tuple[Any, ...] = (host_id, turn_id) + (() if force else (host_id,))
         with self._tx(f"claim turn {turn_id}"):
             row = self._run(
                 "UPDATE turns SET owner = ?, epoch = epoch + 1 WHERE turn_id = ? AND status != 'finished'"
@@ -299,17 +303,38 @@ class SQLStore:
         return None if row is None else int(row[0])
 
     def route(self, turn_id: str) -> Route | None:
-        rows = self._rows("SELECT owner, epoch, status FROM turns WHERE turn_id = ?", (turn_id,))
-        return None if not rows else Route(turn_id, rows[0][0], rows[0][1], rows[0][2])
+        rows = self._rows(
+            "SELECT t.owner, t.epoch, t.status, h.address FROM turns t"
+            f" LEFT JOIN hosts h ON h.host_id = t.owner AND h.lease_until > {self._now} WHERE t.turn_id = ?",
+            (turn_id,),
+        )
+        if not rows:
+            return None
+        owner, epoch, status, address = rows[0]
+        return Route(turn_id, owner, epoch, status, None if address is None else bytes(address))
+
+    def owned_by(self, host_id: str) -> list[str]:
+        rows = self._rows(
+            "SELECT turn_id FROM turns WHERE owner = ? AND status != 'finished' ORDER BY created_at", (host_id,)
+        )
+        return [r[0] for r in rows]
+
+    def identity(self) -> str:
+        with self._tx("read the store's identity"):
+            self._run(
+                "INSERT INTO meta (key, value) VALUES ('store_id', ?) ON CONFLICT (key) DO NOTHING", (uuid.uuid4().hex,)
+            )
+            row = self._run("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+        return str(row[0])
 
     def renew_host(self, host_id: str, node: str, address: bytes, lease: float) -> None:
-        now = time.time()
         with self._tx(f"renew the lease of host {host_id}"):
             self._run(
-                "INSERT INTO hosts (host_id, node, address, lease_until, seen_at) VALUES (?, ?, ?, ?, ?)"
+                "INSERT INTO hosts (host_id, node, address, lease_until, seen_at)"
+                f" VALUES (?, ?, ?, {self._now} + ?, {self._now})"
                 " ON CONFLICT (host_id) DO UPDATE SET node=excluded.node, address=excluded.address,"
                 " lease_until=excluded.lease_until, seen_at=excluded.seen_at",
-                (host_id, node, address, now + lease, now),
+                (host_id, node, address, lease),
             )
 
     def drop_host(self, host_id: str) -> None:
@@ -317,14 +342,13 @@ class SQLStore:
             self._run("DELETE FROM hosts WHERE host_id = ?", (host_id,))
 
     def live_hosts(self) -> list[HostRecord]:
-        rows = self._rows("SELECT host_id, node, address, lease_until FROM hosts WHERE lease_until > ?", (time.time(),))
+        rows = self._rows(f"SELECT host_id, node, address, lease_until FROM hosts WHERE lease_until > {self._now}")
         return [HostRecord(h, n, bytes(a), until) for h, n, a, until in rows]
 
     def orphans(self) -> list[str]:
         rows = self._rows(
-            f"SELECT turn_id FROM turns WHERE status != 'finished' AND (owner IS NULL OR owner NOT IN {_LIVE})"
-            " ORDER BY created_at",
-            (time.time(),),
+            "SELECT turn_id FROM turns WHERE status != 'finished'"
+            f" AND (owner IS NULL OR owner NOT IN {_LIVE.format(now=self._now)}) ORDER BY created_at"
         )
         return [r[0] for r in rows]
 

@@ -5,9 +5,7 @@
 
 ``initdb`` makes a cluster in a temporary directory and ``pg_ctl`` starts it, listening on
 ``host`` only (``127.0.0.1`` by default, or an address the caller's network namespaces
-reach) on a free port, with a socket directory of its own; ``allow`` (a CIDR like
-``10.251.7.0/24``) lets clients from there connect too (by default only the server's own
-address may). PostgreSQL refuses to run as
+reach, whose subnets it then trusts) on a free port, with a socket directory of its own. PostgreSQL refuses to run as
 root, so when this process is root the server runs as an unprivileged user (``postgres``,
 which Debian's package creates, unless ``user`` says otherwise) that owns the directory.
 Leaving the block stops the server (``pg_ctl stop -m immediate``) and removes everything.
@@ -51,11 +49,8 @@ def _free_port(host: str) -> int:
 class ThrowawayPostgres:
     """A PostgreSQL server of its own; see the module docstring."""
 
-    def __init__(
-        self, host: str = "127.0.0.1", user: str = "postgres", database: str = "greenroom", allow: str | None = None
-    ) -> None:
+    def __init__(self, host: str = "127.0.0.1", user: str = "postgres", database: str = "greenroom") -> None:
         self.host = host
-        self.allow = allow
         self.port = 0
         self.database = database
         self._run_as = user if os.geteuid() == 0 else None
@@ -81,11 +76,10 @@ class ThrowawayPostgres:
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "timeout": 120, "check": True}
         try:
             subprocess.run(self._cmd(initdb, "-D", str(data), "-U", "greenroom", "--auth=trust", "-E", "UTF8"), **quiet)  # type: ignore[call-overload]
-            with open(data / "pg_hba.conf", "a") as hba:  # initdb trusts loopback only
-                hba.write(f"host all all {self.host}/32 trust\n")
-                if self.allow:
-                    hba.write(f"host all all {self.allow} trust\n")
             options = f"-c listen_addresses={self.host} -p {self.port} -k {sockets} -c fsync=off"
+            if self.host not in ("127.0.0.1", "localhost", "::1"):  # the nodes of a test's own network
+                with open(data / "pg_hba.conf", "a") as hba:
+                    hba.write("host all all samenet trust\n")
             start = [pg_ctl, "-D", str(data), "-o", options, "-l", str(logfile), "-w", "-t", "60", "start"]
             subprocess.run(self._cmd(*start), **quiet)  # type: ignore[call-overload]
             create = [os.path.join(os.path.dirname(initdb), "createdb"), "-h", self.host, "-p", str(self.port),

@@ -112,11 +112,16 @@ class ScriptedProvider:
     @property
     def base_url(self) -> str:
         """The OpenAI-style base URL (``.../v1``)."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self.origin}/v1"
+
+    @property
+    def origin(self) -> str:
+        """``http://HOST:PORT`` of the address it listens on."""
+        return f"http://{self._server.server_address[0]!s}:{self.port}"
 
     def provider(self, api: str = "openai", **kw: Any) -> ProviderConfig:
         """A ``ProviderConfig`` pointing at this server."""
-        base = self.base_url if api == "openai" else f"http://127.0.0.1:{self.port}"
+        base = self.base_url if api == "openai" else self.origin
         return ProviderConfig(api=api, base_url=base, model=self.model, **kw)  # type: ignore[arg-type]
 
     def add(self, *replies: Reply) -> None:

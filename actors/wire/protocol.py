@@ -9,10 +9,12 @@ Who sends what:
 
     Runtime  -> Directory   Hello, Configure, Shutdown
     Runtime  -> TurnHost    Shutdown (and the turns' commands)
-    Directory -> Runtime    Welcome, Configured, HostReplaced
+    Directory -> Runtime    Welcome, Configured, HostReplaced, NodesChanged
     TurnHost  -> Runtime    ShutdownDone, SpanBatch
-    Directory -> TurnHost   HostConfig, Recover, Relay, Shutdown, PoolsChanged, PoolFound
-    TurnHost  -> Directory  HostReady, Recovered, FindPool
+    Directory -> TurnHost   HostConfig, Recover, Relay, Shutdown, NodesChanged, PoolFound, Locate
+    TurnHost  -> Directory  HostReady, Recovered, FindPool, Find, Located
+    Directory -> TurnHost   Found
+    Directory -> Directory  RegisterNode (member to leader), NodesChanged (leader to member), Relay
     TurnHost  -> ToolPool   LeaseWorkers, ReturnWorkers
     ToolPool  -> TurnHost   WorkersLeased, WorkerExited
     anyone    -> subscriber EventBatch
@@ -31,20 +33,24 @@ __all__ = [
     "Configure",
     "Configured",
     "EventBatch",
+    "Find",
     "FindPool",
+    "Found",
     "Hello",
     "HostConfig",
     "HostGone",
     "HostReady",
     "HostReplaced",
     "LeaseWorkers",
+    "Locate",
+    "Located",
+    "NodeRecord",
+    "NodesChanged",
     "PoolConfig",
     "PoolFound",
-    "PoolInfo",
-    "PoolsChanged",
     "Recover",
     "Recovered",
-    "RegisterPool",
+    "RegisterNode",
     "Relay",
     "ReturnWorkers",
     "Shutdown",
@@ -80,8 +86,9 @@ class Welcome(_Internal):
 
 @dataclass(frozen=True)
 class Configure(_Internal):
-    """From the Runtime to its directory: start the hosts and the tool pool, recover the
-    store's unfinished turns; or, on a member node, forward turn commands to ``upstream``."""
+    """From the Runtime (or ``greenroom node``) to its directory: start the hosts and the
+    tool pool, recover the store's unfinished turns; on a member node, register with the
+    leader's directory (``upstream``)."""
 
     store: str | None = None  # a SQLite file's path or a PostgreSQL URL
     hosts: int = 1
@@ -102,6 +109,7 @@ class Configured(_Internal):
     hosts: list[Any]
     recovered: list[str]
     errors: dict[str, str]
+    store_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,7 @@ class HostReplaced(_Internal):
     slot: int
     address: Any
     recovered: list[str] = field(default_factory=list)
+    host_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -184,24 +193,67 @@ class SpanBatch(_Internal):
 
 
 @dataclass(frozen=True)
-class PoolInfo(_Internal):
-    """A node's tool pool and the capabilities of its node."""
+class NodeRecord(_Internal):
+    """A node as the cluster knows it: its capabilities, its tool pool, its TurnHosts (by
+    slot; the id of ``hosts[i]`` is ``node/i``) and the identity of its hosts' store (None:
+    they keep no store)."""
 
     node: str
     capabilities: dict[str, Any]
-    address: Any
+    pool: Any
+    hosts: tuple[Any, ...] = ()
+    store_id: str | None = None
+
+    def host_ids(self) -> list[tuple[str, Any]]:
+        return [(f"{self.node}/{slot}", address) for slot, address in enumerate(self.hosts)]
 
 
 @dataclass(frozen=True)
-class PoolsChanged(_Internal):
-    pools: list[PoolInfo]
+class NodesChanged(_Internal):
+    """Every node the leader knows, after a change: to hosts (their pools), Runtimes (their
+    placement) and member directories (their routes); ``owner`` is the leader's Runtime,
+    where hosts send their spans and metrics."""
+
+    nodes: list[NodeRecord]
+    owner: Any = None
 
 
 @dataclass(frozen=True)
-class RegisterPool(_Internal):
-    """From a member node's directory to the leader's: my node's pool, for placed calls."""
+class RegisterNode(_Internal):
+    """From a member node's directory to the leader's: my node, its pool and hosts. Sent
+    again every few seconds: a leader that restarted learns the node again."""
 
-    pool: PoolInfo
+    record: NodeRecord
+
+
+@dataclass(frozen=True)
+class Find(_Internal):
+    """From a host to its directory: a message came for ``turn_id``, which does not run here."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class Found(_Internal):
+    """The directory's answer to ``Find``: the host that runs the turn (None: no host does)."""
+
+    turn_id: str
+    host: Any
+
+
+@dataclass(frozen=True)
+class Locate(_Internal):
+    """From a directory to every host it knows: is ``turn_id`` running on you?"""
+
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class Located(_Internal):
+    """A host's answer to ``Locate``."""
+
+    turn_id: str
+    here: bool
 
 
 @dataclass(frozen=True)
@@ -212,7 +264,7 @@ class FindPool(_Internal):
 @dataclass(frozen=True)
 class PoolFound(_Internal):
     requires: dict[str, Any]
-    pool: PoolInfo | None
+    pool: NodeRecord | None
 
 
 @dataclass(frozen=True)

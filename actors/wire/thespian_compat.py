@@ -47,8 +47,8 @@ _checked = False
 
 def _internals() -> list[tuple[object, str]]:
     from thespian.system import actorManager, multiprocCommon, systemBase
-    from thespian.system.admin import convention
     from thespian.system import transport as transport_package
+    from thespian.system.admin import convention
     from thespian.system.transport import IPBase, ReceiveEnvelope, TCPTransport, TransmitIntent, streamBuffer
 
     return [
