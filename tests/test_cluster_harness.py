@@ -30,11 +30,11 @@ needs_postgres = pytest.mark.skipif(binaries() is None, reason="PostgreSQL is no
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """Three nodes: the leader, and two members that lend tool processes (``sandbox``)."""
+    """Three nodes: the leader, and two members that only lend tool processes (``sandbox``, ``--hosts 0``)."""
     with Cluster(3, tmp_path) as c:
         c.start_leader(hosts=1, store=False)
         for i in c.members:
-            c.start_member(i, capabilities={"sandbox": True, "name": f"m{i}"})
+            c.start_member(i, hosts=0, capabilities={"sandbox": True, "name": f"m{i}"})
             c.ask(op="wait_node", caps={"name": f"m{i}"})
         yield c
     assert leftovers(c) == []
