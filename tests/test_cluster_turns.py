@@ -65,9 +65,11 @@ def polled(predicate: Callable[[], bool], timeout: float) -> bool:
 
 
 def start_member(c: Cluster, i: int, store: bool = True, capabilities: dict[str, Any] | None = None) -> None:
+    """Member ``i`` started, joined, and its host in the leader's table (turns can go there)."""
     caps = {"name": f"m{i}", "member": True, **(capabilities or {})}
     c.start_member(i, hosts=1, store=store, tool_processes=1, capabilities=caps)
     c.ask(op="wait_node", caps={"name": f"m{i}"}, timeout=60)
+    assert c.ask(op="placeable", caps={"name": f"m{i}"})["hosts"] == [f"{c.nodes[i].name}/0"]
 
 
 def live_nodes(c: Cluster) -> set[int]:
