@@ -120,6 +120,8 @@ class Cluster:
             self.member_ip,
             "--admin-port",
             str(PORT),
+            "--hosts",
+            "0",  # a member that only lends tool processes: the turns stay on the leader, beside its provider
             *extra,
         ]
         proc = subprocess.Popen(
