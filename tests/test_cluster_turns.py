@@ -232,6 +232,7 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
     cluster.heal(cut)
     effect.with_suffix(".release").touch()  # were the call still running there, it would return now
     assert polled(lambda: cut in live_nodes(cluster), timeout=60)  # back, with a lease again
+    assert cluster.ask(op="placeable", caps={"name": f"m{cut}"})["hosts"] == [f"{cluster.nodes[cut].name}/0"]
     cluster.scripts.add("t_back", say("back"))  # and running turns: its host has handled what came meanwhile
     cluster.ask(op="run", turn_id="t_back", prompt="t_back", requires={"name": f"m{cut}"})
     assert merged(cluster.ask(op="result", turn_id="t_back")["events"])[-1] == ["finish", "stop"]
