@@ -93,7 +93,7 @@ class Leader:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.exporter, tracing = traced() if args.trace else (None, {})
-        self.model = None if args.provider else ScriptedProvider().start()
+        self.model = None if args.provider else ScriptedProvider(host=args.host).start()  # every node reaches it
         if args.provider:
             provider = ProviderConfig(api="openai", base_url=args.provider, model="scripted-model", retry=ONCE)
         else:

@@ -705,7 +705,7 @@ class Outcome:
     errors: list[str] = field(default_factory=list)  # exceptions the harness met
     sent_reasons: list[str] = field(default_factory=list)  # reasons of accepted stops, cancels, stop_tools, denials
     approved_then_halted: list[str] = field(default_factory=list)  # approve_then_*: the calls approved
-    window_gap: float | None = None  # approve_then_*: seconds from the approval's reply to sending the stop
+    window_gap: float | None = None  # approve_then_*: seconds from sending the approval to the stop's reply
     seen_at_hang: int | None = None  # events the caller had when a wait ran out
     withheld: int = 0  # events the turn had produced by then that had not reached the caller
     violations: list[str] = field(default_factory=list)  # filled in by callers of check()
@@ -871,8 +871,8 @@ class _Driver:
                 self._note_reply(c.action, reply.ok, reply.message)
             elif c.action in ("approve_then_stop", "approve_then_cancel") and isinstance(e, Finish):
                 pending = list(e.pending_approvals)
+                approving_at = time.monotonic()  # no earlier than the turn's commit timer starts
                 self.handle.respond([ToolApprovalResponse(call_id=x, approved=True) for x in pending])
-                approved_at = time.monotonic()
                 out.decisions.update({x: (True, None) for x in pending})
                 self.answered.update(pending)
                 out.approved_then_halted = pending
@@ -880,8 +880,8 @@ class _Driver:
                     command: Any = StopTurn(turn_id=turn_id, reason=c.reason)
                 else:
                     command = CancelTurn(turn_id=turn_id, reason=c.reason)
-                out.window_gap = time.monotonic() - approved_at
                 reply = self.rt.control(command, timeout=10)
+                out.window_gap = time.monotonic() - approving_at  # no earlier than the turn handled the command
                 self._note_reply(c.action, reply.ok, reply.message)
             elif c.action == "stop_tool":
                 target = str(getattr(e, "call_id", None) or c.call_id)
@@ -1049,12 +1049,10 @@ class _Driver:
         mine = self.provider.requests_of(s.prompt)
         out.requests = len(mine)
         out.refused_requests = [f"request {i}: HTTP 400" for i, r in enumerate(mine) if r.status == 400]
-        grace = STOP_GRACE + 3.0  # the worker sweeps what a call left after stop_grace
-
-        def gone() -> bool:
+        def gone() -> bool:  # the worker sweeps what a call left after stop_grace
             return not [p for p in out.child_pids if alive(p)] and not [g for g in out.pgids if group_processes(g)]
 
-        wait_until(gone, timeout=grace)
+        wait_until(gone)
         out.leaked = [p for p in out.child_pids if alive(p)] + [p for g in out.pgids for p in group_processes(g)]
         keys = self.workdir / f"keys-{s.seed}.txt"
         out.keys = keys.read_text().split() if keys.exists() else []
@@ -1165,12 +1163,14 @@ def check(outcome: Outcome) -> list[str]:
     if o.control_effective and c.action in ("cancel", "cancel_grace", "approve_then_cancel") and reason != "cancelled":
         v.append(f"an accepted cancel ended the turn {reason!r}")
     gap = o.window_gap
-    if o.control_effective and gap is not None and gap < s.approval_window / 5:
+    # the gap bounds the time from the commit timer's start to the command's handling: only a
+    # command that surely landed inside the window must have kept the approved calls from starting
+    if o.control_effective and gap is not None and gap < s.approval_window:
         for cid in o.approved_then_halted:
             if started[cid]:
                 v.append(
-                    f"approved call {cid} started although a {c.action} followed {gap * 1000:.1f} ms after "
-                    f"the approval, inside its {s.approval_window:g} s window"
+                    f"approved call {cid} started although a {c.action} was handled within {gap * 1000:.1f} ms "
+                    f"of the approval, inside its {s.approval_window:g} s window"
                 )
             if any(k.endswith(":" + cid) for k in o.keys):
                 v.append(f"approved call {cid} had its side effect although a {c.action} followed inside the window")

@@ -48,7 +48,7 @@ def run_child(store: Path, provider: ScriptedProvider, scenario: str, turn_id: s
     # SIGKILL by PID the process that held the Runtime: its whole tree ends with it (the lifeline)
     os.kill(child.pid, signal.SIGKILL)
     child.wait(10)
-    assert wait_until(lambda: session_processes(info["sid"]) == [], timeout=2)
+    assert wait_until(lambda: session_processes(info["sid"]) == [])
     return info
 
 

@@ -276,10 +276,12 @@ class Runtime(Queries):
         """Send a command (``StopTurn``, ``CancelTurn``, ``RespondToApprovals``, ``StopTool``,
         ``ToolApprovalResponse`` with a ``turn_id``) to its turn and return the turn's reply.
         A refusal is returned as a reply with ``ok=False``, not raised."""
+        future = self._command(command)
         try:
-            return self._command(command).result(timeout)
+            return future.result(timeout)
         except concurrent.futures.TimeoutError:
-            raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
+            future.cancel()  # and the Runtime forgets it
+            raise TurnTimeout(f"no answer to {command.kind} after {timeout:g} s") from None
 
     # -- turns ----------------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ the rest:
   lease of the loss;
 - **commands** other processes queued in the store (the command line): found by the
   store's notifications where it has them (PostgreSQL), else looked for every tick; each
-  one's reply is recorded beside it, where its sender waits for it (``StoredSender``);
+  one's reply is recorded beside it, where its sender waits for it (``StoredSender``); the
+  inbox is pruned every ``PRUNE_EVERY`` seconds of what was taken an hour ago;
 - **replay** the events of a turn that has ended and left the host.
 """
 
@@ -34,10 +35,12 @@ from ..store.base import Owner, TurnStore, is_url
 from ..wire.placement import rendezvous
 from .subscriptions import whole_finish
 
-__all__ = ["LEASE", "Durable", "StoredSender", "Tick"]
+__all__ = ["KEEP_COMMANDS", "LEASE", "PRUNE_EVERY", "TICK", "Durable", "StoredSender", "Tick"]
 
 LEASE = 5.0  # seconds a host's lease lasts; it is renewed every TICK
 TICK = 1.0
+PRUNE_EVERY = 600.0  # seconds between two prunings of the command inbox by a host
+KEEP_COMMANDS = 3600.0  # seconds a command is kept once taken (its sender has had its reply)
 
 Deliver = Callable[[str, Any, bytes, str], None]
 
@@ -73,6 +76,7 @@ class Durable:
         self.shared = is_url(store.location)  # PostgreSQL: hosts of every node share it
         self.notified = self.shared and store.listen(lambda turn_id: wake(("command", turn_id)))
         self.renewed_at = time.monotonic()
+        self.pruned_at = time.monotonic()
         self.fenced = False
         if self.shared:  # a lease before the first turn: no other host may take this one's turns for orphans
             store.renew_host(host_id, node, self._address, LEASE)
@@ -129,6 +133,12 @@ class Durable:
                 out.commanded = [t for t in self.store.turns_with_commands() if t in running]
             except StoreError:
                 pass
+        if time.monotonic() - self.pruned_at >= PRUNE_EVERY:
+            self.pruned_at = time.monotonic()
+            try:
+                self.store.prune_commands(KEEP_COMMANDS)
+            except StoreError as exc:
+                log().warning("host %s could not prune the command inbox: %s", self.host_id, exc)
         return out
 
     def record_reply(self, sender: StoredSender, reply: ControlReply) -> None:

@@ -160,6 +160,7 @@ class TurnRegistry:
 
     def expire_held(self) -> None:
         for tid, command, who in self.held.expired():
+            self.finding.discard(tid)  # a Find its directory never answered is forgotten with it
             if not self._forwarded(command, who):
                 self.host.reply(who, reply_for(command, False, "unknown_turn", f"no turn {tid}"))
         if self.held:

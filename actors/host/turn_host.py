@@ -47,6 +47,7 @@ from ..handoff import Handoff
 from ..logs import logger, quiet_third_party
 from ..mailbox import Kernel
 from ..mcp.session import close_all as close_mcp_sessions
+from ..mcp.session import log_stderr, route_stderr
 from ..mcp.session import open_count as open_mcp_sessions
 from ..store import TurnStore, open_store
 from ..telemetry.metrics import METRICS, armed
@@ -103,6 +104,7 @@ class TurnHost(Dispatcher):
         self.timers_on: set[str] = set()
         self.shutting_down: Any = None
         self.owner: Any = None  # the Runtime's endpoint: where finished spans go
+        route_stderr(lambda where, line: self.put(("mcp_stderr", where, line)))  # logged on this thread
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -264,6 +266,8 @@ class TurnHost(Dispatcher):
                 self._drop_subscriber(item[1])
             elif item[0] == "command":  # the store says a command waits (its notifications)
                 self.registry.stored_commands(item[1])
+            elif item[0] == "mcp_stderr":
+                log_stderr(item[1], item[2])
         if llm:
             self.llm.on_outputs(llm)
 

@@ -147,6 +147,10 @@ class TurnStore(Protocol):
     def pending_commands(self, turn_id: str) -> list[Message]:
         """The turn's queued commands in order, not taken."""
 
+    def prune_commands(self, older_than: float) -> int:
+        """Drop commands taken ``older_than`` seconds ago, and untaken ones of turns finished
+        as long ago; how many."""
+
     def has_commands(self, turn_id: str) -> bool:
         """Whether any command waits for the turn (cheap: checked at every step)."""
 

@@ -272,6 +272,18 @@ class SQLStore:
         reply = decode(bytes(rows[0][0]))
         return reply if isinstance(reply, ControlReply) else None
 
+    def prune_commands(self, older_than: float) -> int:
+        """Drop the commands taken more than ``older_than`` seconds ago (their senders have had
+        their replies), and those never taken whose turn has finished as long ago."""
+        cutoff = time.time() - older_than
+        with self._tx("prune the command inbox"):
+            done = self._run(
+                "DELETE FROM commands WHERE (taken_at IS NOT NULL AND taken_at < ?) OR (taken_at IS NULL"
+                " AND created_at < ? AND turn_id IN (SELECT turn_id FROM turns WHERE status = 'finished'))",
+                (cutoff, cutoff),
+            )
+            return int(done.rowcount or 0)
+
     def pending_commands(self, turn_id: str) -> list[Message]:
         """The turn's queued commands, not taken (for checking a new one against them)."""
         rows = self._rows(
