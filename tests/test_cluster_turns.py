@@ -202,7 +202,21 @@ def test_a_node_killed_mid_turn_with_ten_durable_turns_each_resumed_elsewhere_no
 
 @pytest.mark.heavy
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("heal", ["after_its_host_stopped", "once_taken_over"])
+@pytest.mark.parametrize(
+    "heal",
+    [
+        "after_its_host_stopped",
+        pytest.param(
+            "once_taken_over",
+            marks=pytest.mark.xfail(
+                reason="a host cut off from PostgreSQL blocks in its lease renewal (no TCP timeout) and finds out "
+                "only by a renewal error after about a lease and a half; back before that, its renewal succeeds, it "
+                "never learns its lease lapsed and the call goes on (issue 24; remove this mark with the fix)",
+                strict=False,  # the race: under load the host may find out by itself before it is back
+            ),
+        ),
+    ],
+)
 def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_turn_again(
     cluster: Cluster, tmp_path: Path, heal: str
 ) -> None:
@@ -211,17 +225,18 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
     cluster.scripts.add("t_cut", use_tools(call("side_effect", {"path": str(effect)})), say("resumed"))
     cluster.ask(op="run", turn_id="t_cut", prompt="t_cut", tools=["side_effect"], requires={"member": True})
     cluster.ask(op="wait_progress", turn_id="t_cut", timeout=60)
-    cut = cluster.node_of(cluster.ask(op="host", turn_id="t_cut")["host"])
+    first = cluster.ask(op="host", turn_id="t_cut")["host"]
+    cut = cluster.node_of(first)
     assert cut in (1, 2)
     cluster.partition(cut)
-    if heal == "once_taken_over":  # back before the cut-off host may have found out by itself
-        result = cluster.ask(op="result", turn_id="t_cut", timeout=120)
+    if heal == "once_taken_over":  # back as soon as another host has it: before the cut-off one may find out
+        assert polled(lambda: cluster.store().route("t_cut").host_id != first, timeout=60)
         cluster.heal(cut)
     # its host finds out that it lost its lease (cut off from the store, or back) and stops the call
     assert wait_until(lambda: Path(f"{effect}.stopped").exists(), timeout=60)
     assert Path(f"{effect}.stopped").read_text() == "t_cut:call_1\n"
+    result = cluster.ask(op="result", turn_id="t_cut", timeout=120)  # meanwhile a live host took it over
     if heal == "after_its_host_stopped":
-        result = cluster.ask(op="result", turn_id="t_cut", timeout=120)  # meanwhile a live host took it over
         cluster.heal(cut)
     expected = [
         ["turn_started"],
@@ -249,6 +264,10 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
 
 @pytest.mark.heavy
 @pytest.mark.timeout(400)
+@pytest.mark.xfail(
+    reason="the command line opens SQLite stores only; PostgreSQL URLs come with the pg branch (remove this mark then)",
+    strict=True,
+)
 def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_members_rejoin_a_new_leader(
     cluster: Cluster, tmp_path: Path
 ) -> None:
