@@ -25,6 +25,7 @@ import pytest
 
 from actors import CommandResult, Runtime, TurnTimeout, run_command
 from actors.lifecycle.processes import alive, group_processes, session_processes
+from actors.store import open_store
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.turn.history import history_problems
 from messages import Error, Finish, ToolApprovalRequest, ToolFinished, ToolProgress, TurnOptions
@@ -48,6 +49,7 @@ from .faults import (
     run_scenario,
 )
 from .helpers import summary, wait_until
+from .test_durable import greenroom
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -338,3 +340,31 @@ def test_run_command_returns_when_its_command_exits_and_ends_what_it_left_in_its
         assert group_processes(shell) == [], "what the command left in its group is still running"
     finally:
         reap([shell])  # the shell's group (the background sleep), so that the thread ends
+
+
+# -- a durable turn's host killed (both stores) ----------------------------------------------------
+
+
+def test_a_host_killed_under_a_paused_durable_turn_is_replaced_and_the_turn_runs_its_call_once(
+    provider: ScriptedProvider, store_location: str, tmp_path: Path
+) -> None:
+    """With a store, the replacement host claims the turn (one epoch up) and carries it on from
+    its last record: still paused, it takes an approval from the command line and runs the
+    approved call once; the caller's stream follows the turn onto the new host."""
+    keys = tmp_path / "keys.txt"
+    provider.add(use_tools(call("host_pid", {}), call("gated_effect", {"path": str(keys)})), say("Done."))
+    with Runtime(provider.provider(), store=store_location, hosts=1, tool_processes=1) as rt:
+        turn = rt.run("go", tools=[T.host_pid, F.gated_effect], turn_id="turn_host_killed")
+        assert turn.result(30).finish_reason == "awaiting_approval"
+        host = next(e.data["pid"] for e in turn.all_events if isinstance(e, ToolProgress))
+        store = open_store(store_location)
+        epoch = lambda: store.route("turn_host_killed").epoch  # type: ignore[union-attr]  # noqa: E731
+        before = epoch()
+        os.kill(host, signal.SIGKILL)
+        assert wait_until(lambda: epoch() == before + 1, timeout=20)
+        approved = greenroom("approve", "turn_host_killed", "call_2", "--store", store_location)
+        assert approved.returncode == 0, approved.stderr
+        result = turn.result(30, final=True)
+    assert (result.finish_reason, result.text) == ("stop", "Done.")
+    assert keys.read_text().splitlines() == ["turn_host_killed:call_2"]
+    assert history_problems(result.messages) == []

@@ -175,11 +175,13 @@ class Hosts:
 
         def lost() -> None:  # a durable turn's host is gone: the command waits for where it went
             stream = self._inbound.stream(tid)
-            if self._follow is None or stream is None or stream.finished:
+            if self.store_id is None or stream is None or stream.finished:
                 return _unreachable(command, future, self._inbound)
             with self._lock:
                 self._held.setdefault(tid, []).append((command, future))
-            self.moved(tid, stream, "its host cannot be reached")
+            if self._follow is not None:
+                self.moved(tid, stream, "its host cannot be reached")
+            # else (a file store: one node) its host is replaced in its slot, and ``replaced`` sends it
 
         self._endpoint.send(self.of(tid), command, lost)
 
@@ -244,9 +246,13 @@ class Hosts:
             if turn_id in msg.recovered:
                 self._at(stream, msg.address)
                 self._endpoint.send(msg.address, Subscribe(turn_id=turn_id, since=stream.next_seq, window=self.window))
+                for command, future in self._release(turn_id):
+                    self._send(command, future)
             else:
                 stream.lost("the process that ran this turn died; it had no store to recover from")
                 self._inbound.drop(turn_id, stream)
+                for command, future in self._release(turn_id):
+                    _unreachable(command, future, self._inbound)
 
     def shut_down(self, shutdown: Shutdown, timeout: float) -> None:
         """Send ``shutdown`` to every host of this node, behind the turns' own messages, and

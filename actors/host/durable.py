@@ -78,6 +78,7 @@ class Durable:
         self.renewed_at = time.monotonic()
         self.pruned_at = time.monotonic()
         self.fenced = False
+        self.left = False
         if self.shared:  # a lease before the first turn: no other host may take this one's turns for orphans
             store.renew_host(host_id, node, self._address, LEASE)
 
@@ -111,6 +112,8 @@ class Durable:
     def tick(self, running: set[str]) -> Tick:
         """Renew the lease and take over orphans (a shared store); find queued commands."""
         out = Tick()
+        if self.left:
+            return out
         if self.shared:
             try:
                 self.store.renew_host(self.host_id, self.node, self._address, LEASE)
@@ -140,6 +143,16 @@ class Durable:
             except StoreError as exc:
                 log().warning("host %s could not prune the command inbox: %s", self.host_id, exc)
         return out
+
+    def leave(self) -> None:
+        """The runtime is closing and leaves its turns to the store: the lease is given up now
+        (and not renewed), so another runtime takes them over at once, not a lease later."""
+        self.left = True
+        if self.shared:
+            try:
+                self.store.drop_host(self.host_id)
+            except StoreError:
+                pass
 
     def record_reply(self, sender: StoredSender, reply: ControlReply) -> None:
         try:

@@ -17,6 +17,7 @@ from ..store.sqlite import TurnStore
 from ..turn.decisions import SetTimer
 from .durable import Durable
 from .outbox import Outboxes
+from .timers import Timers
 
 __all__ = ["Actor", "HostedTurn", "RegistryHost", "ToolCalls", "ToolHost", "TurnHostFace"]
 
@@ -124,6 +125,9 @@ class RegistryHost(TurnHostFace, Protocol):
 
     @property
     def shutting_down(self) -> Any: ...
+
+    @property
+    def timers(self) -> Timers: ...
 
     def send(self, to: Any, message: Any) -> None: ...
 

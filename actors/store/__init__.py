@@ -20,10 +20,13 @@ from .sqlite import SQLiteStore
 __all__ = ["EncodedEvent", "SQLiteStore", "TurnStore", "TurnSummary", "open_store"]
 
 
-def open_store(location: str | os.PathLike[str]) -> TurnStore:
-    """The store at ``location``: a ``postgresql://`` URL, or a SQLite file's path."""
+def open_store(location: str | os.PathLike[str], *, create: bool = True) -> TurnStore:
+    """The store at ``location``: a ``postgresql://`` URL, or a SQLite file's path. A URL's
+    password is kept apart (``urls``): the store's ``location`` and its errors never show it.
+    ``create=False``: a PostgreSQL database without greenroom's tables is refused, not set up
+    (a SQLite file's caller checks that it exists)."""
     if is_url(location):
         from .postgres import PostgresStore  # psycopg is imported only for a PostgreSQL store
 
-        return PostgresStore(str(location))
+        return PostgresStore(str(location), create=create)
     return SQLiteStore(os.fspath(location))

@@ -144,6 +144,16 @@ class TurnStore(Protocol):
     def reply_to(self, command_id: int) -> ControlReply | None:
         """The reply recorded for a queued command (None: not applied yet)."""
 
+    def wait_reply(self, command_id: int, timeout: float) -> ControlReply | None:
+        """The reply to a queued command once it is recorded (woken by the store where it can
+        notify); None if none was within ``timeout`` seconds."""
+
+    def timed_events(self, turn_id: str, since: int = 0) -> list[tuple[TurnEvent, float | None]]:
+        """``events``, each with when it was written (None: before the store kept times)."""
+
+    def version(self, turn_id: str | None = None) -> tuple[float, int] | None:
+        """A cheap value that changes whenever the store (or one turn) changes."""
+
     def pending_commands(self, turn_id: str) -> list[Message]:
         """The turn's queued commands in order, not taken."""
 

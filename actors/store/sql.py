@@ -53,6 +53,9 @@ class SQLStore:
     def _notify(self, turn_id: str) -> None:
         """Tell the turn's owner that a command waits (inside the transaction that queued it)."""
 
+    def _notify_reply(self, command_id: int) -> None:
+        """Tell whoever queued a command that its reply is recorded (inside that transaction)."""
+
     # -- plumbing -------------------------------------------------------------------------
 
     def _sql(self, sql: str) -> str:
@@ -263,6 +266,7 @@ class SQLStore:
             self._run(
                 "UPDATE commands SET reply = ?, replied_at = ? WHERE id = ?", (encode(reply), time.time(), command_id)
             )
+            self._notify_reply(command_id)
 
     def reply_to(self, command_id: int) -> ControlReply | None:
         """The reply recorded for a queued command once a turn applied it (None: not yet)."""
@@ -283,6 +287,14 @@ class SQLStore:
                 (cutoff, cutoff),
             )
             return int(done.rowcount or 0)
+
+    def wait_reply(self, command_id: int, timeout: float) -> ControlReply | None:
+        """The reply to a queued command once recorded; None if none was within ``timeout`` s.
+        (Here by looking every 0.1 s; a store that can notify waits for its notification.)"""
+        deadline = time.monotonic() + timeout
+        while (reply := self.reply_to(command_id)) is None and time.monotonic() < deadline:
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        return reply
 
     def pending_commands(self, turn_id: str) -> list[Message]:
         """The turn's queued commands, not taken (for checking a new one against them)."""

@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from messages import ToolResult, TurnEvent, decode
+from messages import ToolResult, TurnEvent
+from messages.codec import decode_many, join_encoded
 
 from ..telemetry.spans import SpanRecord
 
@@ -346,23 +347,39 @@ class EventBatch(_Internal):
     Batches to a subscriber are sent one at a time: the next leaves when the previous one
     was acknowledged, and a ``Finish``, ``ToolApprovalRequest`` or ``Error`` leaves at once.
     Thespian does not guarantee the order of delivery: order by each event's ``seq``.
+    On the wire a batch is one msgpack array of its events' bytes as they were encoded (and
+    stored), pickled as one ``bytes``: no second serialization of each event.
     """
 
-    __slots__ = ("payloads",)
+    __slots__ = ("_blob", "_payloads")
 
     def __init__(self, payloads: list[bytes]) -> None:
-        self.payloads = payloads
+        self._payloads: list[bytes] | None = payloads
+        self._blob: bytes | None = None
+
+    @property
+    def blob(self) -> bytes:
+        """The events as one msgpack array."""
+        if self._blob is None:
+            self._blob = join_encoded(self._payloads or [])
+        return self._blob
 
     @property
     def events(self) -> list[TurnEvent]:
-        """The decoded events."""
-        return [decode(p) for p in self.payloads]  # type: ignore[misc]
+        """The decoded events (each validated: ``CodecError`` for one that is not an event)."""
+        return decode_many(self.blob)  # type: ignore[return-value]
 
-    def __getstate__(self) -> list[bytes]:
-        return self.payloads
+    def __len__(self) -> int:
+        if self._payloads is not None:
+            return len(self._payloads)
+        head = self.blob[0]
+        return head & 0x0F if head < 0xDC else int.from_bytes(self.blob[1 : 3 if head == 0xDC else 5], "big")
 
-    def __setstate__(self, state: list[bytes]) -> None:
-        self.payloads = state
+    def __getstate__(self) -> bytes:
+        return self.blob
+
+    def __setstate__(self, state: bytes | list[bytes]) -> None:
+        self._payloads, self._blob = (state, None) if isinstance(state, list) else (None, state)
 
     def __str__(self) -> str:
-        return f"EventBatch({len(self.payloads)})"
+        return f"EventBatch({len(self)})"
