@@ -264,10 +264,6 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
 
 @pytest.mark.heavy
 @pytest.mark.timeout(400)
-@pytest.mark.xfail(
-    reason="the command line opens SQLite stores only; PostgreSQL URLs come with the pg branch (remove this mark then)",
-    strict=True,
-)
 def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_members_rejoin_a_new_leader(
     cluster: Cluster, tmp_path: Path
 ) -> None:
