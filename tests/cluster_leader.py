@@ -130,22 +130,11 @@ class Leader:
         return {"node": self.rt.wait_for_node(caps, timeout)}
 
     def op_placeable(self, caps: dict[str, Any] | None = None, timeout: float = 60) -> dict[str, Any]:
-        """Wait until the Runtime's table has a host, on its store, on a node with ``caps``; the
-        ids of all such hosts. (No public API says so: ``wait_for_node`` returns when the node
-        joined, maybe before its hosts reached the Runtime; this reads the Runtime's table.)"""
-        from actors.cluster.membership import matches
-
-        deadline = time.monotonic() + timeout
-        while True:
-            hosts = self.rt._hosts
-            nodes = list(hosts._nodes) if hosts is not None else []
-            found = sorted(
-                h for n in nodes if n.store_id == hosts.store_id and matches(n.capabilities, caps or {})  # type: ignore[union-attr]
-                for h, _ in n.host_ids()
-            )  # fmt: skip
-            if found or time.monotonic() > deadline:
-                return {"hosts": found}
-            time.sleep(0.05)  # the table changes on the Runtime's pump thread: nothing to wait on
+        """Wait until a node with ``caps`` is in the Runtime's table; the ids of the hosts a turn
+        that requires ``caps`` may be placed on."""
+        if caps:
+            self.rt.wait_for_node(caps, timeout)
+        return {"hosts": self.rt.placeable(caps)}
 
     def op_nodes(self) -> dict[str, Any]:
         return {"nodes": [n.model_dump() for n in self.rt.nodes()]}
