@@ -206,15 +206,7 @@ def test_a_node_killed_mid_turn_with_ten_durable_turns_each_resumed_elsewhere_no
     "heal",
     [
         "after_its_host_stopped",
-        pytest.param(
-            "once_taken_over",
-            marks=pytest.mark.xfail(
-                reason="a host cut off from PostgreSQL blocks in its lease renewal (no TCP timeout) and finds out "
-                "only by a renewal error after about a lease and a half; back before that, its renewal succeeds, it "
-                "never learns its lease lapsed and the call goes on (issue 24; remove this mark with the fix)",
-                strict=False,  # the race: under load the host may find out by itself before it is back
-            ),
-        ),
+        "once_taken_over",  # failed before the fix: back before the host found out, its call went on
     ],
 )
 def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_turn_again(
