@@ -345,12 +345,14 @@ def test_run_command_returns_when_its_command_exits_and_ends_what_it_left_in_its
 # -- a durable turn's host killed (both stores) ----------------------------------------------------
 
 
+@pytest.mark.parametrize("approver", ["command_line", "handle_at_once"])
 def test_a_host_killed_under_a_paused_durable_turn_is_replaced_and_the_turn_runs_its_call_once(
-    provider: ScriptedProvider, store_location: str, tmp_path: Path
+    provider: ScriptedProvider, store_location: str, tmp_path: Path, approver: str
 ) -> None:
     """With a store, the replacement host claims the turn (one epoch up) and carries it on from
-    its last record: still paused, it takes an approval from the command line and runs the
-    approved call once; the caller's stream follows the turn onto the new host."""
+    its last record: still paused, it takes an approval (from the command line once it has the
+    turn, or from the caller's handle right after the kill, which waits for the replacement) and
+    runs the approved call once; the caller's stream follows the turn onto the new host."""
     keys = tmp_path / "keys.txt"
     provider.add(use_tools(call("host_pid", {}), call("gated_effect", {"path": str(keys)})), say("Done."))
     with Runtime(provider.provider(), store=store_location, hosts=1, tool_processes=1) as rt:
@@ -361,9 +363,13 @@ def test_a_host_killed_under_a_paused_durable_turn_is_replaced_and_the_turn_runs
         epoch = lambda: store.route("turn_host_killed").epoch  # type: ignore[union-attr]  # noqa: E731
         before = epoch()
         os.kill(host, signal.SIGKILL)
-        assert wait_until(lambda: epoch() == before + 1, timeout=20)
-        approved = greenroom("approve", "turn_host_killed", "call_2", "--store", store_location)
-        assert approved.returncode == 0, approved.stderr
+        if approver == "handle_at_once":  # sent to the dead host: held until the turn is found again
+            turn.approve("call_2", timeout=60)
+            assert epoch() == before + 1
+        else:
+            assert wait_until(lambda: epoch() == before + 1, timeout=20)
+            approved = greenroom("approve", "turn_host_killed", "call_2", "--store", store_location)
+            assert approved.returncode == 0, approved.stderr
         result = turn.result(30, final=True)
     assert (result.finish_reason, result.text) == ("stop", "Done.")
     assert keys.read_text().splitlines() == ["turn_host_killed:call_2"]

@@ -108,9 +108,9 @@ def test_a_store_written_by_a_newer_greenroom_is_refused_saying_so(
 ) -> None:
     open_store(store_location).close()
     sql(store_location, "UPDATE meta SET value = ? WHERE key = 'schema'", (str(STORE_SCHEMA + 1),))
-    where = f"at {redacted(store_location)}" if is_url(store_location) else store_location
+    where = redacted(store_location) if is_url(store_location) else store_location
     why = (
-        f"the turn store {where} was written by a newer greenroom (store schema {STORE_SCHEMA + 1}; this greenroom "
+        f"the turn store at {where} was written by a newer greenroom (store schema {STORE_SCHEMA + 1}; this greenroom "
         f"knows up to {STORE_SCHEMA}): upgrade greenroom to use it"
     )
     with pytest.raises(StoreError) as refused:

@@ -77,22 +77,32 @@ class Hosts:
         self.window = window
         self._follow = follow  # None: no store every node reaches, a moved turn cannot be followed
         self._lock = threading.Lock()
+        self._table_changed = threading.Condition()
         self._held: dict[str, Held] = {}  # turn id -> commands waiting for its start, or its new host
 
     # -- where -----------------------------------------------------------------------------
 
-    def place(self, turn_id: str, requires: dict[str, Any]) -> Any:
-        """The host a new turn goes to; ``ConfigurationError`` if none can take it."""
-        hosts = {
+    def placeable(self, requires: dict[str, Any]) -> dict[str, Any]:
+        """The hosts a new turn with ``requires`` may go to: id to address."""
+        return {
             host_id: address
             for node in self._nodes
             if node.store_id == self.store_id and matches(node.capabilities, requires)
             for host_id, address in node.host_ids()
         }
+
+    def place(self, turn_id: str, requires: dict[str, Any]) -> Any:
+        """The host a new turn goes to; ``ConfigurationError`` if none can take it."""
+        hosts = self.placeable(requires)
         chosen = rendezvous(turn_id, hosts)
         if chosen is None:
             raise ConfigurationError(f"no host can run this turn: no node on this store has {requires}")
         return hosts[chosen]
+
+    def wait_for(self, node: str, timeout: float) -> bool:
+        """Wait until the table has ``node`` (its hosts can be placed on); False on timeout."""
+        with self._table_changed:
+            return self._table_changed.wait_for(lambda: any(n.node == node for n in self._nodes), timeout)
 
     def host_id(self, address: Any) -> str | None:
         """The id (``node/slot``) of the host at ``address``, if it is in the table."""
@@ -230,6 +240,8 @@ class Hosts:
         before = [(h, a) for n in self._nodes for h, a in n.host_ids()]  # addresses are not hashable
         local = [n for n in self._nodes if n.node == self._local]
         self._nodes = msg.nodes if any(n.node == self._local for n in msg.nodes) else [*local, *msg.nodes]
+        with self._table_changed:
+            self._table_changed.notify_all()
         now = [a for n in self._nodes for _, a in n.host_ids()]
         for turn_id, stream in self._inbound.open_streams():
             lost = next((h for h, a in before if a == stream.host), None) if stream.host not in now else None

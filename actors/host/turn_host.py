@@ -140,7 +140,8 @@ class TurnHost(Dispatcher):
         self.node = msg.node
         self.registry.held.hold_for = msg.hold
         if msg.store is not None:
-            self.durable = Durable(open_store(msg.store), self.host_id, msg.node, self.myAddress, self.handoff.put)
+            store = open_store(msg.store, quick=True)
+            self.durable = Durable(store, self.host_id, msg.node, self.myAddress, self.handoff.put)
             self.every("store", TICK)
         self.tools._top_up()
         self.send(sender, HostReady(msg.slot))
@@ -224,6 +225,12 @@ class TurnHost(Dispatcher):
         if tick.fenced:
             for turn in list(self.turns.values()):
                 turn.fenced("this host could not renew its lease in the store: another host may take its turns")
+        if tick.lapsed:
+            owners = {t.turn_id: t.owner for t in self.turns.values() if t.owner is not None and not t.ended}
+            lost, again = self.durable.reconcile(owners)
+            tick.adopted.extend(again)
+            for turn_id in lost:
+                self.turns[turn_id].fenced("another host took this turn over while this one was cut off")
         for state, commands, owner in tick.adopted:
             self.registry.adopt(state, commands, owner)
         for tid in tick.commanded:

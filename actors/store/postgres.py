@@ -33,7 +33,7 @@ from messages import ControlReply
 
 from ..errors import ConfigurationError, StoreError
 from ..logs import logger
-from .base import STORE_SCHEMA
+from .base import STORE_SCHEMA, refuse_newer
 from .sql import SQLStore
 from .urls import connectable, keep, redacted, scrub
 
@@ -86,12 +86,18 @@ class PostgresStore(SQLStore):
     _now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
     _errors = (psycopg.Error,)
 
-    def __init__(self, url: str, connect_timeout: float = 10.0, create: bool = True) -> None:
+    def __init__(self, url: str, connect_timeout: float = 10.0, create: bool = True, quick: bool = False) -> None:
         """Connect and bring the schema to this greenroom's (``create=False``: refuse a
         database without one); a ``StoreError`` that names the URL, never its password,
-        says what failed."""
+        says what failed. ``quick``: data sent and not acknowledged for 1.5 s fails its call
+        (TCP's ``tcp_user_timeout``), as do 3 s of keepalives unanswered, instead of TCP's
+        minutes."""
         self.location = keep(url)  # the URL without its password (``urls``)
         self._timeout = connect_timeout
+        self._links: dict[str, Any] = (
+            {"tcp_user_timeout": 1500, "keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1,
+             "keepalives_count": 2} if quick else {}
+        )  # fmt: skip
         self._local = threading.local()
         self._listening: threading.Event | None = None
         self._migrate(create)
@@ -99,7 +105,7 @@ class PostgresStore(SQLStore):
     def _connect(self) -> Any:
         try:
             return psycopg.connect(
-                connectable(self.location), autocommit=True, connect_timeout=max(1, int(self._timeout))
+                connectable(self.location), autocommit=True, connect_timeout=max(1, int(self._timeout)), **self._links
             )
         except psycopg.Error as exc:
             why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -125,12 +131,7 @@ class PostgresStore(SQLStore):
                         f"{self.location} is not a greenroom turn store: table(s) {', '.join(gone)} missing"
                     )
                 row = self._run("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-                version = int(row[0]) if row is not None else 1
-                if version > STORE_SCHEMA:
-                    raise StoreError(
-                        f"the turn store at {self.location} was written by a newer greenroom (store schema "
-                        f"{version}; this greenroom knows up to {STORE_SCHEMA}): upgrade greenroom to use it"
-                    )
+                refuse_newer(self.location, int(row[0]) if row is not None else 1)
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self._run(statement)
