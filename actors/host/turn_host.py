@@ -3,7 +3,7 @@
 Each node's directory starts its TurnHosts (``Runtime(hosts=...)``, ``greenroom node
 --hosts``); a host's id is ``node/slot``, the same after a restart. A turn lives on the host
 it was placed on (``wire.placement``). Inside, each TurnActor is an actor of its own (a FIFO
-mailbox, its ``TurnRules`` and state; see ``kernel``); the host routes each Thespian
+mailbox, its ``TurnRules`` and state; see ``mailbox.Kernel``); the host routes each Thespian
 message to the right mailbox, runs the mailboxes, then sends what they produced.
 
 Guarantees:
@@ -85,7 +85,7 @@ log = logger("greenroom.host")
 
 
 class TurnHost(Dispatcher):
-    """Hosts the TurnActors of one slot; see the module docstring."""
+    """Hosts many TurnActors, as host ``node/slot``; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
