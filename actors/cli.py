@@ -11,11 +11,15 @@
     greenroom console ...                      a web page over the store (``greenroom console --help``)
     greenroom node ...                         (see ``greenroom node --help``)
 
-The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``. When a
-runtime is running on that store the command is sent to it and its answer printed; when
-none is, the command is checked against the stored turn and written to the store's inbox,
-to be applied when the turn is loaded again. ``--json`` prints machine-readable output.
-``--store``, ``--json`` and ``--timeout`` go before or after the command.
+The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``: a SQLite
+file, or a PostgreSQL URL (``postgresql://user@db:5432/greenroom``; a password in it is
+never printed). With a SQLite file, when a runtime is running on it the command is sent to
+it and its answer printed; when none is, the command is checked against the stored turn and
+written to the store's inbox, to be applied when the turn is loaded again. With PostgreSQL,
+the command is checked, written to the store's inbox (which wakes the turn's host), and,
+while any host is live, the reply that host records is waited for (``--timeout`` seconds,
+then an error that says the command stays queued). ``--json`` prints machine-readable
+output. ``--store``, ``--json`` and ``--timeout`` go before or after the command.
 
 Bad input (unknown turn or call, a turn that has ended, a bad option, a file that is not a
 readable greenroom store) prints one line ``greenroom: <message>`` to stderr and exits with
@@ -46,9 +50,11 @@ from messages import (
 )
 from messages.codec import CodecError
 
-from .errors import StoreError
+from .errors import StoreError, TurnTimeout
+from .store import TurnStore, open_store
+from .store.base import is_url
 from .store.files import running_runtime
-from .store.sqlite import SQLiteStore
+from .store.urls import redacted
 
 __all__ = ["main"]
 
@@ -71,12 +77,13 @@ def _store_path(args: argparse.Namespace) -> str:
     return args.store or os.environ.get("GREENROOM_STORE") or "greenroom.db"
 
 
-def _open_store(args: argparse.Namespace) -> SQLiteStore:
-    """The store the command names, which must already be a readable greenroom store; else it fails here, naming it."""
+def _open_store(args: argparse.Namespace) -> TurnStore:
+    """The store the command names, which must already be a readable greenroom store; else it fails here, naming it
+    (a URL without its password)."""
     path = _store_path(args)
-    if not os.path.exists(path):
+    if not is_url(path) and not os.path.exists(path):
         raise CliError(f"no turn store at {path} (use --store or $GREENROOM_STORE)")
-    return SQLiteStore(path)
+    return open_store(path, create=False)
 
 
 def _when(ts: float | None) -> str:
@@ -107,7 +114,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(store: SQLiteStore, turn_id: str) -> TurnState:
+def _load(store: TurnStore, turn_id: str) -> TurnState:
     try:
         return store.load(turn_id)
     except KeyError:
@@ -183,7 +190,7 @@ def _send_to_runtime(info: dict[str, Any], command: Message, timeout: float) -> 
 def cmd_nodes(args: argparse.Namespace) -> int:
     from messages import ListNodes, NodeList
 
-    info = args.admin or running_runtime(_store_path(args))
+    info = args.admin or (None if is_url(_store_path(args)) else running_runtime(_store_path(args)))
     if info is None:
         raise CliError("no running runtime: give --admin HOST:PORT, or --store of a running runtime")
     answer = _ask_runtime(info, ListNodes(request_id="cli"), args.timeout)
@@ -195,18 +202,13 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_offline(store: SQLiteStore, turn_id: str, command: Message) -> None:
+def _check_offline(store: TurnStore, command: Message) -> None:
     """Validate ``command`` against the stored turn with the turn's own rules."""
-    from .turn.decisions import Reply
-    from .turn.rules import TurnRules
+    from .console.commands import refusal
 
-    state = _load(store, turn_id)
-    rules = TurnRules(state)
-    for queued in store.pending_commands(turn_id):
-        rules.handle(queued)
-    for decision in rules.handle(command):
-        if isinstance(decision, Reply) and not decision.reply.ok:
-            raise CliError(decision.reply.message)
+    refused = refusal(store, command)
+    if refused is not None:
+        raise CliError(refused.message)
 
 
 def _steer(args: argparse.Namespace, command: Message, verb: str) -> int:
@@ -215,6 +217,8 @@ def _steer(args: argparse.Namespace, command: Message, verb: str) -> int:
     state = _load(store, args.turn_id)
     if state.phase == "finished":
         raise CliError(f"turn {args.turn_id} has already finished ({state.finish_reason})")
+    if is_url(path):
+        return _steer_shared(args, store, command, verb)
     info = running_runtime(path)  # None for a stale runtime file: its pid is dead or its lock free
     if info is not None:
         reply = _send_to_runtime(info, command, args.timeout)
@@ -226,13 +230,33 @@ def _steer(args: argparse.Namespace, command: Message, verb: str) -> int:
             f"{verb}: done by the running runtime (pid {info['pid']})",
         )
         return 0
-    _check_offline(store, args.turn_id, command)
+    _check_offline(store, command)
     command_id = store.add_command(args.turn_id, command)
     _print(
         args,
         {"turn_id": args.turn_id, "sent_to": "store", "command_id": command_id, "ok": True},
         f"{verb}: no runtime is running; written to the store, applied when the turn is loaded again",
     )
+    return 0
+
+
+def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Message, verb: str) -> int:
+    """Through a store every node reaches: queued, its host woken, its reply waited for."""
+    from .console.commands import through_store
+
+    try:
+        reply, command_id, by_host = through_store(store, command, args.timeout)
+    except TurnTimeout as exc:
+        raise CliError(str(exc)) from None
+    if not reply.ok:
+        raise CliError(reply.message)
+    data = {"turn_id": args.turn_id, "command_id": command_id, "ok": True, "message": reply.message}
+    if not by_host:
+        _print(args, {**data, "sent_to": "store"}, f"{verb}: {reply.message}")
+        return 0
+    route = store.route(args.turn_id)
+    host = route.host_id if route is not None else None
+    _print(args, {**data, "sent_to": "host", "host": host}, f"{verb}: done by host {host}")
     return 0
 
 
@@ -360,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, StoreError, CodecError) as exc:  # StoreError covers SnapshotError: one unreadable record
         error = str(exc)
     except sqlite3.Error as exc:  # damage that the checks at opening did not see
-        error = f"cannot use the turn store {_store_path(args)}: {exc}"
+        error = f"cannot use the turn store {redacted(_store_path(args))}: {exc}"
     if args.json:
         print(json.dumps({"ok": False, "error": error}))
     print(f"greenroom: {' '.join(_printable(error).split())}", file=sys.stderr)

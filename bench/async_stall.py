@@ -7,8 +7,9 @@ streaming at once on an ``AsyncRuntime`` (each 200 deltas, 5 ms apart), in the s
 The scripted provider runs in a process of its own, so that its threads do not share the
 loop's GIL. The streaming runs are repeated after ``gc.freeze()``, which exempts what
 start-up created (imports: ~45,000 objects) from the cyclic collector: it shows how much of
-the largest stall is a full collection of the process's heap. Target: the largest stall at
-most 1 ms.
+the largest stall is a full collection of the process's heap. Targets (issue 25): while
+streaming, without ``gc.freeze()``, the largest stall at most 5 ms (1 ms the aim) and the
+p99 at most 1 ms.
 
     python bench/async_stall.py [--turns 20] [--repeat 3]
 """
@@ -106,7 +107,7 @@ def main() -> None:
     ):
         values = [v * 1000 for v in late[key]]
         rows.append([label, len(values), pct(values, 50), pct(values, 99), max(values), max(late[key]) / base])
-    print(f"lateness of a {TICK * 1000:g} ms timer (target: largest stall while streaming at most 1 ms)")
+    print(f"lateness of a {TICK * 1000:g} ms timer (targets while streaming, no gc.freeze(): max <= 5 ms, p99 <= 1 ms)")
     print(table(rows, ["", "ticks", "p50 ms", "p99 ms", "max ms", "x baseline (max)"]))
     save("async_stall", {"turns": args.turns, "max_ms": {k: max(v) * 1000 for k, v in late.items()}})
 

@@ -1,11 +1,23 @@
 """Scale: N concurrent turns, each calling a tool and then streaming text. For N in
-10, 50, 100, 200: turns per second, p99 delta latency, memory per active turn (unique RSS
-of the actor system's processes while every turn streams), errors, and lost or reordered
-deltas. Baseline in the same run: the same N turns by N threads running a hand-written
-httpx loop in one process. Also: the memory of an idle TurnActor (a turn paused for
-approval), from the unique RSS of the runtime's processes before and after 200 of them.
+10, 50, 100, 200, 1000: turns per second, p99 delta latency, memory per streaming turn,
+errors, and lost or reordered deltas. Baseline in the same run: the same N turns by N
+threads running a hand-written httpx loop in one process. Also: the memory of an idle
+TurnActor (a turn paused for approval), from the unique RSS of the runtime's processes
+before and after 200 of them.
 
-    python bench/scale.py [--sizes 10,50,100,200]
+Memory per streaming turn is given two ways, both from the unique RSS (USS) of the actor
+system's processes while every turn streams: "USS/N" is all of it divided by N (it shrinks
+as N grows, since it includes what the processes hold anyway), "added/turn" is what it grew
+by since just before the N turns started, divided by N (what a turn costs; the target).
+CPU per turn is the CPU time (user + system) the turns cost, divided by N: for greenroom,
+that of the actor system's processes and of this process (its pump and the N reader
+threads); for the baseline, that of this process; the provider's process is left out of
+both. On a machine shared with other work it varies much less than the wall-clock figures.
+Targets (issue 25): at N=200 at least 0.9x the baseline's turns/s and a p99 delta latency
+at most 2x the baseline's; at N=1000 every delta intact and in order, and at most 0.5 MiB
+added per streaming turn.
+
+    python bench/scale.py [--sizes 10,50,100,200,1000]
 """
 
 from __future__ import annotations
@@ -94,6 +106,31 @@ def uss_mib(pids: list[int]) -> float:
     return total / 1024
 
 
+def cpu_s(pids: list[int]) -> dict[int, float]:
+    """CPU seconds (user + system) used so far by each live process of ``pids``."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def cpu_since(sid: int, start: dict[int, float]) -> float:
+    """CPU seconds the session's processes used since ``start`` (one that started since
+    counts whole; one that ended since is lost: the tool processes that retire)."""
+    now = cpu_s(session_processes(sid))
+    return sum(v - start.get(pid, 0.0) for pid, v in now.items())
+
+
+def own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def latencies(request: dict, arrivals: list[tuple[int, float]]) -> list[float]:
     out, j = [], 0
     for offset, wrote in request["written"]:
@@ -113,6 +150,9 @@ def stream_requests(provider: RemoteProvider, names: set[str]) -> dict[str, dict
 
 def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> dict:
     names = [f"{tag}{i}" for i in range(n)]
+    pids = session_processes(rt.admin_sid)  # type: ignore[arg-type]
+    before = uss_mib(pids)
+    cpu0, own0 = cpu_s(pids), own_cpu_s()
     handles = {name: rt.run(name, tools=[fetch]) for name in names}
     t0 = time.monotonic()
     arrivals: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
@@ -143,6 +183,7 @@ def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> di
     for t in threads:
         t.join(300)
     elapsed = time.monotonic() - t0
+    cpu_ms = (cpu_since(rt.admin_sid, cpu0) + own_cpu_s() - own0) * 1000 / n  # type: ignore[arg-type]
     requests = stream_requests(provider, set(names))
     lat = [x for name in names if name in requests for x in latencies(requests[name], arrivals[name])]
     intact = sum("".join(texts[name]) == text_of(name) for name in names)
@@ -154,6 +195,8 @@ def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> di
         "p99_delta_ms": pct(lat, 99) * 1000,
         "p50_delta_ms": pct(lat, 50) * 1000,
         "mem_per_turn_mib": mem[0] / n,
+        "added_per_turn_mib": (mem[0] - before) / n,
+        "cpu_ms_per_turn": cpu_ms,
         "errors": errors,
         "intact": intact,
         "ordered": seqs_ok,
@@ -227,13 +270,14 @@ def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
                         }
                     )
 
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), own_cpu_s()
     threads = [threading.Thread(target=turn, args=(name,)) for name in names]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
     elapsed = time.monotonic() - t0
+    cpu_ms = (own_cpu_s() - cpu0) * 1000 / n
     client.close()
     requests = stream_requests(provider, set(names))
     lat = [x for name in names if name in requests for x in latencies(requests[name], arrivals[name])]
@@ -241,13 +285,14 @@ def run_baseline(provider: RemoteProvider, n: int, tag: str) -> dict:
         "turns_per_s": n / elapsed,
         "p99_delta_ms": pct(lat, 99) * 1000,
         "errors": len(errors),
+        "cpu_ms_per_turn": cpu_ms,
         "intact": sum(texts.get(name) == text_of(name) for name in names),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default="10,50,100,200")
+    parser.add_argument("--sizes", default="10,50,100,200,1000")
     parser.add_argument("--tool-processes", type=int, default=4, help="idle tool processes kept forked ahead")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -271,6 +316,9 @@ def main() -> None:
                     ours["p99_delta_ms"],
                     base["p99_delta_ms"],
                     ours["mem_per_turn_mib"],
+                    ours["added_per_turn_mib"],
+                    ours["cpu_ms_per_turn"],
+                    base["cpu_ms_per_turn"],
                     ours["errors"],
                     f"{ours['intact']}/{n}",
                     ours["ordered"],
@@ -281,6 +329,7 @@ def main() -> None:
         rt.close()
         provider.close()
     print(f"scale: N concurrent turns, each a tool call then {CHUNKS} deltas {DELAY * 1000:g} ms apart")
+    print("targets: N=200 turns/s >= 0.9x baseline, p99 <= 2x baseline p99; N=1000 intact, in order, added <= 0.5 MiB")
     print(
         table(
             rows,
@@ -290,7 +339,10 @@ def main() -> None:
                 "x baseline",
                 "p99 delta ms",
                 "baseline p99 ms",
-                "MiB/turn (USS)",
+                "USS/N MiB",
+                "added/turn MiB",
+                "CPU ms/turn",
+                "baseline CPU ms/turn",
                 "errors",
                 "deltas intact",
                 "in order",

@@ -2,9 +2,15 @@
 
 greenroom (TurnActor, LLMActor, a ToolActor per call, on multiprocTCPBase) against a
 baseline that does the same work with a minimal hand-written httpx loop in one process,
-against the same scripted provider, in the same run.
+against the same scripted provider, in the same run. Two cases:
 
-    python bench/turn_overhead.py [--turns 200]
+- quiet: the scripted provider in this process (a thread), nothing else running;
+- loaded: the scripted provider in a process of its own, and a process spinning on one of
+  the cores (pinned to CPU 0) for the whole case, baseline and greenroom alike.
+
+Target (issue 25): greenroom at most 2x the baseline (p50), in both cases.
+
+    python bench/turn_overhead.py [--turns 200] [--cases quiet,loaded]
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -30,6 +38,9 @@ from actors import (  # noqa: E402
 from actors.providers import OpenAIStream, iter_sse  # noqa: E402
 from actors.testing import Request, ScriptedProvider, call, say, use_tools  # noqa: E402
 from bench.common import save, summary_ms, table  # noqa: E402
+from bench.scale import RemoteProvider  # noqa: E402
+
+HOG = "import os\nos.sched_setaffinity(0, {0})\nwhile True:\n    pass\n"
 
 
 @tool
@@ -109,53 +120,63 @@ def count_messages(provider: ScriptedProvider, turns: int = 50) -> tuple[float, 
     return sum(counted.values()) / turns, {k: v / turns for k, v in sorted(counted.items())}
 
 
+def measure(base_url: str, turns: int, provider: Any) -> tuple[list[float], list[float]]:
+    """Per-turn seconds: the baseline loop, then greenroom, against ``base_url``."""
+    url = base_url + "/chat/completions"
+    with httpx.Client() as client:
+        for _ in range(10):
+            baseline_turn(client, url)  # warm up
+        base = []
+        for _ in range(turns):
+            t0 = time.perf_counter()
+            assert baseline_turn(client, url).startswith("The value")
+            base.append(time.perf_counter() - t0)
+    with Runtime(provider) as rt:
+        for _ in range(10):
+            rt.run("look alpha up", tools=[lookup]).result(30)
+        ours = []
+        for _ in range(turns):
+            t0 = time.perf_counter()
+            result = rt.run("look alpha up", tools=[lookup]).result(30)
+            ours.append(time.perf_counter() - t0)
+            assert result.finish_reason == "stop" and result.text.startswith("The value")
+    return base, ours
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--cases", default="quiet,loaded")
     args = parser.parse_args()
-    with ScriptedProvider(responder=responder) as provider:
-        url = provider.base_url + "/chat/completions"
-        with httpx.Client() as client:
-            for _ in range(10):
-                baseline_turn(client, url)  # warm up
-            base = []
-            for _ in range(args.turns):
-                t0 = time.perf_counter()
-                assert baseline_turn(client, url).startswith("The value")
-                base.append(time.perf_counter() - t0)
-        with Runtime(provider.provider()) as rt:
-            for _ in range(10):
-                rt.run("look alpha up", tools=[lookup]).result(30)
-            ours = []
-            for _ in range(args.turns):
-                t0 = time.perf_counter()
-                result = rt.run("look alpha up", tools=[lookup]).result(30)
-                ours.append(time.perf_counter() - t0)
-                assert result.finish_reason == "stop" and result.text.startswith("The value")
-        per_turn, kinds = count_messages(provider)
-    b, g = summary_ms(base), summary_ms(ours)
-    rows = [
-        ["baseline (httpx loop, one process)", b["p50_ms"], b["p99_ms"], 1.0],
-        ["greenroom (actors, multiprocTCPBase)", g["p50_ms"], g["p99_ms"], g["p50_ms"] / b["p50_ms"]],
-    ]
-    print(f"turn overhead, {args.turns} two-round turns each (target: greenroom within 3x the baseline)")
-    print(table(rows, ["", "p50 ms", "p99 ms", "x baseline (p50)"]))
-    detail = ", ".join(f"{k} {v:g}" for k, v in kinds.items())
-    print(f"cross-process messages per two-round turn (target: under 8): {per_turn:g} ({detail})")
-    print(
-        "saved",
-        save(
-            "turn_overhead",
-            {
-                "turns": args.turns,
-                "baseline": b,
-                "greenroom": g,
-                "ratio_p50": g["p50_ms"] / b["p50_ms"],
-                "messages_per_turn": per_turn,
-                "messages_by_kind": kinds,
-            },
-        ),
-    )
+    cases = args.cases.split(",")
+    rows, results = [], {}
+    per_turn, kinds = 0.0, {}
+    for case in cases:
+        if case == "quiet":
+            with ScriptedProvider(responder=responder) as provider:
+                base, ours = measure(provider.base_url, args.turns, provider.provider())
+                per_turn, kinds = count_messages(provider)
+        else:
+            remote = RemoteProvider("bench.turn_overhead:responder")
+            hog = subprocess.Popen([sys.executable, "-c", HOG])
+            try:
+                base, ours = measure(remote.base_url, args.turns, remote.provider())
+            finally:
+                hog.kill()
+                hog.wait()
+                remote.close()
+        b, g = summary_ms(base), summary_ms(ours)
+        results[case] = {"baseline": b, "greenroom": g, "ratio_p50": g["p50_ms"] / b["p50_ms"]}
+        label = "quiet (provider in this process)" if case == "quiet" else "loaded (provider apart, a hog on CPU 0)"
+        rows.append([label, b["p50_ms"], b["p99_ms"], g["p50_ms"], g["p99_ms"], g["p50_ms"] / b["p50_ms"]])
+    print(f"turn overhead, {args.turns} two-round turns each (target: greenroom at most 2x the baseline's p50)")
+    print(table(rows, ["case", "baseline p50 ms", "baseline p99 ms", "greenroom p50 ms", "greenroom p99 ms", "x baseline (p50)"]))
+    if kinds:
+        detail = ", ".join(f"{k} {v:g}" for k, v in kinds.items())
+        print(f"cross-process messages per two-round turn (target: under 8): {per_turn:g} ({detail})")
+    results["messages_per_turn"] = per_turn
+    results["messages_by_kind"] = kinds
+    print("saved", save("turn_overhead", {"turns": args.turns, **results}))
 
 
 if __name__ == "__main__":

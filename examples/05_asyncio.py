@@ -6,9 +6,10 @@ python examples/05_asyncio.py
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from actors import AsyncRuntime, TextDelta, ToolApprovalRequest, tool
-from actors.testing import Request, ScriptedProvider, call, say, use_tools
+from actors.testing import Reply, Request, ScriptedProvider, call, say, use_tools
 
 
 @tool
@@ -24,13 +25,13 @@ def book_table(city: str, people: int) -> str:
     return f"booked for {people} in {city}"
 
 
-def model(request: Request) -> object:
+def model(request: Request) -> Reply:
     """A scripted model: looks up, asks to book, answers; stateless, from the conversation."""
     last, first = request.messages[-1], request.messages[0]["content"]
     if last["role"] == "user" and "book" in first:
         return use_tools(call("book_table", {"city": "Oslo", "people": 2}))
     if last["role"] == "user" and "talk" in first:
-        return say(" ".join(["and so on"] * 200), delay=0.01)
+        return say(" ".join(["and so on"] * 200), hold_after=3, hold=threading.Event())  # talks until stopped
     if last["role"] == "user":
         return use_tools(call("lookup", {"city": "Paris"}))
     return say(f"Done: {last['content']}")

@@ -2,6 +2,10 @@
 
 ``decode(encode(m)) == m`` for every message. The wire form is a msgpack map of the
 model's JSON-mode fields, ``kind`` among them; ``decode`` finds the class by ``kind``.
+A class whose fields are all strings, integers, booleans or None (``TextDelta``, say) is
+encoded from its fields as they are, without ``model_dump``: the bytes are the same.
+``join_encoded`` puts encoded messages in one msgpack array (their bytes as they are) and
+``decode_many`` reads such an array back, validating each message as ``decode`` does.
 Bytes that are not msgpack, a payload that is not a map, an unknown ``kind`` or fields that
 do not fit the class raise ``CodecError`` with a message that says which.
 
@@ -11,6 +15,8 @@ unknown version raises ``SnapshotVersionError`` before any field is read.
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Any
 
 import msgpack
@@ -24,9 +30,11 @@ __all__ = [
     "CodecError",
     "SnapshotVersionError",
     "decode",
+    "decode_many",
     "decode_snapshot",
     "encode",
     "encode_snapshot",
+    "join_encoded",
     "message_classes",
 ]
 
@@ -56,6 +64,37 @@ def _collect() -> dict[str, type[Message]]:
 
 _BY_KIND: dict[str, type[Message]] = _collect()
 
+_PLAIN = (str, int, bool, type(None))
+
+
+def _plain(annotation: Any) -> bool:
+    """Whether a field so annotated dumps in JSON mode as the value it holds."""
+    if annotation in _PLAIN:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return all(isinstance(a, _PLAIN) for a in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return all(_plain(a) for a in typing.get_args(annotation))
+    return False
+
+
+def _flat_fields(cls: type[Message]) -> tuple[str, ...] | None:
+    """The fields of ``cls`` in dump order, if ``model_dump(mode="json")`` is just their values."""
+    decorators = cls.__pydantic_decorators__
+    if decorators.field_serializers or decorators.model_serializers or decorators.computed_fields:
+        return None
+    fields = cls.model_fields
+    for f in fields.values():
+        if f.alias is not None or f.serialization_alias is not None or not _plain(f.annotation):
+            return None
+    return tuple(fields)
+
+
+_FLAT: dict[type[Message], tuple[str, ...]] = {
+    cls: names for cls in _BY_KIND.values() if (names := _flat_fields(cls)) is not None
+}
+
 
 def message_classes() -> dict[str, type[Message]]:
     """Every message class by its ``kind``."""
@@ -68,7 +107,12 @@ def encode(message: Message) -> bytes:
     if _BY_KIND.get(getattr(message, "kind", "")) is not type(message):
         raise CodecError(f"{type(message).__name__} is not a greenroom message class")
     try:
-        data: bytes = msgpack.packb(message.model_dump(mode="json"), use_bin_type=True)
+        names = _FLAT.get(type(message))
+        if names is not None:
+            fields = message.__dict__
+            data: bytes = msgpack.packb({name: fields[name] for name in names}, use_bin_type=True)
+        else:
+            data = msgpack.packb(message.model_dump(mode="json"), use_bin_type=True)
         return data
     except Exception as exc:  # pydantic and msgpack raise several unrelated types
         raise CodecError(f"cannot encode a {message.kind!r} message: {type(exc).__name__}: {exc}") from None
@@ -85,7 +129,28 @@ def _unpack(data: bytes, what: str) -> Any:
 
 def decode(data: bytes) -> Message:
     """The message encoded in ``data``; ``CodecError`` when it is not one."""
-    payload = _unpack(data, "message payload")
+    return _message(_unpack(data, "message payload"))
+
+
+def join_encoded(payloads: list[bytes]) -> bytes:
+    """One msgpack array of the messages encoded in ``payloads``, their bytes as they are."""
+    n = len(payloads)
+    if n < 16:
+        head = bytes([0x90 | n])
+    else:
+        head = b"\xdc" + n.to_bytes(2, "big") if n < 65536 else b"\xdd" + n.to_bytes(4, "big")
+    return head + b"".join(payloads)
+
+
+def decode_many(data: bytes) -> list[Message]:
+    """The messages of a ``join_encoded`` array; ``CodecError`` when any is not one."""
+    payloads = _unpack(data, "message array")
+    if not isinstance(payloads, list):
+        raise CodecError(f"malformed message array: expected an array, got {type(payloads).__name__}")
+    return [_message(p) for p in payloads]
+
+
+def _message(payload: Any) -> Message:
     if not isinstance(payload, dict):
         raise CodecError(f"malformed message payload: expected a map, got {type(payload).__name__}")
     kind = payload.get("kind")

@@ -40,6 +40,7 @@ SCRIPTS: dict[str, dict[str, list[Reply]]] = {
             say("Emailed the team; the motd stays as it was."),
         ],
         "Index my 1000 pages": [use_tools(call("index_pages", {"pages": 1000})), say("Indexed.")],
+        "Pay Alice 20 euros": [use_tools(call("pay", {"to": "Alice", "amount": 20})), say("Paid Alice 20 euros.")],
     },
     "docs/turns.md": {
         ADD: ADD_REPLIES,
@@ -95,6 +96,7 @@ EXPECT: dict[str, list[str]] = {
         "['text']",
         "stop Emailed the team; the motd stays as it was.",
         "stopped",
+        "Paid Alice 20 euros.",
     ],
     "docs/turns.md": [
         "stop 1 38",

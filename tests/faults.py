@@ -1051,12 +1051,10 @@ class _Driver:
         mine = self.provider.requests_of(s.prompt)
         out.requests = len(mine)
         out.refused_requests = [f"request {i}: HTTP 400" for i, r in enumerate(mine) if r.status == 400]
-        grace = STOP_GRACE + 3.0  # the worker sweeps what a call left after stop_grace
-
-        def gone() -> bool:
+        def gone() -> bool:  # the worker sweeps what a call left after stop_grace
             return not [p for p in out.child_pids if alive(p)] and not [g for g in out.pgids if group_processes(g)]
 
-        wait_until(gone, timeout=grace)
+        wait_until(gone)
         out.leaked = [p for p in out.child_pids if alive(p)] + [p for g in out.pgids for p in group_processes(g)]
         keys = self.workdir / f"keys-{s.seed}.txt"
         out.keys = keys.read_text().split() if keys.exists() else []
@@ -1167,7 +1165,9 @@ def check(outcome: Outcome) -> list[str]:
     if o.control_effective and c.action in ("cancel", "cancel_grace", "approve_then_cancel") and reason != "cancelled":
         v.append(f"an accepted cancel ended the turn {reason!r}")
     gap = o.window_gap
-    if o.control_effective and gap is not None and gap < s.approval_window / 5:
+    # the gap bounds the time from the commit timer's start to the command's handling: only a
+    # command that surely landed inside the window must have kept the approved calls from starting
+    if o.control_effective and gap is not None and gap < s.approval_window:
         for cid in o.approved_then_halted:
             if started[cid]:
                 v.append(

@@ -47,9 +47,10 @@ def assert_seq(events: list[TurnEvent]) -> None:
     assert finishes == [len(events) - 1]
 
 
-def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
+def wait_until(predicate: Any, timeout: float = 30.0) -> bool:
     """Poll a condition that has no event to wait on (a process table, a file) until it
-    holds or ``timeout`` passes; return whether it holds."""
+    holds or ``timeout`` passes; return whether it holds. The default is generous (the
+    machine may be loaded): it bounds a failing test, it is not a claim about speed."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -112,6 +112,14 @@ def env_digest(name: str) -> str:
 
 
 @server.tool()
+def complain(text: str) -> str:
+    """Write a traceback to this server's stderr, then answer."""
+    print(f'Traceback (most recent call last):\n  File "tool.py", line 1, in complain\nValueError: {text}', file=sys.stderr)
+    sys.stderr.flush()
+    return "complained"
+
+
+@server.tool()
 def header(name: str, ctx: Context) -> str:
     """A header of the HTTP request that made this call ('' when absent)."""
     return (ctx.headers or {}).get(name.lower(), "")

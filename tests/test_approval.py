@@ -47,7 +47,7 @@ def test_one_gated_call_approved_runs_and_the_turn_goes_on(
     ]
     assert_seq(first + second)
     assert not victim.exists()
-    assert turn.result(5).messages == [
+    assert turn.result(30).messages == [
         ChatMessage.user("clean up"),
         ChatMessage.assistant(
             None, [ToolCall(id="call_1", name="delete_file", arguments=json.dumps({"path": str(victim)}))]
@@ -170,7 +170,7 @@ def test_the_approval_timeout_denies_what_is_still_undecided(runtime: Runtime, p
         ("text", "Timed out, fine."),
         ("finish", "stop"),
     ]
-    result = turn.result(5)
+    result = turn.result(30)
     assert result.finish_reason == "stop"
     assert result.messages[2] == ChatMessage.tool("Rejected: Approval timed out", "call_1", name="delete_file")
 

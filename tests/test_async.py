@@ -87,7 +87,7 @@ def test_stop_and_stop_tool_are_coroutines(provider: ScriptedProvider, tmp_path:
     provider.add(
         use_tools(call("shell", {"command": "sleep 300"}), call("add", {"a": 1, "b": 1})),
         say("one was stopped"),
-        say(" ".join(["word"] * 300), delay=0.02),
+        say(" ".join(["word"] * 300), hold_after=10, hold=threading.Event()),  # ends only when stopped
     )
 
     async def body(rt: AsyncRuntime) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ STOPPED = [("turn_started",), ("error", "stopped", "Agent run stopped"), ("finis
 
 def test_a_stop_sent_right_after_run_always_ends_the_turn(runtime: Runtime, provider: ScriptedProvider) -> None:
     for _ in range(30):
-        provider.add(say(" ".join(["word"] * 100), delay=0.01))
+        provider.add(say(" ".join(["word"] * 100), hold_after=10, hold=threading.Event()))  # ends only if stopped
         turn = runtime.run("talk")
         turn.stop("right away")
         assert turn.result(30).finish_reason == "stopped"

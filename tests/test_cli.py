@@ -1,6 +1,7 @@
 """The ``greenroom`` command line: clear errors for bad input and bad stores, option order, safe output, stale runtimes.
 
-Stores are built with ``SQLiteStore`` directly; no actor system runs, so every test takes a fraction of a second.
+Stores are built with the store's own code directly (``store_location``: once on SQLite, once on PostgreSQL where
+it applies); no actor system runs, so every test takes a fraction of a second.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from pathlib import Path
 import pytest
 
 from actors.cli import build_parser
+from actors.store import open_store
+from actors.store.base import is_url
+from actors.store.urls import redacted
 from actors.store.files import write_runtime_file
 from actors.store.sqlite import SQLiteStore
 from messages import (
@@ -32,6 +36,8 @@ from messages import (
     TurnState,
     encode,
 )
+
+from .stores import sql
 
 pytestmark = pytest.mark.integration
 
@@ -84,15 +90,15 @@ def paused_turn(turn_id: str) -> TurnState:
     )
 
 
-def store_with(path: Path, state: TurnState, events: Sequence[TurnStarted | TextDelta] = ()) -> Path:
-    """Write ``state`` and ``events`` to a new store at ``path``, as the runtime does."""
-    store = SQLiteStore(path)
+def store_with(path: Path | str, state: TurnState, events: Sequence[TurnStarted | TextDelta] = ()) -> str:
+    """Write ``state`` and ``events`` to a new store at ``path`` (a file or a URL), as the runtime does."""
+    store = open_store(path)
     store.save(state, [(e.seq, e.kind, encode(e)) for e in events])
     store.close()
-    return path
+    return str(path)
 
 
-def said(path: Path, text: str) -> Path:
+def said(path: Path | str, text: str) -> str:
     """A store holding turn_1, finished, whose model said ``text`` (in the history and in a text event)."""
     events: list[TurnStarted | TextDelta] = [
         TurnStarted(turn_id="turn_1", seq=0),
@@ -101,13 +107,15 @@ def said(path: Path, text: str) -> Path:
     return store_with(path, finished_turn("turn_1", text), events)
 
 
-def execute(path: Path, sql: str, *params: object) -> None:
+def execute(path: Path | str, sql: str, *params: object) -> None:
     """Run one statement on the store's file behind its back, as damage would."""
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(sql, params)
 
 
-def tables(path: Path) -> set[str]:
+def tables(path: Path | str) -> set[str]:
+    if is_url(path):
+        return {row[0] for row in sql(str(path), "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
     with contextlib.closing(sqlite3.connect(path)) as conn:
         return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
@@ -144,13 +152,13 @@ def test_a_directory_fails_at_start_naming_it(tmp_path: Path) -> None:
     )
 
 
-def test_a_store_whose_turns_table_was_dropped_fails_at_start_and_is_left_as_it_was(tmp_path: Path) -> None:
-    path = said(tmp_path / "turns.db", "hello")
-    execute(path, "DROP TABLE turns")
+def test_a_store_whose_turns_table_was_dropped_fails_at_start_and_is_left_as_it_was(store_location: str) -> None:
+    path = said(store_location, "hello")
+    sql(path, "DROP TABLE turns")
     out = greenroom("turns", "show", "turn_1", "--store", str(path))
     assert (out.returncode, out.stderr) == (
         2,
-        f"greenroom: {path} is not a greenroom turn store: table(s) turns missing\n",
+        f"greenroom: {redacted(path)} is not a greenroom turn store: table(s) turns missing\n",
     )
     assert "turns" not in tables(path)
 
@@ -175,9 +183,9 @@ def test_a_store_with_a_renamed_column_fails_at_start_naming_the_file_and_the_co
     )
 
 
-def test_an_event_row_of_garbage_bytes_makes_turns_show_fail_clearly(tmp_path: Path) -> None:
-    path = said(tmp_path / "turns.db", "hello")
-    execute(path, "UPDATE events SET data = ? WHERE turn_id = 'turn_1' AND seq = 1", b"garbage")
+def test_an_event_row_of_garbage_bytes_makes_turns_show_fail_clearly(store_location: str) -> None:
+    path = said(store_location, "hello")
+    sql(path, "UPDATE events SET data = ? WHERE turn_id = 'turn_1' AND seq = 1", (b"garbage",))
     out = greenroom("turns", "show", "turn_1", "--store", str(path))
     assert (out.returncode, out.stderr, out.stdout) == (
         2,
@@ -189,13 +197,13 @@ def test_an_event_row_of_garbage_bytes_makes_turns_show_fail_clearly(tmp_path: P
 # -- bad options ---------------------------------------------------------------------------------------------
 
 
-def test_cancel_refuses_a_negative_grace(tmp_path: Path) -> None:
-    path = store_with(tmp_path / "turns.db", paused_turn("turn_1"))
+def test_cancel_refuses_a_negative_grace(store_location: str) -> None:
+    path = store_with(store_location, paused_turn("turn_1"))
     out = greenroom("cancel", "turn_1", "--grace", "-1", "--store", str(path))
     assert out.returncode == 2
     assert out.stderr.startswith("usage: greenroom cancel ")
     assert out.stderr.splitlines()[-1] == "greenroom: argument --grace: must be a number of seconds >= 0, not '-1'"
-    assert SQLiteStore(path).pending_commands("turn_1") == []
+    assert open_store(path).pending_commands("turn_1") == []
 
 
 def test_nodes_refuses_an_admin_address_without_a_numeric_port() -> None:
@@ -247,9 +255,9 @@ def test_store_json_and_timeout_not_given_take_their_defaults() -> None:
     ids=["before", "after", "split"],
 )
 def test_turns_list_prints_the_same_with_its_options_before_or_after_the_command(
-    tmp_path: Path, order: tuple[str, ...]
+    store_location: str, order: tuple[str, ...]
 ) -> None:
-    path = said(tmp_path / "turns.db", "hello")
+    path = said(store_location, "hello")
     argv = [a for word in order for a in ((word, str(path)) if word == "--store" else (word,))]
     out = greenroom(*argv)
     assert out.returncode == 0, out.stderr
@@ -259,8 +267,8 @@ def test_turns_list_prints_the_same_with_its_options_before_or_after_the_command
 # -- model text and the terminal -----------------------------------------------------------------------------
 
 
-def test_turns_show_escapes_terminal_control_characters_from_model_text(tmp_path: Path) -> None:
-    path = said(tmp_path / "turns.db", f"{RED}\rover\x9b2J")
+def test_turns_show_escapes_terminal_control_characters_from_model_text(store_location: str) -> None:
+    path = said(store_location, f"{RED}\rover\x9b2J")
     out = greenroom("turns", "show", "turn_1", "--store", str(path))
     assert out.returncode == 0, out.stderr
     escaped = "\\x1b[31mred\\x1b[0m\\x0dover\\x9b2J"
@@ -269,14 +277,14 @@ def test_turns_show_escapes_terminal_control_characters_from_model_text(tmp_path
     assert not any(c in out.stdout for c in "\x1b\r\x9b")
 
 
-def test_turns_show_keeps_newlines_and_tabs_of_model_text(tmp_path: Path) -> None:
-    path = said(tmp_path / "turns.db", "one\n\ttwo")
+def test_turns_show_keeps_newlines_and_tabs_of_model_text(store_location: str) -> None:
+    path = said(store_location, "one\n\ttwo")
     out = greenroom("turns", "show", "turn_1", "--store", str(path))
     assert "  assistant: one\n\ttwo\n" in out.stdout
 
 
-def test_json_output_keeps_model_text_exact(tmp_path: Path) -> None:
-    path = said(tmp_path / "turns.db", RED)
+def test_json_output_keeps_model_text_exact(store_location: str) -> None:
+    path = said(store_location, RED)
     out = greenroom("turns", "show", "turn_1", "--store", str(path), "--json")
     assert out.returncode == 0, out.stderr
     shown = json.loads(out.stdout)

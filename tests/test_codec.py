@@ -6,7 +6,7 @@ import msgpack
 import pytest
 
 import messages as m
-from messages.codec import CodecError, SnapshotVersionError
+from messages.codec import CodecError, SnapshotVersionError, decode_many, join_encoded
 
 call = m.ToolCall(id="call_1", name="add", arguments='{"a": 1, "b": 2}')
 provider = m.ProviderConfig(
@@ -126,6 +126,31 @@ def test_every_message_class_round_trips(kind: str) -> None:
     back = m.decode(data)
     assert type(back) is type(msg)
     assert back == msg
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLES))
+def test_every_message_encodes_to_the_bytes_of_its_json_mode_dump(kind: str) -> None:
+    msg = SAMPLES[kind]  # the wire form of stored events never changes (flat classes skip model_dump)
+    assert m.encode(msg) == msgpack.packb(msg.model_dump(mode="json"), use_bin_type=True)
+
+
+def test_a_flat_message_with_its_optional_fields_left_out_encodes_as_its_dump() -> None:
+    delta = m.TextDelta(turn_id="t", seq=0, text="")
+    assert m.encode(delta) == msgpack.packb(delta.model_dump(mode="json"), use_bin_type=True)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 70_000])
+def test_encoded_messages_joined_in_one_array_decode_back_in_order(n: int) -> None:
+    events = [m.TextDelta(turn_id="t", seq=i, text=f"{i} ") for i in range(n)]
+    assert decode_many(join_encoded([m.encode(e) for e in events])) == events
+
+
+def test_an_array_with_a_message_that_does_not_fit_is_a_clear_error() -> None:
+    bad = msgpack.packb({"kind": "text_delta", "turn_id": "t", "seq": "x", "text": ""})
+    with pytest.raises(CodecError, match="malformed 'text_delta' message"):
+        decode_many(join_encoded([m.encode(m.TextDelta(turn_id="t", seq=0, text="a")), bad]))
+    with pytest.raises(CodecError, match="expected an array, got dict"):
+        decode_many(bad)
 
 
 def test_an_unknown_kind_is_a_clear_error() -> None:

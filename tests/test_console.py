@@ -20,10 +20,13 @@ from actors import ConfigurationError, Runtime
 from actors.console import ConsoleConfig, console_app
 from actors.console.server import Console
 from actors.lifecycle.processes import session_processes
+from actors.store.urls import redacted
 from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.testing.postgres import ThrowawayPostgres
 from messages import RetryPolicy
 
 from . import console_tools as C
+from .pg import PASSWORD
 from .test_durable import ENV, ROOT
 
 pytestmark = pytest.mark.integration
@@ -249,3 +252,31 @@ def test_the_console_mounts_in_an_application_of_ones_own(rt: Runtime, provider:
         applied = client.post(f"/greenroom/api/turns/{turn_id}/decide", headers=headers, json=approve(turn_id))
         assert (applied.status_code, applied.json()["message"]) == (200, "applied")
     assert rt.attach(turn_id).result(30, final=True).text == "Published."
+
+
+@pytest.mark.postgres
+def test_the_console_of_a_postgresql_store_sends_decisions_to_the_turns_host(
+    provider: ScriptedProvider, postgres: ThrowawayPostgres
+) -> None:
+    """No Runtime in the console: a decision goes to the store's inbox, wakes the turn's host
+    (NOTIFY), and the console answers with that host's reply; the page never shows the password."""
+    url = postgres.create_database("console_pg")
+    with Runtime(provider.provider(retry=RetryPolicy(max_attempts=1)), store=url, hosts=1) as rt:
+        turn_id = waiting_turn(rt, provider)
+        console = Console(store=url, port=0, key=KEY).start()
+        try:
+            where = f"http://127.0.0.1:{console.port}"
+            session = httpx.get(f"{where}/api/session", headers=auth()).json()
+            assert session["where"] == f"the store {redacted(url)}, 1 host(s) live"
+            assert PASSWORD in url and PASSWORD not in httpx.get(f"{where}/api/turns", headers=auth()).text
+            wrong = httpx.post(f"{where}/api/turns/{turn_id}/decide", headers=auth(), json=approve(turn_id, "call_9"))
+            assert (wrong.status_code, wrong.json()["message"]) == (
+                404,
+                f"no approval was requested for call 'call_9' in turn {turn_id}",
+            )
+            applied = httpx.post(f"{where}/api/turns/{turn_id}/decide", headers=auth(), json=approve(turn_id))
+            assert (applied.status_code, applied.json()["message"]) == (200, "applied")
+            assert applied.json()["replies"][0]["ok"] is True
+            assert rt.attach(turn_id).result(30, final=True).text == "Published."
+        finally:
+            console.close()

@@ -9,6 +9,7 @@ from typing import Any
 from actors.console.model import pending_from_events, row, running_calls
 from actors.console.numbers import numbers
 from actors.console.timeline import timeline
+from actors.store import open_store
 from actors.store.sqlite import SQLiteStore
 from messages import (
     ChatMessage,
@@ -139,10 +140,10 @@ def _state(turn_id: str = T) -> TurnState:
     return TurnState(turn_id=turn_id, root_turn_id=turn_id, provider=provider, messages=[ChatMessage.user("hi")])
 
 
-def test_the_store_keeps_when_each_event_was_written_and_a_version_that_changes(tmp_path: Path) -> None:
+def test_the_store_keeps_when_each_event_was_written_and_a_version_that_changes(store_location: str) -> None:
     from messages import encode
 
-    store = SQLiteStore(tmp_path / "turns.db")
+    store = open_store(store_location)
     assert store.version() == (0.0, 0) and store.version(T) is None
     state = _state()
     state.updated_at = 50.0

@@ -1,11 +1,15 @@
-"""Durable turns: SIGKILL and recovery, exactly-once results, persisted cancel, replay, the CLI."""
+"""Durable turns: SIGKILL and recovery, exactly-once results, persisted cancel, replay, the CLI.
+
+Each runs on both stores (``store_location``: SQLite and PostgreSQL). On PostgreSQL the
+hosts of a killed runtime hold their leases a few seconds more; a new runtime takes their
+turns over once those ran out (``leases_run_out``), and the command line's commands are
+answered by the turn's host through the store (``NOTIFY``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,13 +20,15 @@ import pytest
 
 from actors import Runtime, SnapshotError
 from actors.lifecycle.processes import session_processes
+from actors.store import open_store
+from actors.store.base import is_url
 from actors.store.files import running_runtime, store_in_use
-from actors.store.sqlite import SQLiteStore
 from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy
 
 from . import tools_for_tests as T
 from .helpers import summary, wait_until
+from .stores import leases_run_out, recovered, sql
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +40,9 @@ def config(provider: ScriptedProvider) -> ProviderConfig:
     return provider.provider(retry=RetryPolicy(max_attempts=1))
 
 
-def run_child(store: Path, provider: ScriptedProvider, scenario: str, turn_id: str) -> dict[str, Any]:
+def run_child(store: str, provider: ScriptedProvider, scenario: str, turn_id: str) -> dict[str, Any]:
     """Start a durable runtime in a child process, wait until it reached the point, kill it all."""
-    cmd = [sys.executable, "-m", "tests.durable_child", str(store), provider.base_url, scenario, turn_id]
+    cmd = [sys.executable, "-m", "tests.durable_child", store, provider.base_url, scenario, turn_id]
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
     try:
         line = child.stdout.readline()  # type: ignore[union-attr]
@@ -48,7 +54,8 @@ def run_child(store: Path, provider: ScriptedProvider, scenario: str, turn_id: s
     # SIGKILL by PID the process that held the Runtime: its whole tree ends with it (the lifeline)
     os.kill(child.pid, signal.SIGKILL)
     child.wait(10)
-    assert wait_until(lambda: session_processes(info["sid"]) == [], timeout=2)
+    assert wait_until(lambda: session_processes(info["sid"]) == [])
+    leases_run_out(store)
     return info
 
 
@@ -67,19 +74,19 @@ def approve_and_finish(rt: Runtime, turn_id: str) -> list[ChatMessage]:
 
 
 def test_sigkill_while_awaiting_approval_then_a_new_runtime_finishes_the_turn(
-    provider: ScriptedProvider, tmp_path: Path
+    provider: ScriptedProvider, store_location: str
 ) -> None:
-    store = tmp_path / "turns.db"
+    store = store_location
     script = [use_tools(call("write_file", {"path": "/etc/motd", "text": "hi"})), say("Written.")]
     provider.add(script[0])
     run_child(store, provider, "approval", "turn_crash1")
     provider.add(script[1])
     with Runtime(config(provider), store=store) as rt:
-        assert rt.recovered == ["turn_crash1"]
+        assert recovered(store, rt, ["turn_crash1"])
         assert [(s.turn_id, s.status, s.pending_approvals) for s in rt.turns()] == [
             ("turn_crash1", "awaiting_approval", ["call_1"])
         ]
-        recovered = approve_and_finish(rt, "turn_crash1")
+        resumed = approve_and_finish(rt, "turn_crash1")
         events = rt.updates("turn_crash1")
     # the same turn, never interrupted
     provider.add(*script)
@@ -88,7 +95,7 @@ def test_sigkill_while_awaiting_approval_then_a_new_runtime_finishes_the_turn(
         assert turn.result(30).finish_reason == "awaiting_approval"
         turn.approve("call_1")
         uninterrupted = turn.result(30).messages
-    assert recovered == uninterrupted
+    assert resumed == uninterrupted
     assert [e.seq for e in events] == list(range(len(events)))
     assert summary(events)[-4:] == [
         ("tool_call_started", "call_1"),
@@ -100,14 +107,15 @@ def test_sigkill_while_awaiting_approval_then_a_new_runtime_finishes_the_turn(
 
 @pytest.mark.parametrize("scenario, runs", [("tool", 1), ("tool_safely", 2)])
 def test_a_recorded_side_effect_is_not_repeated_unless_the_tool_is_safe_to_retry(
-    provider: ScriptedProvider, tmp_path: Path, scenario: str, runs: int
+    provider: ScriptedProvider, tmp_path: Path, store_location: str, scenario: str, runs: int
 ) -> None:
-    store, keys = tmp_path / "turns.db", tmp_path / "keys.txt"
+    store, keys = store_location, tmp_path / "keys.txt"
     name = "record_key" if scenario == "tool" else "record_key_safely"
     provider.add(use_tools(call(name, {"path": str(keys)})))
     run_child(store, provider, scenario, "turn_crash2")
     provider.add(say("Done."))
     with Runtime(config(provider), store=store) as rt:
+        assert recovered(store, rt, ["turn_crash2"])
         turn = rt.attach("turn_crash2")
         finish = turn.wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
     assert finish.finish_reason == "stop"
@@ -126,18 +134,20 @@ def test_a_recorded_side_effect_is_not_repeated_unless_the_tool_is_safe_to_retry
 
 
 def test_a_cancel_written_while_no_runtime_runs_ends_the_turn_cancelled_at_the_next_start(
-    provider: ScriptedProvider, tmp_path: Path
+    provider: ScriptedProvider, store_location: str
 ) -> None:
-    store = tmp_path / "turns.db"
+    store = store_location
     provider.add(use_tools(call("write_file", {"path": "/etc/motd", "text": "hi"})))
     run_child(store, provider, "approval", "turn_crash3")
     out = greenroom("cancel", "turn_crash3", "--store", str(store), "--reason", "abandoned")
     assert out.returncode == 0, out.stderr
-    assert (
-        out.stdout.strip()
-        == "cancelled: no runtime is running; written to the store, applied when the turn is loaded again"
+    assert out.stdout.strip() == (
+        "cancelled: no host is running: written to the store, applied when a host takes the turn"
+        if is_url(store)
+        else "cancelled: no runtime is running; written to the store, applied when the turn is loaded again"
     )
     with Runtime(config(provider), store=store) as rt:
+        assert recovered(store, rt, ["turn_crash3"])
         turn = rt.attach("turn_crash3")
         finish = turn.wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
         assert finish.finish_reason == "cancelled"
@@ -147,15 +157,15 @@ def test_a_cancel_written_while_no_runtime_runs_ends_the_turn_cancelled_at_the_n
 
 
 def test_a_cancel_in_the_store_reaches_a_running_turn_at_its_next_step(
-    provider: ScriptedProvider, tmp_path: Path
+    provider: ScriptedProvider, tmp_path: Path, store_location: str
 ) -> None:
-    store, ready = tmp_path / "turns.db", tmp_path / "ready"
+    store, ready = store_location, tmp_path / "ready"
     provider.add(use_tools(call("wait_for_file", {"path": str(ready)})), say("never asked"))
     with Runtime(config(provider), store=store) as rt:
         turn = rt.run("go", tools=[T.wait_for_file])
         turn.wait_for(lambda e: e.kind == "tool_progress", timeout=30)
         # another process writes the cancel to the store; no message is sent to the turn
-        code = f"from actors.store.sqlite import SQLiteStore; from messages import CancelTurn; SQLiteStore({str(store)!r}).add_command({turn.turn_id!r}, CancelTurn(turn_id={turn.turn_id!r}, reason='from the store'))"
+        code = f"from actors.store import open_store; from messages import CancelTurn; open_store({store!r}).add_command({turn.turn_id!r}, CancelTurn(turn_id={turn.turn_id!r}, reason='from the store'))"
         subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=ENV, timeout=60)
         ready.touch()  # the tool returns only now, whenever the command was written
         result = turn.result(30)
@@ -168,8 +178,10 @@ def test_a_cancel_in_the_store_reaches_a_running_turn_at_its_next_step(
     assert len(provider.requests) == 1
 
 
-def test_events_replay_from_a_sequence_number_in_another_process(provider: ScriptedProvider, tmp_path: Path) -> None:
-    store = tmp_path / "turns.db"
+def test_events_replay_from_a_sequence_number_in_another_process(
+    provider: ScriptedProvider, store_location: str
+) -> None:
+    store = store_location
     provider.add(use_tools(call("add", {"a": 2, "b": 2})), say("Four."))
     with Runtime(config(provider), store=store) as rt:
         turn = rt.run("2+2?", tools=[T.add])
@@ -185,30 +197,27 @@ def test_events_replay_from_a_sequence_number_in_another_process(provider: Scrip
         assert again.all_events == original[2:]
 
 
-def corrupt(store: Path, turn_id: str, how: str) -> None:
-    conn = sqlite3.connect(store)
+def corrupt(store: str, turn_id: str, how: str) -> None:
     if how == "bytes":
-        conn.execute("UPDATE turns SET snapshot = ? WHERE turn_id = ?", (b"\xc1\x00garbage", turn_id))
+        sql(store, "UPDATE turns SET snapshot = ? WHERE turn_id = ?", (b"\xc1\x00garbage", turn_id))
     else:
-        (blob,) = conn.execute("SELECT snapshot FROM turns WHERE turn_id = ?", (turn_id,)).fetchone()
-        data = msgpack.unpackb(blob)
+        ((blob,),) = sql(store, "SELECT snapshot FROM turns WHERE turn_id = ?", (turn_id,))
+        data = msgpack.unpackb(bytes(blob))
         data["v"] = 99
-        conn.execute("UPDATE turns SET snapshot = ? WHERE turn_id = ?", (msgpack.packb(data), turn_id))
-    conn.commit()
-    conn.close()
+        sql(store, "UPDATE turns SET snapshot = ? WHERE turn_id = ?", (msgpack.packb(data), turn_id))
 
 
 def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(
-    provider: ScriptedProvider, tmp_path: Path
+    provider: ScriptedProvider, store_location: str
 ) -> None:
-    store = tmp_path / "turns.db"
+    store = store_location
     provider.add(*[use_tools(call("write_file", {"path": "/etc/x", "text": "y"})) for _ in range(3)])
     with Runtime(config(provider), store=store) as rt:
         for turn_id in ("turn_good", "turn_bytes", "turn_version"):
             assert rt.run("w", tools=[T.write_file], turn_id=turn_id).result(30).finish_reason == "awaiting_approval"
     corrupt(store, "turn_bytes", "bytes")
     corrupt(store, "turn_version", "version")
-    s = SQLiteStore(store)
+    s = open_store(store)
     with pytest.raises(SnapshotError, match="turn turn_version: snapshot schema version 99 is not supported"):
         s.load("turn_version")
     with pytest.raises(SnapshotError, match="turn turn_bytes: malformed snapshot"):
@@ -217,7 +226,7 @@ def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(
     assert statuses == {"turn_good": "awaiting_approval", "turn_bytes": "unreadable", "turn_version": "unreadable"}
     provider.add(say("Done."))
     with Runtime(config(provider), store=store) as rt:
-        assert rt.recovered == ["turn_good"]
+        assert recovered(store, rt, ["turn_good"])
         assert sorted(rt.unrecoverable) == ["turn_bytes", "turn_version"]
         assert approve_and_finish(rt, "turn_good")[-1] == ChatMessage.assistant("Done.")
     out = greenroom("turns", "show", "turn_version", "--store", str(store))
@@ -228,8 +237,8 @@ def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(
     )
 
 
-def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, tmp_path: Path) -> None:
-    store = tmp_path / "turns.db"
+def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, store_location: str) -> None:
+    store = store_location
     provider.add(use_tools(call("write_file", {"path": "/etc/x", "text": "y"})), say("Written."))
     with Runtime(config(provider), store=store) as rt:
         turn = rt.run("w", tools=[T.write_file], turn_id="turn_cli1")
@@ -247,7 +256,11 @@ def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, 
         assert (unknown.returncode, unknown.stderr.strip()) == (2, "greenroom: unknown turn turn_nope")
         ok = greenroom("approve", "turn_cli1", "call_1", "--store", str(store))
         assert ok.returncode == 0, ok.stderr
-        assert ok.stdout.startswith("approved: done by the running runtime (pid ")
+        if is_url(store):  # through the store's inbox, answered by the turn's host
+            owner = open_store(store).route("turn_cli1")
+            assert owner is not None and ok.stdout.strip() == f"approved: done by host {owner.host_id}"
+        else:
+            assert ok.stdout.startswith("approved: done by the running runtime (pid ")
         assert turn.result(30, final=True).finish_reason == "stop"
         after = greenroom("stop", "turn_cli1", "--store", str(store))
         assert (after.returncode, after.stderr.strip()) == (2, "greenroom: turn turn_cli1 has already finished (stop)")
@@ -255,8 +268,8 @@ def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, 
         assert "turn turn_cli1: finished (stop)" in shown.stdout and "assistant: Written." in shown.stdout
 
 
-def test_the_command_line_against_a_stopped_runtime(provider: ScriptedProvider, tmp_path: Path) -> None:
-    store = tmp_path / "turns.db"
+def test_the_command_line_against_a_stopped_runtime(provider: ScriptedProvider, store_location: str) -> None:
+    store = store_location
     provider.add(
         use_tools(
             call("write_file", {"path": "/etc/x", "text": "y"}), call("write_file", {"path": "/etc/z", "text": "y"})
@@ -273,6 +286,7 @@ def test_the_command_line_against_a_stopped_runtime(provider: ScriptedProvider, 
     assert json.loads(denied.stdout)["sent_to"] == "store"
     provider.add(say("Half done."))
     with Runtime(config(provider), store=store) as rt:
+        assert recovered(store, rt, ["turn_cli2"])
         turn = rt.attach("turn_cli2")
         finish = turn.wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
     assert [m.content for m in finish.messages if m.role == "tool"] == [
@@ -283,6 +297,7 @@ def test_the_command_line_against_a_stopped_runtime(provider: ScriptedProvider, 
 
 
 def test_a_second_runtime_cannot_take_a_store_in_use(provider: ScriptedProvider, tmp_path: Path) -> None:
+    """SQLite only: one runtime per file (a PostgreSQL store is shared by every node's hosts)."""
     from actors import ConfigurationError
 
     store = tmp_path / "turns.db"
@@ -297,14 +312,14 @@ def test_a_second_runtime_cannot_take_a_store_in_use(provider: ScriptedProvider,
 
 
 def test_attach_after_an_approval_from_another_process_shows_the_turn_as_it_is(
-    provider: ScriptedProvider, tmp_path: Path
+    provider: ScriptedProvider, store_location: str
 ) -> None:
-    store = tmp_path / "turns.db"
+    store = store_location
     provider.add(use_tools(call("write_file", {"path": "/etc/motd", "text": "hi"})))
     run_child(store, provider, "approval", "turn_attach1")  # paused, then its owner was killed
     provider.add(say("Written."))
     with Runtime(config(provider), store=store) as rt:
-        assert rt.recovered == ["turn_attach1"]
+        assert recovered(store, rt, ["turn_attach1"])
         ok = greenroom("approve", "turn_attach1", "call_1", "--store", str(store))
         assert ok.returncode == 0, ok.stderr
         turn = rt.attach("turn_attach1")  # its events replay a pause that is over

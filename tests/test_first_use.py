@@ -31,6 +31,7 @@ from . import tools_for_tests as T
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.integration  # the runtime fixture starts a real actor system
 def test_a_lambda_or_a_closure_is_refused_when_the_turn_starts(runtime: Runtime) -> None:
     def local(x: int) -> int:
         return x
@@ -71,6 +72,35 @@ with ScriptedProvider() as p, Runtime(p.provider(), hosts=1, tool_processes=1) a
     )
 
 
+@pytest.mark.integration
+def test_a_run_under_python_dev_mode_and_warnings_as_errors_prints_no_warning() -> None:
+    """A user's ``-W error`` suite must not fail on greenroom: no unclosed socket or file,
+    in the caller or in any process of the runtime (their stderr is the caller's)."""
+    script = """
+import asyncio
+from actors import AsyncRuntime, Runtime
+from actors.testing import ScriptedProvider, call, say, use_tools
+from tests.tools_for_tests import add
+
+with ScriptedProvider() as p:
+    p.add(use_tools(call("add", {"a": 2, "b": 3})), say("5."), say("async."))
+    with Runtime(p.provider()) as rt:
+        print(rt.run("add", tools=[add]).result(60).text)
+
+    async def main() -> None:
+        async with AsyncRuntime(p.provider()) as art:
+            print((await (await art.run("hi")).result(60)).text)
+
+    asyncio.run(main())
+"""
+    out = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-c", script],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    assert (out.returncode, out.stdout, out.stderr) == (0, "5.\nasync.\n", "")
+
+
+@pytest.mark.integration  # the runtime fixture starts a real actor system
 def test_a_provider_whose_key_variable_is_unset_is_refused_at_run(runtime: Runtime) -> None:
     config = ProviderConfig(base_url="http://127.0.0.1:9/v1", model="m", api_key_env="GREENROOM_NO_SUCH_KEY")
     with pytest.raises(ConfigurationError) as refused:

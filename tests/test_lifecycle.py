@@ -83,7 +83,7 @@ def test_close_in_any_state_ends_live_turns_stopped_and_leaves_no_process(
 ) -> None:
     tools: list[Any] = []
     if state in ("just_started", "streaming"):
-        provider.add(say(" ".join(["word"] * 500), delay=0.02))
+        provider.add(say(" ".join(["word"] * 500), hold_after=10, hold=threading.Event()))  # ends only when closed
     elif state == "tool_running":
         provider.add(use_tools(call("wait_for_stop", {"marker": str(tmp_path / "stopped")})))
         tools = [T.wait_for_stop]
@@ -141,7 +141,7 @@ def test_stop_ends_every_process_a_tool_started_however_it_started_it(
     assert all(pid_alive(p) for p in pids)
     turn.stop()
     assert turn.result(30).finish_reason == "stopped"
-    assert wait_until(lambda: none_alive(pids), timeout=5), [p for p in pids if pid_alive(p)]
+    assert wait_until(lambda: none_alive(pids)), [p for p in pids if pid_alive(p)]
     # the stubborn call's process ended with it and was replaced: tools still run
     assert runtime.run("add", tools=[T.add]).result(30).finish_reason == "stop"
 
@@ -151,7 +151,7 @@ def test_a_call_that_returns_leaves_none_of_its_children_behind(runtime: Runtime
     turn = runtime.run("go", tools=[T.spawn_naive], options=TurnOptions(stop_grace=0.2))
     pids = turn.wait_for(lambda e: isinstance(e, ToolProgress)).data["pids"]
     assert turn.result(30).finish_reason == "stop"
-    assert wait_until(lambda: none_alive(pids), timeout=5), [p for p in pids if pid_alive(p)]
+    assert wait_until(lambda: none_alive(pids)), [p for p in pids if pid_alive(p)]
 
 
 # -- the owner's death ------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def test_when_the_owner_dies_its_whole_tree_ends_and_a_new_runtime_recovers_the_
     elif how == "broken_pipe":
         child.stdout.close()  # type: ignore[union-attr]
     child.wait(30)
-    assert wait_until(lambda: none_alive(everything), timeout=2), [p for p in everything if pid_alive(p)]
+    assert wait_until(lambda: none_alive(everything)), [p for p in everything if pid_alive(p)]
     assert not store_in_use(str(store))
     provider.add(say("Recovered."))
     with Runtime(provider.provider(), store=store) as rt:
@@ -191,7 +191,7 @@ def test_sigterm_to_the_owner_closes_gracefully_and_the_paused_turn_resumes_late
     everything = tree(info["sid"], [])
     os.kill(child.pid, signal.SIGTERM)
     assert child.wait(30) == -signal.SIGTERM
-    assert wait_until(lambda: none_alive(everything), timeout=2)
+    assert wait_until(lambda: none_alive(everything))
     assert [(s.turn_id, s.status) for s in SQLiteStore(store).summaries()] == [("turn_term", "awaiting_approval")]
     provider.add(say("Appended."))
     with Runtime(provider.provider(), store=store) as rt:
@@ -209,7 +209,7 @@ def test_a_command_line_approval_while_the_owner_is_dead_is_kept_and_runs_the_ca
     child, info = start_owner(provider, store, "gated", "turn_dead", "wait")
     os.kill(child.pid, signal.SIGKILL)
     child.wait(10)
-    assert wait_until(lambda: none_alive(tree(info["sid"], [])), timeout=2)
+    assert wait_until(lambda: none_alive(tree(info["sid"], [])))
     assert os.path.exists(runtime_file(str(store)))  # stale: its pid is dead, its lock free
     cli = subprocess.run(
         [sys.executable, "-m", "actors.cli", "approve", "turn_dead", "call_1", "--store", str(store)],
@@ -251,7 +251,7 @@ def test_a_guarded_program_is_killed_when_the_thread_that_started_it_ends() -> N
 
     thread = threading.Thread(target=starter)
     thread.start()
-    assert wait_until(lambda: bool(started), timeout=10)
+    assert wait_until(lambda: bool(started))
     child = started[0]
     try:
         assert child.stdout is not None and child.stdout.readline() == b"ready\n"

@@ -32,7 +32,9 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = Path(__file__).with_name("mcp_servers.py")
-NAMES = ["add", "fail", "steps", "slow", "gate", "crash", "pid", "stubborn", "env_value", "env_digest", "header"]
+NAMES = [
+    "add", "fail", "steps", "slow", "gate", "crash", "pid", "stubborn", "env_value", "env_digest", "complain", "header"
+]  # fmt: skip
 
 
 def stdio_command(marks: Path) -> list[str]:
@@ -152,6 +154,31 @@ def test_one_session_per_server_serves_parallel_calls_and_later_turns(
     assert len(pids) == 1
 
 
+def test_what_a_stdio_server_writes_to_its_stderr_goes_to_greenrooms_log_not_to_the_applications_stderr(
+    provider: ScriptedProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "greenroom.log"
+    monkeypatch.setenv("GREENROOM_LOG_LEVEL", "INFO")
+    monkeypatch.setenv("GREENROOM_LOG_FILE", str(log))
+    provider.add(use_tools(call("complain", {"text": "the disk is full"})), say("ok"))
+
+    def server_lines() -> list[str]:
+        text = log.read_text() if log.exists() else ""
+        return [x.split(" greenroom.mcp: ", 1)[1] for x in text.splitlines() if " greenroom.mcp: " in x]
+
+    with running(provider) as rt:  # its processes write to this test's stderr (captured)
+        result = rt.run("go", tools=mcp_tools(stdio_command(tmp_path))).result(60)
+        assert tool_messages(result.messages) == [ok({"result": "complained"})]
+        assert wait_until(lambda: len(server_lines()) == 3), server_lines()
+    where = "MCP server 'greenroom-tests' stderr: "
+    assert server_lines() == [
+        where + "Traceback (most recent call last):",
+        where + '  File "tool.py", line 1, in complain',
+        where + "ValueError: the disk is full",
+    ]
+    assert "the disk is full" not in capfd.readouterr().err
+
+
 # -- stop and cancel ----------------------------------------------------------------------------
 
 
@@ -162,7 +189,7 @@ def test_stop_sends_the_cancellation_to_the_server_and_the_call_ends_interrupted
     turn = runtime.run("go", tools=mcp_tools(stdio_command(tmp_path)))
     assert wait_until(lambda: (tmp_path / "s.started").exists(), timeout=30)
     turn.stop("user pressed stop")
-    assert wait_until(lambda: (tmp_path / "s.cancelled").exists(), timeout=10), "the server never saw the cancel"
+    assert wait_until(lambda: (tmp_path / "s.cancelled").exists()), "the server never saw the cancel"
     result = turn.result(30)
     assert result.finish_reason == "stopped"
     assert tool_messages(result.messages) == [interrupted_content("the turn was stopped", "user pressed stop")]
@@ -177,7 +204,7 @@ def test_stop_tool_cancels_one_call_on_the_server_and_the_turn_goes_on(
     turn.wait_for(lambda e: isinstance(e, ToolFinished) and e.call_id == "call_2", timeout=30)
     assert wait_until(lambda: (tmp_path / "s.started").exists(), timeout=30)
     turn.stop_tool("call_1", reason="too slow")
-    assert wait_until(lambda: (tmp_path / "s.cancelled").exists(), timeout=10), "the server never saw the cancel"
+    assert wait_until(lambda: (tmp_path / "s.cancelled").exists()), "the server never saw the cancel"
     result = turn.result(30)
     assert result.finish_reason == "stop"
     assert tool_messages(result.messages) == [
@@ -242,7 +269,7 @@ def test_stop_reaches_a_streamable_http_server(
     turn = runtime.run("go", tools=mcp_tools(url=http_server.url))
     assert wait_until(lambda: (tmp_path / "h.started").exists(), timeout=30)
     turn.stop("user pressed stop")
-    assert wait_until(lambda: (tmp_path / "h.cancelled").exists(), timeout=10), "the server never saw the cancel"
+    assert wait_until(lambda: (tmp_path / "h.cancelled").exists()), "the server never saw the cancel"
     result = turn.result(30)
     assert tool_messages(result.messages) == [interrupted_content("the turn was stopped", "user pressed stop")]
 
@@ -375,7 +402,7 @@ def test_a_turnhost_killed_alone_takes_its_stdio_server_with_it_even_one_that_ig
         server_pid = data_of(tool_messages(result.messages)[1])
         assert pid_alive(server_pid)
         os.kill(host, signal.SIGKILL)  # the owner lives on; the host is replaced
-        assert wait_until(lambda: not pid_alive(server_pid), timeout=5), "the MCP server outlived its TurnHost"
+        assert wait_until(lambda: not pid_alive(server_pid)), "the MCP server outlived its TurnHost"
 
 
 def test_when_the_owner_dies_the_stdio_server_ends_with_it_even_one_that_ignores_sigterm_and_its_input(
@@ -391,4 +418,4 @@ def test_when_the_owner_dies_the_stdio_server_ends_with_it_even_one_that_ignores
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait(30)
-    assert wait_until(lambda: not pid_alive(server_pid), timeout=5), "the MCP server outlived its owner"
+    assert wait_until(lambda: not pid_alive(server_pid)), "the MCP server outlived its owner"

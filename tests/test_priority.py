@@ -1,28 +1,92 @@
-"""The priority table in ``actors.priority``'s docstring is what the code runs, for every
-combination of the facts it decides on."""
+"""The priority table in ``actors.turn.priority``'s docstring is what the code runs, for every
+combination of the facts it decides on that a turn can be in.
+
+The facts are 13 flags, so 8,192 combinations; most cannot happen (448 remain). Rather than list those,
+``IMPOSSIBLE`` names the few constraints that rule them out, each with the reason it holds;
+one test checks every combination that satisfies them all.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import re
+from collections.abc import Callable, Iterator
 
-import pytest
-
-from actors import priority
-from actors.turn.priority import Situation, next_action
+from actors.turn import priority
+from actors.turn.priority import Action, Situation, next_action
 
 FLAGS = [f.name for f in dataclasses.fields(Situation)]
 ROW = re.compile(r"^\s+(\d+)\s{2,}(.+?)\s{2,}(\w+)\s{2,}(\w+)\s{2,}(.+)$")
 
+Row = tuple[str, str, str]  # (condition, action at a step, action otherwise)
+Facts = dict[str, bool]
 
-def docstring_table() -> list[tuple[str, str, str]]:
-    """(condition, action at a step, action otherwise) of each row, in order."""
-    rows = [ROW.match(line) for line in (priority.__doc__ or "").splitlines()]
+
+def docstring_table(doc: str) -> list[Row]:
+    """(condition, action at a step, action otherwise) of each row of the table in ``doc``, in order."""
+    rows = [ROW.match(line) for line in doc.splitlines()]
     return [(m.group(2), m.group(3), m.group(4)) for m in rows if m]
 
 
-TABLE = docstring_table()
+TABLE = docstring_table(priority.__doc__ or "")
+
+
+def _batch_open(f: Facts) -> bool:
+    return f["running"] or f["batch_done"] or f["undecided"] or f["decided"] or f["paused"] or f["commit_due"]
+
+
+# Each holds for every Situation the rules ever ask about (``situation()`` of their state).
+IMPOSSIBLE: dict[str, Callable[[Facts], bool]] = {
+    # ``finished`` and ``streaming`` are two values of the one ``state.phase``
+    "finished and streaming": lambda f: f["finished"] and f["streaming"],
+    # the end closes every open call and clears the batch (``_end`` -> ``_append_tool_messages``)
+    "finished with a batch open": lambda f: f["finished"] and _batch_open(f),
+    # a stream starts only once no call is open (rows 6-11 come first), and a batch opens only
+    # when the stream has completed
+    "streaming with a batch open": lambda f: f["streaming"] and _batch_open(f),
+    # ``batch_done`` means every call of the batch has ended
+    "batch_done with a call not done": lambda f: f["batch_done"] and (f["running"] or f["undecided"] or f["decided"]),
+    # a pause is for a batch with calls in it, and it ends with the batch
+    "paused without a call": lambda f: (
+        f["paused"] and not (f["running"] or f["batch_done"] or f["undecided"] or f["decided"])
+    ),
+    # the three come from three inputs: a TakeStep, the commit timer (or the approval timeout),
+    # a completed response; the rules handle one input at a time
+    "two inputs at once": lambda f: f["at_step"] + f["commit_due"] + f["answered"] > 1,
+    # ``answered`` is the response just completed without tool calls: the stream has ended and
+    # no batch was opened
+    "answered while streaming, finished or with a batch": lambda f: (
+        f["answered"] and (f["streaming"] or f["finished"] or _batch_open(f))
+    ),
+}
+
+
+def possible() -> Iterator[Facts]:
+    """Every combination of the flags that no constraint of ``IMPOSSIBLE`` rules out."""
+    for values in itertools.product([False, True], repeat=len(FLAGS)):
+        facts = dict(zip(FLAGS, values))
+        if not any(rule(facts) for rule in IMPOSSIBLE.values()):
+            yield facts
+
+
+def expected(table: list[Row], facts: Facts) -> str:
+    """The action of the first row of ``table`` whose condition holds."""
+    return next(
+        at_step if facts["at_step"] else otherwise
+        for condition, at_step, otherwise in table
+        if eval(condition, {"True": True}, dict(facts))  # noqa: S307 - the docstring's own conditions
+    )
+
+
+def mismatches(table: list[Row], decide: Callable[[Situation], Action]) -> list[tuple[str, str, str]]:
+    """(the flags that hold, the table's action, the code's action) wherever the two differ."""
+    out: list[tuple[str, str, str]] = []
+    for facts in possible():
+        want, got = expected(table, facts), decide(Situation(**facts))
+        if want != got:
+            out.append((" ".join(k for k, v in facts.items() if v), want, got))
+    return out
 
 
 def test_the_table_has_its_fourteen_rows_and_names_only_real_facts() -> None:
@@ -31,16 +95,23 @@ def test_the_table_has_its_fourteen_rows_and_names_only_real_facts() -> None:
     assert names <= set(FLAGS) | {"True"}
 
 
-@pytest.mark.parametrize(
-    "values",
-    list(itertools.product([False, True], repeat=len(FLAGS))),
-    ids=lambda v: "".join("1" if x else "0" for x in v),
-)
-def test_next_action_is_the_first_row_of_the_table_that_holds(values: tuple[bool, ...]) -> None:
-    facts = dict(zip(FLAGS, values))
-    expected = next(
-        at_step if facts["at_step"] else otherwise
-        for condition, at_step, otherwise in TABLE
-        if eval(condition, {"True": True}, facts)
-    )
-    assert next_action(Situation(**facts)) == expected
+def test_next_action_is_the_first_row_of_the_table_that_holds_in_every_possible_situation() -> None:
+    assert mismatches(TABLE, next_action) == []
+
+
+def test_every_row_decides_some_possible_situation() -> None:
+    """No row is dead, and the constraints rule out no row's every case (448 of 8,192 remain)."""
+    first = [next(i for i, (c, _, _) in enumerate(TABLE) if eval(c, {"True": True}, dict(f))) for f in possible()]  # noqa: S307
+    assert sorted(set(first)) == list(range(len(TABLE)))
+
+
+def test_the_check_fails_when_a_row_of_the_table_or_the_code_changes() -> None:
+    streaming_first = [TABLE[5]] + TABLE[:5] + TABLE[6:]  # row 6 moved above stop and cancel
+    wrong = mismatches(streaming_first, next_action)
+    assert wrong and all("streaming" in f and ("stop" in f or "cancel" in f) for f, _, _ in wrong)
+
+    def resumes_late(s: Situation) -> Action:  # the code asks ``running`` before ``commit_due``
+        return "wait" if s.running and not (s.finished or s.stop or s.cancel) else next_action(s)
+
+    wrong = mismatches(TABLE, resumes_late)
+    assert wrong and {(want, got) for _, want, got in wrong} == {("resume", "wait")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 from openai import OpenAI
 
@@ -226,7 +227,7 @@ def test_a_failure_after_the_first_delta_is_not_retried_and_text_is_not_repeated
     assert "".join(e.text for e in events if e.kind == "text_delta") == "alpha beta "
     assert [e.kind for e in events][-2:] == ["error", "finish"]
     assert len(provider.requests) == 1
-    assert turn.result(5).messages[-1] == ChatMessage.assistant("alpha beta ")
+    assert turn.result(30).messages[-1] == ChatMessage.assistant("alpha beta ")
 
 
 def test_a_stream_silent_longer_than_the_read_timeout_ends_with_a_clear_error(
@@ -240,7 +241,7 @@ def test_a_stream_silent_longer_than_the_read_timeout_ends_with_a_clear_error(
         ("error", "read_timeout", "the provider sent nothing for 0.5 s"),
         ("finish", "error"),
     ]
-    assert provider.requests[0].disconnected.wait(5)
+    assert provider.requests[0].disconnected.wait(30)
 
 
 def test_a_stream_longer_than_the_total_timeout_ends_with_a_clear_error_and_the_next_stream_is_served(
@@ -254,7 +255,7 @@ def test_a_stream_longer_than_the_total_timeout_ends_with_a_clear_error_and_the_
         ("error", "total_timeout", "the provider stream took longer than 0.5 s"),
         ("finish", "error"),
     ]
-    assert provider.requests[0].disconnected.wait(5)
+    assert provider.requests[0].disconnected.wait(30)
     assert runtime.run("again", provider=config).result(30).text == "fine"  # on a client that was not aborted
 
 
@@ -361,6 +362,21 @@ def test_a_full_turn_with_tools_and_an_approval_on_the_anthropic_api(
     assert second.body["tools"][0]["input_schema"]["required"] == ["a", "b"]
 
 
+def test_an_anthropic_base_url_reaches_v1_messages_with_or_without_its_v1(
+    runtime: Runtime, provider: ScriptedProvider, fast_retry: RetryPolicy
+) -> None:
+    root = f"http://127.0.0.1:{provider.port}"
+    wrong = httpx.post(root + "/v1/v1/messages", json={"model": "m", "messages": [], "stream": True}, timeout=30)
+    assert wrong.status_code == 404  # as Anthropic answers it: a doubled /v1 cannot pass unseen
+    for suffix in ("", "/", "/v1", "/v1/"):
+        provider.add(use_tools(call("add", {"a": 2, "b": 3})), say(f"5 via {suffix!r}."))
+        config = ProviderConfig(api="anthropic", base_url=root + suffix, model="m", retry=fast_retry)
+        result = runtime.run("add", tools=[T.add], provider=config).result(30)
+        assert (result.finish_reason, result.text) == ("stop", f"5 via {suffix!r}.")
+        assert result.messages[2] == ChatMessage.tool(json.dumps({"ok": True, "data": 5}), "call_1", name="add")
+    assert [(r.api, r.path) for r in provider.requests] == [("anthropic", "/v1/messages")] * 8
+
+
 # -- 200 answers that are not event streams ------------------------------------------------
 
 
@@ -372,7 +388,7 @@ def test_a_non_streaming_chat_completion_is_the_whole_answer(runtime: Runtime, p
         ("text", "Hello from a server that ignores stream."),
         ("finish", "stop"),
     ]
-    result = turn.result(5)
+    result = turn.result(30)
     assert result.messages == [
         ChatMessage.user("go"),
         ChatMessage.assistant("Hello from a server that ignores stream."),
@@ -479,7 +495,7 @@ def test_non_streaming_messages_responses_on_the_anthropic_api(
     with Runtime(provider.provider(api="anthropic", retry=fast_retry)) as rt:
         turn = rt.run("go", tools=[T.add])
         events = summary(list(turn.events(timeout=30)))
-        result = turn.result(5)
+        result = turn.result(30)
     assert events[-2:] == [("text", "It is 3."), ("finish", "stop")]
     assert result.messages == [
         ChatMessage.user("go"),

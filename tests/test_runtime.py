@@ -56,7 +56,7 @@ def test_a_malformed_data_line_ends_the_turn_with_an_explicit_error(
     ]
     streamed = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert streamed == "one "
-    assert turn.result(5).messages[-1].content == "one "
+    assert turn.result(30).messages[-1].content == "one "
 
 
 def test_a_stream_cut_midway_ends_the_turn_with_an_explicit_error_and_no_retry(

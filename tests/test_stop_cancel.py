@@ -39,18 +39,19 @@ def test_stop_while_the_model_streams_closes_the_connection_and_drops_later_delt
     runtime: Runtime, provider: ScriptedProvider
 ) -> None:
     text = " ".join(f"w{i}" for i in range(200))
-    provider.add(say(text, delay=0.02))
+    # deltas flow for 2 s, then the stream holds until it is closed: it cannot end before the stop
+    provider.add(say(text, delay=0.02, hold_after=100, hold=threading.Event()))
     turn = runtime.run("talk")
     turn.wait_for(lambda e: isinstance(e, TextDelta), timeout=30)
     turn.stop("user pressed stop")
     events = list(turn.events(timeout=30))
-    assert provider.requests[0].disconnected.wait(5), "the provider did not see the connection close"
+    assert provider.requests[0].disconnected.wait(30), "the provider did not see the connection close"
     assert summary(events)[-2:] == [("error", "stopped", "Agent run stopped"), ("finish", "stopped")]
     assert events[-2].detail == "user pressed stop"
     assert_seq(events)
     streamed = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert 0 < len(streamed) < len(text) and text.startswith(streamed)
-    result = turn.result(5)
+    result = turn.result(30)
     assert result.messages == [ChatMessage.user("talk"), ChatMessage.assistant(streamed)]
     provider_accepts(provider, result.messages)
 
@@ -62,8 +63,8 @@ def test_stop_while_the_provider_stalls_aborts_at_once(runtime: Runtime, provide
     turn.stop()
     finish = turn.wait_for(lambda e: isinstance(e, Finish), timeout=30)
     assert finish.finish_reason == "stopped"  # a stalled stream would have ended with read_timeout
-    assert provider.requests[0].disconnected.wait(5)
-    provider_accepts(provider, turn.result(5).messages)
+    assert provider.requests[0].disconnected.wait(30)
+    provider_accepts(provider, turn.result(30).messages)
 
 
 def test_stop_ends_the_whole_process_group_of_a_tool_and_runs_its_callback_once(
@@ -76,7 +77,7 @@ def test_stop_ends_the_whole_process_group_of_a_tool_and_runs_its_callback_once(
     pgid = progress.data["pgid"]
     assert wait_until(lambda: len(group_members(pgid)) >= 2), "both sleeps should run"
     turn.stop("enough")
-    assert wait_until(lambda: group_members(pgid) == [], timeout=5), f"left behind: {group_members(pgid)}"
+    assert wait_until(lambda: group_members(pgid) == []), f"left behind: {group_members(pgid)}"
     result = turn.result(30)
     assert result.finish_reason == "stopped"
     assert result.messages[-1] == ChatMessage.tool(
@@ -95,7 +96,7 @@ def test_stop_cancels_an_async_tool_at_once_without_waiting_for_the_grace(
     pid = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pid"]
     turn.stop()
     assert turn.result(30).finish_reason == "stopped"
-    assert wait_until(lambda: marker.exists(), timeout=10), "the task was not cancelled"
+    assert wait_until(lambda: marker.exists()), "the task was not cancelled"  # well before the 60 s grace
     assert marker.read_text() == "cancelled\n"
     assert pid_alive(pid), "the tool process stays in its pool: its call ended"
 
@@ -156,7 +157,7 @@ def test_cancel_with_a_grace_becomes_a_stop(runtime: Runtime, provider: Scripted
     turn.cancel("wind down", grace=0.2)
     result = turn.result(30)
     assert result.finish_reason == "cancelled"
-    assert wait_until(lambda: group_members(pgid) == [], timeout=5)
+    assert wait_until(lambda: group_members(pgid) == [])
     assert result.messages[-1].content == interrupted_content("the turn was cancelled", "wind down")
 
 
@@ -190,7 +191,7 @@ def test_stop_tool_ends_one_of_two_parallel_calls_and_the_turn_goes_on(
     turn = runtime.run("both", tools=[T.shell, T.timed_echo])
     pgid = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pgid"]
     turn.stop_tool("call_1", reason="too slow")
-    assert wait_until(lambda: group_members(pgid) == [], timeout=5)
+    assert wait_until(lambda: group_members(pgid) == [])
     result = turn.result(30)
     assert result.finish_reason == "stop"
     assert [m.content for m in result.messages if m.role == "tool"] == [

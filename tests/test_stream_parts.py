@@ -3,6 +3,7 @@ process's stream deadlines, a provider client's own thread, one wake per event b
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import threading
@@ -91,12 +92,31 @@ def test_the_readers_of_a_stream_are_woken_once_per_batch() -> None:
     stream = inbound.open_stream("turn_1", 0, fresh=True)
     wakes: list[int] = []
     wake = stream.wake
-    stream.wake = lambda: (wakes.append(len(stream.events)), wake())  # type: ignore[method-assign]
+    stream.wake = lambda *later: (wakes.append(len(stream.events)), wake(*later))  # type: ignore[method-assign]
     events = [TurnStarted(turn_id="turn_1", seq=0)] + [
         TextDelta(turn_id="turn_1", seq=i, text=f"part {i} ") for i in range(1, 4)
     ]
     inbound.on_message(EventBatch([encode(e) for e in events]), None)
     assert wakes == [4] and [e.seq for e in stream.events] == [0, 1, 2, 3]
+
+
+def test_asyncio_readers_of_several_streams_are_woken_with_one_callback_per_loop() -> None:
+    inbound = Inbound(lambda: False, lambda msg: None)
+    streams = [inbound.open_stream(f"turn_{i}", 0, fresh=True) for i in range(3)]
+    batch = EventBatch([encode(TurnStarted(turn_id=f"turn_{i}", seq=0)) for i in range(3)])
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        calls: list[Any] = []
+        original = loop.call_soon_threadsafe
+        loop.call_soon_threadsafe = lambda *a: (calls.append(a), original(*a))[1]  # type: ignore[method-assign]
+        futures = [s.ready(0) for s in streams]
+        await asyncio.to_thread(inbound.on_message, batch, None)  # the pump's thread
+        await asyncio.wait_for(asyncio.gather(*futures), 10)
+        return len([a for a in calls if a[0].__name__ == "_set_done"])  # to_thread uses one too
+
+    assert asyncio.run(main()) == 1
+    assert [s.take(0).turn_id for s in streams] == ["turn_0", "turn_1", "turn_2"]
 
 
 @pytest.mark.integration  # a real provider server

@@ -30,19 +30,21 @@ def test_text_then_two_parallel_tools_then_final_text(
     )
     turn = runtime.run([ChatMessage.system("Be brief."), ChatMessage.user("Check both.")], tools=[T.handshake_echo])
     events = list(turn.events(timeout=30))
-    assert summary(events) == [
+    kinds = summary(events)
+    assert kinds[:4] + kinds[6:] == [
         ("turn_started",),
         ("text", "Let me check both."),
         ("tool_call_started", "call_1"),
         ("tool_call_started", "call_2"),
-        ("tool_finished", "call_2", "success"),
-        ("tool_finished", "call_1", "success"),
         ("text", "Both are done."),
         ("finish", "stop"),
     ]
+    # the handshake orders the two tools' work (the log below), not the arrival of their
+    # results from two processes: the two ToolFinished events come in either order
+    assert sorted(kinds[4:6]) == [("tool_finished", "call_1", "success"), ("tool_finished", "call_2", "success")]
     assert_seq(events)
     args1, args2 = json.dumps(slow), json.dumps(fast)
-    assert turn.result(5).messages == [
+    assert turn.result(30).messages == [
         ChatMessage.system("Be brief."),
         ChatMessage.user("Check both."),
         ChatMessage.assistant(

@@ -9,6 +9,12 @@ ever blocks on Thespian, and a send to a dead actor fails fast through its callb
 Guarantees: messages queued by one thread leave in the order they were queued; every
 received message is handed to ``on_message(message, sender)`` on the pump thread, in the
 order the transport delivers them; ``on_idle()`` runs at least every ``tick`` seconds.
+
+At most ``PER_TARGET`` messages per target are in Thespian's hands at once; the rest wait
+here, in order, and go as those complete. Thespian keeps one queue for every target and
+walks all of it on every send (quadratic in a burst: a thousand ``StartTurn`` at once), goes
+into a receive-nothing mode past 950 queued and fails sends past 1,050; with this bound its
+queue stays short whatever the caller does.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -29,6 +36,7 @@ from ..logs import logger
 __all__ = ["Endpoint"]
 
 SERVICE_EVERY = 0.25  # seconds between two reads of the actor system's own socket
+PER_TARGET = 4  # messages handed to Thespian per target at once (see the module docstring)
 
 
 log = logger("greenroom.runtime")
@@ -36,6 +44,7 @@ log = logger("greenroom.runtime")
 
 OnFailed = Callable[[], None]
 OnSent = Callable[[], None]
+Outgoing = tuple[Any, Any, "OnFailed | None", "OnSent | None"]
 
 
 class Endpoint:
@@ -55,7 +64,10 @@ class Endpoint:
         self._service = service  # reads another socket of this process (``system.SharedSystem``)
         self._next_service = 0.0
         self._tick = timedelta(seconds=tick)
-        self._out: queue.SimpleQueue[tuple[Any, Any, OnFailed | None, OnSent | None]] = queue.SimpleQueue()
+        self._out: queue.SimpleQueue[Outgoing] = queue.SimpleQueue()
+        self._waiting: dict[str, deque[Outgoing]] = {}  # by str(target): what waits for PER_TARGET
+        self._busy: dict[str, int] = {}  # by str(target): how many are in Thespian's hands
+        self._freed: list[str] = []  # targets one of whose sends completed (pump thread only)
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
@@ -136,25 +148,60 @@ class Endpoint:
             pass
 
     def _send_queued(self) -> None:
+        """Hand Thespian what may go now: first what waited for a target that has room again,
+        then what callers queued, each behind what already waits for its target."""
+        freed, self._freed = self._freed, []
+        for key in freed:
+            waiting = self._waiting.get(key)
+            while waiting and self._busy.get(key, 0) < PER_TARGET:
+                self._transmit(key, waiting.popleft())
+            if waiting is not None and not waiting:
+                del self._waiting[key]
         while True:
             try:
-                to, message, on_failed, on_sent = self._out.get_nowait()
+                item = self._out.get_nowait()
             except queue.Empty:
                 return
+            key = str(item[0])
+            if key in self._waiting or self._busy.get(key, 0) >= PER_TARGET:
+                self._waiting.setdefault(key, deque()).append(item)
+            else:
+                self._transmit(key, item)
 
-            def failed(result: Any, intent: Any, on_failed: OnFailed | None = on_failed) -> None:
-                log().debug("could not deliver %s: %s", type(intent.message).__name__, result)
-                if on_failed is not None:
-                    on_failed()
+    def _transmit(self, key: str, item: Outgoing) -> None:
+        to, message, on_failed, on_sent = item
+        once = [True]
 
-            def sent(result: Any, intent: Any, on_sent: OnSent | None = on_sent) -> None:
-                if on_sent is not None:
-                    on_sent()
+        def completed() -> None:  # on the pump thread, inside the transport: schedule nothing here
+            if not once:
+                return
+            once.clear()
+            left = self._busy[key] - 1
+            if left:
+                self._busy[key] = left
+            else:
+                del self._busy[key]
+            if key in self._waiting:
+                self._freed.append(key)
+                self._wake()  # the transport returns, and the loop sends what waits
 
-            try:
-                intent = TransmitIntent(to, message, onSuccess=sent if on_sent else None, onError=failed)
-                self._ctx.transport.scheduleTransmit(None, intent)
-            except Exception:
-                log().exception("could not send %s", type(message).__name__)
-                if on_failed is not None:
-                    on_failed()
+        def failed(result: Any, intent: Any) -> None:
+            completed()
+            log().debug("could not deliver %s: %s", type(intent.message).__name__, result)
+            if on_failed is not None:
+                on_failed()
+
+        def sent(result: Any, intent: Any) -> None:
+            completed()
+            if on_sent is not None:
+                on_sent()
+
+        self._busy[key] = self._busy.get(key, 0) + 1
+        try:
+            intent = TransmitIntent(to, message, onSuccess=sent, onError=failed)
+            self._ctx.transport.scheduleTransmit(None, intent)
+        except Exception:
+            log().exception("could not send %s", type(message).__name__)
+            completed()
+            if on_failed is not None:
+                on_failed()

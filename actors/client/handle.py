@@ -206,11 +206,19 @@ class AsyncTurnHandle(_Handle):
             ready = self._stream.ready(index)
             if ready is None:
                 return self._stream.take(index)
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if deadline is None:
+                await ready
+                continue
+            # one timer on the loop per wait (``asyncio.wait_for`` costs a task and more)
+            timer = asyncio.get_running_loop().call_at(
+                asyncio.get_running_loop().time() + max(0.0, deadline - time.monotonic()), _expire, ready
+            )
             try:
-                await asyncio.wait_for(ready, remaining)
-            except TimeoutError:
+                await ready
+            except _Expired:
                 raise TurnTimeout(f"turn {self.turn_id}: no event after {timeout:g} s") from None
+            finally:
+                timer.cancel()
 
     async def events(self, timeout: float | None = None) -> AsyncIterator[TurnEvent]:
         """Yield events up to and including the next ``Finish``; ``timeout`` bounds each wait."""
@@ -286,3 +294,12 @@ class AsyncTurnHandle(_Handle):
     async def stop_tool(self, call_id: str, reason: str = "tool stop requested", timeout: float = 10.0) -> None:
         """Stop one call; it ends interrupted and the turn goes on."""
         await self._command(StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason), timeout)
+
+
+class _Expired(Exception):
+    """A wait's deadline passed (raised in the waiting coroutine only)."""
+
+
+def _expire(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_exception(_Expired())

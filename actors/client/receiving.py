@@ -25,7 +25,7 @@ from messages import ControlReply, Error, ListNodes, MembershipChanged, NodeInfo
 from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
 from ..telemetry.metrics import MetricBatch
 from ..wire.protocol import EventBatch, HostReplaced, NodesChanged, ShutdownDone, SpanBatch
-from .stream import TurnStream
+from .stream import TurnStream, Waiter, wake_all
 
 __all__ = ["Inbound"]
 
@@ -175,7 +175,8 @@ class Inbound:
             future.set_result(msg)
 
     def _events(self, events: Iterable[TurnEvent]) -> None:
-        """Deliver in order; each stream's readers are woken once, after its last event here."""
+        """Deliver in order; each stream's readers are woken once, after its last event here,
+        and the asyncio readers of all of them with one callback per event loop."""
         touched: dict[str, TurnStream] = {}
         for event in events:
             stream = self.stream(event.turn_id)
@@ -191,8 +192,10 @@ class Inbound:
             touched[event.turn_id] = stream
             if stream.deliver(event, wake=False):
                 self.drop(event.turn_id, stream)
+        later: list[Waiter] = []
         for stream in touched.values():
-            stream.wake()
+            stream.wake(later)
+        wake_all(later)
 
     def on_idle(self) -> None:
         """Ask again for events late in transit, replace those lost once their turn's next

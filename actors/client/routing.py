@@ -77,22 +77,32 @@ class Hosts:
         self.window = window
         self._follow = follow  # None: no store every node reaches, a moved turn cannot be followed
         self._lock = threading.Lock()
+        self._table_changed = threading.Condition()
         self._held: dict[str, Held] = {}  # turn id -> commands waiting for its start, or its new host
 
     # -- where -----------------------------------------------------------------------------
 
-    def place(self, turn_id: str, requires: dict[str, Any]) -> Any:
-        """The host a new turn goes to; ``ConfigurationError`` if none can take it."""
-        hosts = {
+    def placeable(self, requires: dict[str, Any]) -> dict[str, Any]:
+        """The hosts a new turn with ``requires`` may go to: id to address."""
+        return {
             host_id: address
             for node in self._nodes
             if node.store_id == self.store_id and matches(node.capabilities, requires)
             for host_id, address in node.host_ids()
         }
+
+    def place(self, turn_id: str, requires: dict[str, Any]) -> Any:
+        """The host a new turn goes to; ``ConfigurationError`` if none can take it."""
+        hosts = self.placeable(requires)
         chosen = rendezvous(turn_id, hosts)
         if chosen is None:
             raise ConfigurationError(f"no host can run this turn: no node on this store has {requires}")
         return hosts[chosen]
+
+    def wait_for(self, node: str, timeout: float) -> bool:
+        """Wait until the table has ``node`` (its hosts can be placed on); False on timeout."""
+        with self._table_changed:
+            return self._table_changed.wait_for(lambda: any(n.node == node for n in self._nodes), timeout)
 
     def host_id(self, address: Any) -> str | None:
         """The id (``node/slot``) of the host at ``address``, if it is in the table."""
@@ -175,11 +185,13 @@ class Hosts:
 
         def lost() -> None:  # a durable turn's host is gone: the command waits for where it went
             stream = self._inbound.stream(tid)
-            if self._follow is None or stream is None or stream.finished:
+            if self.store_id is None or stream is None or stream.finished:
                 return _unreachable(command, future, self._inbound)
             with self._lock:
                 self._held.setdefault(tid, []).append((command, future))
-            self.moved(tid, stream, "its host cannot be reached")
+            if self._follow is not None:
+                self.moved(tid, stream, "its host cannot be reached")
+            # else (a file store: one node) its host is replaced in its slot, and ``replaced`` sends it
 
         self._endpoint.send(self.of(tid), command, lost)
 
@@ -228,6 +240,8 @@ class Hosts:
         before = [(h, a) for n in self._nodes for h, a in n.host_ids()]  # addresses are not hashable
         local = [n for n in self._nodes if n.node == self._local]
         self._nodes = msg.nodes if any(n.node == self._local for n in msg.nodes) else [*local, *msg.nodes]
+        with self._table_changed:
+            self._table_changed.notify_all()
         now = [a for n in self._nodes for _, a in n.host_ids()]
         for turn_id, stream in self._inbound.open_streams():
             lost = next((h for h, a in before if a == stream.host), None) if stream.host not in now else None
@@ -244,9 +258,13 @@ class Hosts:
             if turn_id in msg.recovered:
                 self._at(stream, msg.address)
                 self._endpoint.send(msg.address, Subscribe(turn_id=turn_id, since=stream.next_seq, window=self.window))
+                for command, future in self._release(turn_id):
+                    self._send(command, future)
             else:
                 stream.lost("the process that ran this turn died; it had no store to recover from")
                 self._inbound.drop(turn_id, stream)
+                for command, future in self._release(turn_id):
+                    _unreachable(command, future, self._inbound)
 
     def shut_down(self, shutdown: Shutdown, timeout: float) -> None:
         """Send ``shutdown`` to every host of this node, behind the turns' own messages, and

@@ -49,6 +49,7 @@ from ..lifecycle import owner
 from ..lifecycle.processes import free_port
 from ..store import TurnStore
 from ..store.base import is_url
+from ..store.urls import keep
 from ..telemetry.export import SpanSink
 from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
@@ -127,7 +128,7 @@ class Runtime(Queries):
         self.command_hold = (
             command_hold if command_hold is not None else (transport or TransportConfig()).deliver_within
         )
-        self.store_path = _location(store)  # a SQLite file's absolute path, or a PostgreSQL URL
+        self.store_path = _location(store)  # a SQLite file's absolute path, or a URL without its password (urls.keep)
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
@@ -276,10 +277,12 @@ class Runtime(Queries):
         """Send a command (``StopTurn``, ``CancelTurn``, ``RespondToApprovals``, ``StopTool``,
         ``ToolApprovalResponse`` with a ``turn_id``) to its turn and return the turn's reply.
         A refusal is returned as a reply with ``ok=False``, not raised."""
+        future = self._command(command)
         try:
-            return self._command(command).result(timeout)
+            return future.result(timeout)
         except concurrent.futures.TimeoutError:
-            raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
+            future.cancel()  # and the Runtime forgets it
+            raise TurnTimeout(f"no answer to {command.kind} after {timeout:g} s") from None
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -383,4 +386,4 @@ class Runtime(Queries):
 def _location(store: str | os.PathLike[str] | None) -> str | None:
     if store is None:
         return None
-    return str(store) if is_url(store) else os.path.abspath(os.fspath(store))
+    return keep(str(store)) if is_url(store) else os.path.abspath(os.fspath(store))

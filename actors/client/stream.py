@@ -56,11 +56,13 @@ from ..turn.history import close_open_calls
 from ..turn.reorder import Reorder
 from ..turn.results import error_result
 
-__all__ = ["GAP_WAIT", "LOST_AFTER", "QUIET", "TurnResult", "TurnStream"]
+__all__ = ["GAP_WAIT", "LOST_AFTER", "QUIET", "TurnResult", "TurnStream", "wake_all"]
 
 GAP_WAIT = 1.0  # seconds a missing event may take to arrive before it is asked for again
 LOST_AFTER = 30.0  # seconds after which one still missing is given up, once a later Finish is here
 QUIET = 30.0  # seconds of silence after which a stream of a turn not ended asks for what follows
+
+Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]  # an asyncio reader's future
 
 
 log = logger("greenroom.runtime")
@@ -124,7 +126,7 @@ class TurnStream:
         self._read = 0  # events[:_read] were read
         self._reported = since  # the host was told seq < _reported were read
         self._dropped: str | None = None  # why the host dropped this reader
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._waiters: list[Waiter] = []
         self.host: Any = None  # the address of the turn's host, where known (``routing``)
         self.host_id: str | None = None  # and its id, ``node/slot``
         self.rejection: ControlReply | None = None  # the turn's StartTurn was refused
@@ -230,18 +232,19 @@ class TurnStream:
             self.rejections.append(reply)
             self._wake()
 
-    def wake(self) -> None:
+    def wake(self, later: list[Waiter] | None = None) -> None:
+        """Wake the readers; with ``later``, the asyncio readers' futures are put there, for
+        ``wake_all`` to complete with one callback per event loop."""
         with self._cond:
-            self._wake()
+            self._wake(later)
 
-    def _wake(self) -> None:
+    def _wake(self, later: list[Waiter] | None = None) -> None:
         self._cond.notify_all()
         waiters, self._waiters = self._waiters, []
-        for loop, fut in waiters:
-            try:
-                loop.call_soon_threadsafe(_set_done, fut)
-            except RuntimeError:
-                pass  # that loop has closed
+        if later is not None:
+            later.extend(waiters)
+        else:
+            wake_all(waiters)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -345,6 +348,19 @@ class TurnStream:
         )
 
 
-def _set_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+def wake_all(waiters: list[Waiter]) -> None:
+    """Complete the futures of asyncio readers, with one thread-safe callback per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for loop, fut in waiters:
+        by_loop.setdefault(loop, []).append(fut)
+    for loop, futs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_set_done, futs)
+        except RuntimeError:
+            pass  # that loop has closed
+
+
+def _set_done(futs: list[asyncio.Future[None]]) -> None:
+    for fut in futs:
+        if not fut.done():
+            fut.set_result(None)

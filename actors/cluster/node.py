@@ -29,8 +29,10 @@ import threading
 import time
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoreError
+from ..store import open_store
 from ..store.base import is_url
+from ..store.urls import keep
 from ..wire import transport
 from ..wire.thespian_compat import tune_convention
 
@@ -71,6 +73,9 @@ def start_node(
             f"a node needs a store every node reaches (postgresql://...), not a file ({store}): "
             "a SQLite store stays on the leader's machine"
         )
+    if store is not None:  # before anything starts: fail naming the URL (never its password) and what failed
+        store = keep(store)  # what the directory and the hosts are sent; they inherit the password
+        open_store(store).close()
     from thespian.actors import ActorSystem
 
     from ..lifecycle.lifeline import Lifeline
@@ -142,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             args.leader, args.listen, capabilities, args.admin_port, key, args.timeout,
             hosts, args.store, args.tool_processes, args.max_tool_processes,
         )  # fmt: skip
-    except ConfigurationError as exc:
+    except (ConfigurationError, StoreError) as exc:
         print(f"greenroom node: {exc}", file=sys.stderr)
         return 2
     print(

@@ -1,9 +1,10 @@
 """Which turns each host of a node recovers when it starts (the node's, or a replacement).
 
 On a store every node reaches (PostgreSQL), a host recovers the turns the store says it
-owned (its id, ``node/slot``, is the same after a restart); every other unfinished turn is
-another host's, or an orphan that a live host takes over through the leases
-(``host.durable``). On a file (SQLite: one machine, one node), each unfinished turn goes to
+owned (its id, ``node/slot``, is the same after a restart) and the orphans (turns whose
+owner's lease ran out: a runtime that ended, on another port) that rendezvous hashing gives
+it among the store's live hosts, as a live host's tick would (``host.durable``); every
+other unfinished turn is another live host's. On a file (SQLite: one machine, one node), each unfinished turn goes to
 the host rendezvous hashing gives it among the node's hosts, where the Runtime looks first.
 """
 
@@ -29,7 +30,9 @@ def recovery_plan(
         return plan, None
     try:
         if shared:
-            return {h: store.owned_by(h) for h in host_ids}, None
+            live = [h.host_id for h in store.live_hosts()]  # these hosts' leases were taken at configuration
+            orphans = store.orphans()
+            return {h: store.owned_by(h) + [t for t in orphans if rendezvous(t, live) == h] for h in host_ids}, None
         for turn_id in store.unfinished():
             host = rendezvous(turn_id, host_ids)
             if host in plan:

@@ -38,7 +38,7 @@ from messages import CancelTurn, ControlReply, Message, RespondToApprovals, Stop
 
 from ..errors import RuntimeClosedError, TurnTimeout
 from . import model
-from .commands import OFFLINE
+from .commands import HOSTLESS, OFFLINE
 from .numbers import numbers
 from .security import Guard
 from .sources import Source, UnknownTurn
@@ -194,7 +194,7 @@ async def _send(request: Request, turn_id: str, commands: list[Message]) -> Resp
     ok = all(r.ok for r in replies)
     codes = {r.code for r in replies if not r.ok}
     status = 200 if ok else 404 if codes <= {"unknown_turn", "unknown_call"} else 409
-    notes = sorted({r.message for r in replies if r.message == OFFLINE})  # said when it matters: not applied yet
+    notes = sorted({r.message for r in replies if r.message in (OFFLINE, HOSTLESS)})  # said: not applied yet
     message = "applied" + "".join(f" ({n})" for n in notes) if ok else "; ".join(r.message for r in replies if not r.ok)
     body = {"ok": ok, "message": message, "replies": [r.model_dump(mode="json") for r in replies]}
     return JSONResponse(body, status_code=status)

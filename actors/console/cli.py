@@ -1,12 +1,14 @@
 """``greenroom console``: serve the console over a store, until interrupted.
 
-    greenroom console [--store PATH] [--host 127.0.0.1] [--port 8765] [--key-file FILE]
+    greenroom console [--store PATH|URL] [--host 127.0.0.1] [--port 8765] [--key-file FILE]
 
-The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``; it must exist.
+The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``; it must exist
+(a SQLite file, or a PostgreSQL URL whose password is never printed).
 The address to open, with its token, is printed on the first line of standard output
 (``greenroom console: http://127.0.0.1:8765/?token=...``). ``--key-file`` (or
 ``$GREENROOM_CONSOLE_KEY``) sets a key of at least 16 characters instead of a fresh token.
-Commands go to the runtime running on the store, or to the store's inbox when none runs.
+Commands go to the runtime running on the store, or to the store's inbox when none runs
+(with PostgreSQL, the inbox wakes the turn's host, whose answer is shown).
 Bad input (no store, a port in use, a short key, the extra not installed) prints one line
 ``greenroom: <message>`` to stderr and exits with status 2; SIGINT or SIGTERM end it with 0.
 """
@@ -47,9 +49,14 @@ def _key(args: argparse.Namespace) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGINT or SIGTERM; see the module docstring."""
     args = _parser().parse_args(argv)
+    from ..store.base import is_url
+    from ..store.urls import redacted
+
     store = args.store or os.environ.get("GREENROOM_STORE") or "greenroom.db"
-    if not os.path.exists(store):
-        return _fail(f"no turn store at {store} (use --store or $GREENROOM_STORE)")
+    if not is_url(store):
+        if not os.path.exists(store):
+            return _fail(f"no turn store at {store} (use --store or $GREENROOM_STORE)")
+        store = os.path.abspath(store)
     try:
         from .server import Console
     except ImportError as exc:
@@ -58,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         key = _key(args)
-        console = Console(store=os.path.abspath(store), host=args.host, port=args.port, key=key).start()
+        console = Console(store=store, host=args.host, port=args.port, key=key).start()
     except (ConfigurationError, StoreError, OSError, ValueError) as exc:
         return _fail(str(exc))
     done = threading.Event()
@@ -69,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     print(f"greenroom console: {console.url}", flush=True)
-    print(f"serving the store {os.path.abspath(store)}; Ctrl-C ends it", file=sys.stderr, flush=True)
+    print(f"serving the store {redacted(store)}; Ctrl-C ends it", file=sys.stderr, flush=True)
     while not done.wait(3600):
         pass
     console.close()

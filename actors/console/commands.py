@@ -10,29 +10,35 @@ Where a command goes, in this order:
   turn's own rules (an unknown call, a duplicate decision or a finished turn is refused
   here, changing nothing) and written to the store's inbox, to be applied when a runtime
   loads the turn again. The reply says so.
+- a store every node reaches (PostgreSQL, ``through_store``): checked the same way, then
+  written to the store's inbox, which wakes the turn's host at once (``NOTIFY``); while any
+  host is live, the reply that host records beside the command is waited for and returned;
+  with none, the reply says the command waits in the inbox for a host to take the turn.
 
-A runtime that does not answer within the timeout is reported as a refusal that says so,
-never as applied.
+A runtime or host that does not answer within the timeout is reported as a refusal that
+says so, never as applied (``TurnTimeout``).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from messages import ControlReply, Message, reply_for
 
 from ..errors import ConfigurationError, TurnTimeout
+from ..store.base import TurnStore
 from ..store.files import running_runtime
-from ..store.sqlite import SQLiteStore
 
-__all__ = ["OFFLINE", "RemoteRuntimes", "offline"]
+__all__ = ["HOSTLESS", "OFFLINE", "RemoteRuntimes", "Through", "offline", "refusal", "through_store"]
 
 OFFLINE = "no runtime is running on the store: written to the store, applied when a runtime loads the turn again"
+HOSTLESS = "no host is running: written to the store, applied when a host takes the turn"
 
 
-def offline(store: SQLiteStore, command: Message) -> ControlReply:
-    """Check ``command`` against the stored turn with its rules; if they accept it, queue it."""
+def refusal(store: TurnStore, command: Message) -> ControlReply | None:
+    """The refusal of ``command`` by the stored turn's rules (after the commands queued before
+    it), or None if they accept it. Nothing is written."""
     from ..turn.decisions import Reply
     from ..turn.rules import TurnRules
 
@@ -51,8 +57,46 @@ def offline(store: SQLiteStore, command: Message) -> ControlReply:
     for decision in rules.handle(command.model_copy(update={"request_id": "console"})):
         if isinstance(decision, Reply) and not decision.reply.ok:
             return decision.reply.model_copy(update={"request_id": getattr(command, "request_id", None)})
-    store.add_command(turn_id, command)
+    return None
+
+
+def offline(store: TurnStore, command: Message) -> ControlReply:
+    """Check ``command`` against the stored turn with its rules; if they accept it, queue it."""
+    refused = refusal(store, command)
+    if refused is not None:
+        return refused
+    store.add_command(getattr(command, "turn_id", ""), command)
     return reply_for(command, True, None, OFFLINE)
+
+
+class Through(NamedTuple):
+    """What became of a command sent through the store: its reply; the id it was queued as
+    (None: refused before, nothing queued); whether a host answered (False: no host is live,
+    the command waits in the inbox)."""
+
+    reply: ControlReply
+    command_id: int | None
+    by_host: bool
+
+
+def through_store(store: TurnStore, command: Message, timeout: float) -> Through:
+    """Send ``command`` through a store every node reaches (see the module docstring).
+    ``TurnTimeout`` if a host is live but none answered within ``timeout`` s."""
+    refused = refusal(store, command)
+    if refused is not None:
+        return Through(refused, None, False)
+    asked = getattr(command, "request_id", None)
+    turn_id = getattr(command, "turn_id", "")
+    command_id = store.add_command(turn_id, command.model_copy(update={"request_id": asked or "store"}))
+    if not store.live_hosts():
+        return Through(reply_for(command, True, None, HOSTLESS), command_id, False)
+    reply = store.wait_reply(command_id, timeout)
+    if reply is None:
+        raise TurnTimeout(
+            f"no host answered within {timeout:g} s (turn {turn_id}, command {command_id}); the command stays in "
+            "the store's inbox, applied when the turn's host takes it"
+        )
+    return Through(reply.model_copy(update={"request_id": asked}), command_id, True)
 
 
 class RemoteRuntimes:

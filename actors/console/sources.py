@@ -2,9 +2,10 @@
 
 - ``StoreSource``: every turn of a store (live ones are written at each transition, before
   anything is carried out, so the store is as live as the turn): the list from
-  ``SQLiteStore.summaries``, each turn's events with the time each was written, its
-  snapshot for what waits for a decision. Commands go to the Runtime given, else to the
-  runtime running on the store, else to the store's inbox (``commands``).
+  ``TurnStore.summaries``, each turn's events with the time each was written, its
+  snapshot for what waits for a decision. Commands go to the Runtime given, else (a SQLite
+  file) to the runtime running on the store, else to the store's inbox; a PostgreSQL store's
+  inbox wakes the turn's host, whose reply is waited for (``commands``).
 - ``RuntimeSource``: a Runtime without a store: the turns started or attached through it
   (it sees each stream as it opens) and their sub-agents (whose events reach the parent's
   stream), with the time each event reached this process. It keeps the last ``KEEP``
@@ -23,9 +24,10 @@ from typing import Any
 from messages import ControlReply, Message, RespondToApprovals, TurnState
 
 from ..errors import ControlRejected, SnapshotError, TurnTimeout
-from ..store.sqlite import SQLiteStore
+from ..store import open_store
+from ..store.base import is_url
 from . import model
-from .commands import RemoteRuntimes, offline
+from .commands import RemoteRuntimes, offline, through_store
 from .ports import RuntimeFace, StreamFace
 from .timeline import Timed
 
@@ -77,8 +79,9 @@ class StoreSource(Source):
     kind = "store"
 
     def __init__(self, path: str, runtime: RuntimeFace | None = None) -> None:
-        self.path = path
-        self.store = SQLiteStore(path)
+        self.store = open_store(path, create=runtime is not None)
+        self.path = self.store.location  # a URL without its password
+        self.shared = is_url(path)  # PostgreSQL: commands through its inbox, answered by the turn's host
         self.runtime = runtime
         self.remote = RemoteRuntimes()
         self._lock = threading.Lock()
@@ -161,6 +164,8 @@ class StoreSource(Source):
     def send(self, command: Message) -> ControlReply:
         if self.runtime is not None:
             return self.runtime.control(command, self.timeout)
+        if self.shared:
+            return through_store(self.store, command, self.timeout).reply
         info = self.remote.running(self.path)
         if info is not None:
             return self.remote.send(info, command, self.timeout)
@@ -169,6 +174,9 @@ class StoreSource(Source):
     def about(self) -> dict[str, Any]:
         if self.runtime is not None:
             where = f"the runtime of this process, with the store {self.path}"
+        elif self.shared:
+            hosts = len(self.store.live_hosts())
+            where = f"the store {self.path}, " + (f"{hosts} host(s) live" if hosts else "no host running on it")
         else:
             info = self.remote.running(self.path)
             where = f"the store {self.path}, " + (

@@ -38,6 +38,10 @@ class HeldCommands:
         """The commands held for a turn that has just started, in arrival order."""
         return [(command, sender) for command, sender, _ in self._held.pop(turn_id, [])]
 
+    def turn_ids(self) -> list[str]:
+        """The turns something waits for."""
+        return list(self._held)
+
     def take(self, turn_id: str, which: Callable[[Any], bool]) -> list[tuple[Any, Any]]:
         """The commands held for ``turn_id`` for which ``which(command)`` holds; the rest stay."""
         held = self._held.pop(turn_id, [])

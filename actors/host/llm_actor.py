@@ -8,7 +8,10 @@ the host keeps handling messages while a stream blocks; an ``AbortStream`` shuts
 stream's socket down at once, also while the provider stalls.
 
 Guarantees, per stream: every message about it carries its ``stream_id`` and the next
-``seq`` (0, 1, 2, ...); text drained in one wake-up is sent as one ``LLMDeltas``; the last
+``seq`` (0, 1, 2, ...); text drained in one wake-up is sent as one ``LLMDeltas``; the stream
+thread hands its text over in batches: it appends each delta to the stream's ``TextBuffer``
+and queues an item (with its wake-up byte) only when the buffer was empty, so a host that
+is behind takes many deltas for one item and one byte; the last
 message is exactly one ``LLMCompleted`` or ``LLMFailed``, unless the stream was aborted,
 after which nothing more is sent about it.
 
@@ -20,6 +23,7 @@ abort must know exactly which socket is its stream's.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,13 +34,36 @@ from ..mailbox import Kernel, LocalActor
 from ..providers.streaming import ProviderClient, StreamOutput, StreamWorker
 from ..telemetry.spans import Span, chat_span, end_chat
 
-__all__ = ["LLMActor"]
+__all__ = ["LLMActor", "TextBuffer"]
+
+
+class TextBuffer:
+    """Text a stream thread produced that its actor has not taken yet, in order."""
+
+    __slots__ = ("_lock", "_parts")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parts: list[str] = []
+
+    def add(self, text: str) -> bool:
+        """Any thread: append ``text``; True if the buffer was empty (the actor must be told)."""
+        with self._lock:
+            self._parts.append(text)
+            return len(self._parts) == 1
+
+    def take(self) -> list[str]:
+        """The actor's thread: everything added so far, in order; the buffer is empty after."""
+        with self._lock:
+            parts, self._parts = self._parts, []
+        return parts
 
 
 @dataclass
 class _Stream:
     worker: StreamWorker
     requester: LocalActor
+    buffer: TextBuffer
     seq: int = 0
     text: list[str] = field(default_factory=list)
     span: Span | None = None  # its chat span, when the request is traced
@@ -64,9 +91,16 @@ class LLMActor(LocalActor):
         if request.stream_id in self._streams:
             return
         client = self._idle.pop() if self._idle else ProviderClient()  # never a spent one (_keep)
-        stream_id = request.stream_id
-        worker = StreamWorker(request, lambda out: self._put(("llm", stream_id, out)), client)
-        self._streams[stream_id] = _Stream(worker, requester, span=chat_span(request))
+        stream_id, buffer = request.stream_id, TextBuffer()
+
+        def emit(out: StreamOutput) -> None:  # on the stream's thread
+            if out[0] != "text":  # queued after the item that announced its text: order holds
+                self._put(("llm", stream_id, out))
+            elif buffer.add(out[1]):
+                self._put(("llm", stream_id, ("text",)))
+
+        worker = StreamWorker(request, emit, client)
+        self._streams[stream_id] = _Stream(worker, requester, buffer, span=chat_span(request))
         worker.start()
 
     def on_outputs(self, items: list[tuple[str, StreamOutput]]) -> None:
@@ -78,7 +112,7 @@ class LLMActor(LocalActor):
                 continue  # aborted: drop what was still in flight
             kind = out[0]
             if kind == "text":
-                stream.text.append(out[1])
+                stream.text.extend(stream.buffer.take())
                 if stream_id not in touched:
                     touched.append(stream_id)
                 continue

@@ -13,10 +13,11 @@ from typing import Any, Protocol
 from messages import ControlReply, InterruptTool, RunTool, TurnState
 
 from ..mailbox import Kernel
-from ..store.sqlite import TurnStore
+from ..store.base import TurnStore
 from ..turn.decisions import SetTimer
 from .durable import Durable
 from .outbox import Outboxes
+from .timers import Timers
 
 __all__ = ["Actor", "HostedTurn", "RegistryHost", "ToolCalls", "ToolHost", "TurnHostFace"]
 
@@ -124,6 +125,9 @@ class RegistryHost(TurnHostFace, Protocol):
 
     @property
     def shutting_down(self) -> Any: ...
+
+    @property
+    def timers(self) -> Timers: ...
 
     def send(self, to: Any, message: Any) -> None: ...
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import pickle
 from collections import OrderedDict
-from datetime import timedelta
 from typing import Any
 
 from messages import Message, StartTurn, StopTurn, Subscribe, TurnCommand, TurnState, reply_for, unaddressed
@@ -159,11 +158,31 @@ class TurnRegistry:
         return True
 
     def expire_held(self) -> None:
+        """Every second while something is held: forward what waits for a durable turn
+        another host has taken over since; answer what waited out its hold."""
+        if self.host.durable is not None:
+            for tid in self.held.turn_ids():
+                self._moved_on(tid)
         for tid, command, who in self.held.expired():
+            self.finding.discard(tid)  # a Find its directory never answered is forgotten with it
             if not self._forwarded(command, who):
                 self.host.reply(who, reply_for(command, False, "unknown_turn", f"no turn {tid}"))
         if self.held:
             self.host.every("hold", min(1.0, self.held.hold_for / 2))
+
+    def _moved_on(self, turn_id: str) -> None:
+        """If the store names a live owner of ``turn_id`` other than this host, the messages
+        held for it go there."""
+        durable = self.host.durable
+        try:
+            route = durable.store.route(turn_id) if durable is not None else None
+        except StoreError:
+            return
+        if route is not None and route.address is not None and route.host_id != self.host.host_id:
+            address = pickle.loads(route.address)
+            for command, who in self.held.take(turn_id, lambda m: True):
+                self.host.send(address, Relay(command, who))
+            self.finding.discard(turn_id)
 
     def _stored(self, turn_id: str) -> bool:
         return self.host.durable is not None and self.host.durable.is_stored(turn_id)
@@ -197,7 +216,7 @@ class TurnRegistry:
             del self.turns[turn.turn_id]
 
     def turn_ended(self, turn: TurnActor) -> None:
-        self.host.wakeupAfter(timedelta(seconds=turn.state.options.linger), payload=("linger", turn.turn_id))
+        self.host.timers.add(turn.state.options.linger, ("linger", turn.turn_id))
 
     def evict(self, turn_id: str) -> None:
         """Forget a turn that ended ``linger`` s ago, once every reader has caught up (or was
@@ -207,7 +226,7 @@ class TurnRegistry:
             return
         wait = turn.let_go()
         if wait is not None:
-            self.host.wakeupAfter(timedelta(seconds=wait), payload=("linger", turn_id))
+            self.host.timers.add(wait, ("linger", turn_id))
             return
         del self.turns[turn_id]
         self.ended[turn_id] = turn.state.finish_reason or "error"

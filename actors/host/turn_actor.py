@@ -1,6 +1,6 @@
 """TurnActor: owns one turn's loop state and messages, inside a TurnHost.
 
-A TurnActor is an in-process actor (``kernel.LocalActor``): its own FIFO mailbox, its
+A TurnActor is an in-process actor (``mailbox.LocalActor``): its own FIFO mailbox, its
 ``TurnRules`` and their state. Every input (a command, a stream message, a tool result, a
 timer, a lost host) goes to ``TurnRules.handle``; the actor carries the returned decisions
 out, in order. It never blocks.

@@ -3,7 +3,7 @@
 Each node's directory starts its TurnHosts (``Runtime(hosts=...)``, ``greenroom node
 --hosts``); a host's id is ``node/slot``, the same after a restart. A turn lives on the host
 it was placed on (``wire.placement``). Inside, each TurnActor is an actor of its own (a FIFO
-mailbox, its ``TurnRules`` and state; see ``kernel``); the host routes each Thespian
+mailbox, its ``TurnRules`` and state; see ``mailbox.Kernel``); the host routes each Thespian
 message to the right mailbox, runs the mailboxes, then sends what they produced.
 
 Guarantees:
@@ -47,6 +47,7 @@ from ..handoff import Handoff
 from ..logs import logger, quiet_third_party
 from ..mailbox import Kernel
 from ..mcp.session import close_all as close_mcp_sessions
+from ..mcp.session import log_stderr, route_stderr
 from ..mcp.session import open_count as open_mcp_sessions
 from ..store import TurnStore, open_store
 from ..telemetry.metrics import METRICS, armed
@@ -73,6 +74,7 @@ from .durable import TICK, Durable, StoredSender
 from .llm_actor import LLMActor
 from .outbox import Outbox, Outboxes
 from .registry import TurnRegistry
+from .timers import Timers
 from .tool_runner import ToolRunner
 from .turn_actor import TurnActor
 
@@ -83,7 +85,7 @@ log = logger("greenroom.host")
 
 
 class TurnHost(Dispatcher):
-    """Hosts the TurnActors of one slot; see the module docstring."""
+    """Hosts many TurnActors, as host ``node/slot``; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -96,30 +98,35 @@ class TurnHost(Dispatcher):
         self.outboxes = Outboxes(self._send_tracked, self.handoff.put)
         self.durable: Durable | None = None
         self.node = ""
+        self.hold_outbox, self.release_outbox = self.outboxes.hold, self.outboxes.release  # by subscriber key
         self.slot = -1
         self.pool: Any = None
         self.directory: Any = None
         self.inline_async_tools = False
         self.timers_on: set[str] = set()
+        self.timers = Timers(lambda delay: self.wakeupAfter(timedelta(seconds=delay), payload=("timers",)))
         self.shutting_down: Any = None
         self.owner: Any = None  # the Runtime's endpoint: where finished spans go
+        route_stderr(lambda where, line: self.put(("mcp_stderr", where, line)))  # logged on this thread
 
     # -- dispatch -------------------------------------------------------------------------
 
     def receiveMessage(self, message: Any, sender: Any) -> Any:
-        if isinstance(message, Relay):  # forwarded by a directory: answer the original sender
-            message, sender = message.message, message.reply_to
-        super().receiveMessage(message, sender)  # to receiveMsg_<Class>
-        self.kernel.run()
-        spans = RECORDER.take() if RECORDER.finished else None
-        if spans and self.owner is not None:  # to the Runtime's process, which exports them
-            self.send(self.owner, SpanBatch(spans))
-        metrics = METRICS.take(self.slot) if METRICS.dirty else None
-        if metrics is not None and self.owner is not None:  # the same, for metrics (when armed)
-            self.send(self.owner, metrics)
-        self.outboxes.flush()
-        if self.shutting_down is not None:
-            self._maybe_shut()
+        with self.handoff:  # what threads hand over meanwhile is drained below, with no wake-up
+            if isinstance(message, Relay):  # forwarded by a directory: answer the original sender
+                message, sender = message.message, message.reply_to
+            super().receiveMessage(message, sender)  # to receiveMsg_<Class>
+            self.receiveMsg_WatchMessage(None, None)  # what the threads handed over meanwhile
+            self.kernel.run()
+            spans = RECORDER.take() if RECORDER.finished else None
+            if spans and self.owner is not None:  # to the Runtime's process, which exports them
+                self.send(self.owner, SpanBatch(spans))
+            metrics = METRICS.take(self.slot) if METRICS.dirty else None
+            if metrics is not None and self.owner is not None:  # the same, for metrics (when armed)
+                self.send(self.owner, metrics)
+            self.outboxes.flush()
+            if self.shutting_down is not None:
+                self._maybe_shut()
         return ThespianWatch([self.handoff.fd])
 
     def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
@@ -133,7 +140,8 @@ class TurnHost(Dispatcher):
         self.node = msg.node
         self.registry.held.hold_for = msg.hold
         if msg.store is not None:
-            self.durable = Durable(open_store(msg.store), self.host_id, msg.node, self.myAddress, self.handoff.put)
+            store = open_store(msg.store, quick=True)
+            self.durable = Durable(store, self.host_id, msg.node, self.myAddress, self.handoff.put)
             self.every("store", TICK)
         self.tools._top_up()
         self.send(sender, HostReady(msg.slot))
@@ -184,8 +192,7 @@ class TurnHost(Dispatcher):
     # -- timers ---------------------------------------------------------------------------
 
     def set_timer(self, turn: TurnActor, timer: SetTimer) -> None:
-        payload = ("turn", turn.turn_id, TimerFired(timer.name, timer.token))
-        self.wakeupAfter(timedelta(seconds=timer.delay), payload=payload)
+        self.timers.add(timer.delay, ("turn", turn.turn_id, TimerFired(timer.name, timer.token)))
 
     def every(self, name: str, seconds: float) -> None:
         """Wake this host with ``(name,)`` in ``seconds``, unless such a wakeup is due."""
@@ -194,14 +201,13 @@ class TurnHost(Dispatcher):
             self.wakeupAfter(timedelta(seconds=seconds), payload=(name,))
 
     def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
+        for what, *args in self.timers.due() if msg.payload == ("timers",) else [msg.payload]:
+            if what == "turn" and (turn := self.turns.get(args[0])) is not None:
+                turn.tell(args[1], None)
+            elif what == "linger":
+                self.registry.evict(args[0])
         what = msg.payload[0]
-        if what == "turn":
-            turn = self.turns.get(msg.payload[1])
-            if turn is not None:
-                turn.tell(msg.payload[2], None)
-        elif what == "linger":
-            self.registry.evict(msg.payload[1])
-        elif what == "liveness":
+        if what == "liveness":
             self.tools.check_liveness()
         elif what == "hold":
             self.timers_on.discard("hold")
@@ -219,6 +225,12 @@ class TurnHost(Dispatcher):
         if tick.fenced:
             for turn in list(self.turns.values()):
                 turn.fenced("this host could not renew its lease in the store: another host may take its turns")
+        if tick.lapsed:
+            owners = {t.turn_id: t.owner for t in self.turns.values() if t.owner is not None and not t.ended}
+            lost, again = self.durable.reconcile(owners)
+            tick.adopted.extend(again)
+            for turn_id in lost:
+                self.turns[turn_id].fenced("another host took this turn over while this one was cut off")
         for state, commands, owner in tick.adopted:
             self.registry.adopt(state, commands, owner)
         for tid in tick.commanded:
@@ -264,11 +276,12 @@ class TurnHost(Dispatcher):
                 self._drop_subscriber(item[1])
             elif item[0] == "command":  # the store says a command waits (its notifications)
                 self.registry.stored_commands(item[1])
+            elif item[0] == "mcp_stderr":
+                log_stderr(item[1], item[2])
         if llm:
             self.llm.on_outputs(llm)
 
-    def put(self, item: Any) -> None:
-        """Thread-safe: queue ``item`` for this host's actor thread and wake it."""
+    def put(self, item: Any) -> None:  # thread-safe: queue ``item`` for the actor thread, wake it
         self.handoff.put(item)
 
     # -- events and replies ---------------------------------------------------------------
@@ -276,12 +289,6 @@ class TurnHost(Dispatcher):
     def deliver(self, key: str, to: Any, payload: bytes, kind: str) -> None:
         """Queue one encoded event for the subscriber ``to`` (``key`` is ``str(to)``)."""
         self.outboxes.deliver(key, to, payload, kind)
-
-    def hold_outbox(self, key: str) -> None:
-        self.outboxes.hold(key)
-
-    def release_outbox(self, key: str) -> None:
-        self.outboxes.release(key)
 
     def _drop_subscriber(self, outbox: Outbox) -> None:
         log().warning("subscriber %s cannot be reached; the turns here stop sending to it", outbox.key)
@@ -312,6 +319,8 @@ class TurnHost(Dispatcher):
     def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
         """Stop every live turn (without a store) or leave it to recovery (with one)."""
         self.shutting_down = sender
+        if msg.keep_turns and self.durable is not None:
+            self.durable.leave()  # a shared store's other hosts take the turns over at once
         self.tools.stop_all("the runtime is closing")
         close_mcp_sessions(lambda: self.put(("mcp_closed",)))  # wakes _maybe_shut once they are
         self.llm.close()
@@ -343,8 +352,7 @@ class TurnHost(Dispatcher):
     def receiveMsg_PoisonMessage(self, msg: Any, sender: Any) -> None:
         log().warning("TurnHost %d: a message could not be delivered: %s", self.slot, type(msg.poisonMessage).__name__)
 
-    def receiveMsg_ChildActorExited(self, msg: Any, sender: Any) -> None:
-        pass
+    def receiveMsg_ChildActorExited(self, msg: Any, sender: Any) -> None: ...
 
     def __repr__(self) -> str:
         return f"<TurnHost {self.slot} pid={os.getpid()}>"

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import math
 import os
-import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import metadata
 from types import TracebackType
@@ -42,7 +42,7 @@ from mcp.types import Tool as ListedTool
 from ..errors import ToolError
 from ..lifecycle.processes import dies_with_parent
 from ..logs import logger
-from .session import Connection, ServerParams, connection
+from .session import Connection, ServerParams, connection, stderr_line
 
 __all__ = ["call", "describe", "failure", "list_server_tools", "open_client", "serve"]
 
@@ -120,19 +120,25 @@ class _Watched:
         await self.aclose()
 
 
-_devnull: Any = None
+class _StderrPipe:
+    """A stdio server's stderr: a pipe whose lines a daemon thread hands to ``stderr_line``
+    (greenroom's log), never to the application's stderr. It ends when the server does."""
 
+    def __init__(self, where: str) -> None:
+        r, w = os.pipe()
+        self.writer = os.fdopen(w, "w")
+        reader = os.fdopen(r, "r", errors="replace")
+        threading.Thread(target=self._pump, args=(reader, where), name="greenroom-mcp-stderr", daemon=True).start()
 
-def _errlog() -> Any:
-    """Where a stdio server's stderr goes: this process's own stderr (a file it can inherit)."""
-    global _devnull
-    stream = sys.__stderr__
-    with contextlib.suppress(AttributeError, OSError, ValueError):
-        if stream is not None and stream.fileno() >= 0:
-            return stream
-    if _devnull is None:
-        _devnull = open(os.devnull, "w")  # noqa: SIM115 - one for the process, for every server
-    return _devnull
+    @staticmethod
+    def _pump(reader: Any, where: str) -> None:
+        with reader:
+            for line in reader:
+                stderr_line(where, line.rstrip("\n"))
+
+    def close(self) -> None:
+        """Close this process's end: the server holds its own once it has started."""
+        self.writer.close()
 
 
 @contextlib.asynccontextmanager
@@ -149,8 +155,13 @@ async def _transport(server: ServerParams, conn: Connection | None) -> AsyncIter
     environment = {**server.env, **env} or None
     program, *args = dies_with_parent(server.command, server.cwd, (environment or {}).get("PATH"))
     params = StdioServerParameters(command=program, args=args, env=environment, cwd=server.cwd)
-    async with stdio_client(params, errlog=_errlog()) as (read, write):
-        yield _Watched(read, on_end), write
+    errlog = _StderrPipe(server.where)
+    try:
+        async with stdio_client(params, errlog=errlog.writer) as (read, write):
+            errlog.close()
+            yield _Watched(read, on_end), write
+    finally:
+        errlog.close()
 
 
 def _expiry_hook(conn: Connection) -> Callable[[Any], Awaitable[None]]:

@@ -15,7 +15,13 @@ event loop thread (``tool_runner``), and so is the session it goes through.
   stdio server's stdin is closed, an HTTP session deleted); ``on_done`` runs, on the loop
   thread, once none is left. The host calls it on ``Shutdown``. A server process still
   alive when the host ends is ended with it: by the lifeline, like any descendant, or, when
-  the host alone was SIGKILLed, by the kernel (``processes.dies_with_parent``).
+  the host alone was SIGKILLed, by the kernel (``processes.dies_with_parent``);
+- what a stdio server writes to its stderr (a traceback, its own logging) never reaches the
+  application's stderr: each line becomes an INFO line of the ``greenroom.mcp`` logger
+  (``log_stderr``), shown at ``GREENROOM_LOG_LEVEL=INFO`` and kept by ``GREENROOM_LOG_FILE``.
+  The thread that reads it hands each line to ``route_stderr``'s sink, which logs it at
+  once by default; a TurnHost routes it through its own thread, the only one of an actor
+  process that may call Thespian (which carries its log records).
 
 Nothing here imports ``mcp``: ``client`` does, and runs each session's task (``client.serve``).
 """
@@ -34,7 +40,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import ToolError
 from ..logs import logger
 
-__all__ = ["Connection", "ServerParams", "close_all", "connection", "open_count"]
+__all__ = [
+    "Connection",
+    "ServerParams",
+    "close_all",
+    "connection",
+    "log_stderr",
+    "open_count",
+    "route_stderr",
+    "stderr_line",
+]
 
 
 log = logger("greenroom.mcp")
@@ -131,6 +146,26 @@ class Connection:
         """The server no longer knows this session: calls it refused may be sent again."""
         self.expired = True
         self.close()
+
+
+def log_stderr(where: str, line: str) -> None:
+    """One line a stdio server wrote to its stderr, as a ``greenroom.mcp`` INFO line."""
+    log().info("%s stderr: %s", where, line)
+
+
+_stderr_sink: Callable[[str, str], None] = log_stderr
+
+
+def route_stderr(sink: Callable[[str, str], None] | None) -> None:
+    """Hand this process's stdio servers' stderr lines, ``(server, line)``, to ``sink``
+    (called on the thread that reads them); None: log them there (``log_stderr``)."""
+    global _stderr_sink
+    _stderr_sink = sink or log_stderr
+
+
+def stderr_line(where: str, line: str) -> None:
+    """A line a stdio server wrote to its stderr (from the thread that reads it)."""
+    _stderr_sink(where, line)
 
 
 _lock = threading.Lock()

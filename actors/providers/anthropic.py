@@ -1,5 +1,9 @@
 """Anthropic Messages API, ``POST {base_url}/v1/messages`` with ``stream: true``.
 
+``base_url`` may name the API's root or its ``/v1`` (``https://api.anthropic.com`` and
+``https://api.anthropic.com/v1`` reach the same ``/v1/messages``), so that a URL written the
+OpenAI way, which includes ``/v1``, does not become ``/v1/v1/messages`` (a 404).
+
 Chat history maps onto Anthropic's shape: system messages become ``system``; an assistant
 message becomes ``text`` and ``tool_use`` blocks (its ``arguments`` parsed as the tool's
 ``input``); tool messages become ``tool_result`` blocks of a user message, merged with
@@ -21,7 +25,7 @@ from messages.llm import FinishReasonLLM
 
 from .base import ProviderStreamError, error_message, parse_data
 
-__all__ = ["ANTHROPIC_VERSION", "AnthropicAdapter", "AnthropicStream", "to_anthropic_messages"]
+__all__ = ["ANTHROPIC_VERSION", "AnthropicAdapter", "AnthropicStream", "messages_url", "to_anthropic_messages"]
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -40,6 +44,12 @@ def _input_of(arguments: str) -> Any:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def messages_url(base_url: str) -> str:
+    """``{base_url}/v1/messages``, with or without ``/v1`` at the end of ``base_url``."""
+    base = base_url.rstrip("/")
+    return base.removesuffix("/v1") + "/v1/messages"
 
 
 def to_anthropic_messages(messages: Sequence[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -102,7 +112,7 @@ class AnthropicAdapter:
                 {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in tools
             ]
         body.update(provider.params)
-        return provider.base_url.rstrip("/") + "/v1/messages", headers, body
+        return messages_url(provider.base_url), headers, body
 
     def accumulator(self, id_prefix: str) -> AnthropicStream:
         return AnthropicStream()

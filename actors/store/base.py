@@ -24,6 +24,8 @@ from pydantic import BaseModel
 
 from messages import ControlReply, Message, TurnEvent, TurnState
 
+from ..errors import StoreError
+
 __all__ = [
     "STORE_SCHEMA",
     "EncodedEvent",
@@ -33,6 +35,7 @@ __all__ = [
     "TurnStore",
     "TurnSummary",
     "is_url",
+    "refuse_newer",
     "status_of",
 ]
 
@@ -95,6 +98,15 @@ def status_of(state: TurnState) -> str:
     return "running"
 
 
+def refuse_newer(location: str, found: int) -> None:
+    """Raise ``StoreError`` if the store at ``location`` has a schema newer than this code's."""
+    if found > STORE_SCHEMA:
+        raise StoreError(
+            f"the turn store at {location} was written by a newer greenroom (store schema {found}; this "
+            f"greenroom knows up to {STORE_SCHEMA}): upgrade greenroom to use it"
+        )
+
+
 def is_url(location: str | os.PathLike[str]) -> bool:
     """Whether ``location`` names a PostgreSQL server rather than a SQLite file."""
     return str(location).startswith(("postgresql://", "postgres://"))
@@ -144,8 +156,22 @@ class TurnStore(Protocol):
     def reply_to(self, command_id: int) -> ControlReply | None:
         """The reply recorded for a queued command (None: not applied yet)."""
 
+    def wait_reply(self, command_id: int, timeout: float) -> ControlReply | None:
+        """The reply to a queued command once it is recorded (woken by the store where it can
+        notify); None if none was within ``timeout`` seconds."""
+
+    def timed_events(self, turn_id: str, since: int = 0) -> list[tuple[TurnEvent, float | None]]:
+        """``events``, each with when it was written (None: before the store kept times)."""
+
+    def version(self, turn_id: str | None = None) -> tuple[float, int] | None:
+        """A cheap value that changes whenever the store (or one turn) changes."""
+
     def pending_commands(self, turn_id: str) -> list[Message]:
         """The turn's queued commands in order, not taken."""
+
+    def prune_commands(self, older_than: float) -> int:
+        """Drop commands taken ``older_than`` seconds ago, and untaken ones of turns finished
+        as long ago; how many."""
 
     def has_commands(self, turn_id: str) -> bool:
         """Whether any command waits for the turn (cheap: checked at every step)."""

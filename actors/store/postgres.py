@@ -1,16 +1,21 @@
 """The turn store on PostgreSQL: one store every node reaches (``greenroom[postgres]``, psycopg 3).
 
 ``Runtime(store="postgresql://user@db:5432/greenroom")``, ``greenroom node --store ...`` and
-``greenroom turns --store ...`` all take the same URL (a password in it is never printed:
-``location`` leaves it out). The store has the same guarantees as the SQLite one (``sql``,
+``greenroom turns --store ...`` all take the same URL. A password in it is never shown nor
+sent: ``location`` (and every error) is the URL without it, and the password stays in this
+process and the ones it forks (``urls``); a database that cannot be reached is a
+``StoreError`` naming that URL and what failed. The store has the same guarantees as the SQLite one (``sql``,
 ``base``), and uses what the database is good at:
 
 - transactions at READ COMMITTED, where a write of a turn locks its row until it commits, so
   a host taking a turn over waits for the write in flight and then raises the epoch;
 - ``LISTEN``/``NOTIFY`` for the command inbox: a command queued for a turn (by the command
-  line, say) wakes the host that owns it at once (``listen``), instead of a poll;
+  line, say) wakes the host that owns it at once (``listen``, channel ``greenroom_commands``),
+  instead of a poll; its recorded reply wakes whoever waits for it (``wait_reply``, channel
+  ``greenroom_replies``);
 - the schema is created and migrated by greenroom itself under an advisory lock (any number
-  of nodes may start at once), with its version in ``meta``; a newer one is refused.
+  of nodes may start at once), with its version in ``meta``; a newer one is refused, and so
+  is a store with a table missing (never recreated empty).
 
 Leases and event times use each writer's clock: nodes' clocks must agree to well within a
 lease (NTP does).
@@ -20,23 +25,27 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from messages import ControlReply
 
 from ..errors import ConfigurationError, StoreError
 from ..logs import logger
-from .base import STORE_SCHEMA
+from .base import STORE_SCHEMA, refuse_newer
 from .sql import SQLStore
+from .urls import connectable, keep, redacted, scrub
 
 try:
     import psycopg
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ConfigurationError(f"a PostgreSQL store needs psycopg 3: pip install 'greenroom[postgres]' ({exc})") from None
 
-__all__ = ["CHANNEL", "PostgresStore", "redacted"]
+__all__ = ["CHANNEL", "REPLIES", "PostgresStore", "redacted"]
 
-CHANNEL = "greenroom_commands"
+CHANNEL = "greenroom_commands"  # payload: the turn id a command was queued for
+REPLIES = "greenroom_replies"  # payload: the id of the command whose reply was recorded
 _LOCK = 7_362_551_013  # the advisory lock that serializes schema changes
 
 _SCHEMA = """
@@ -64,17 +73,9 @@ CREATE TABLE IF NOT EXISTS hosts (
 """
 
 
+_TABLES = ("turns", "events", "commands")  # what every greenroom store has had
+
 log = logger("greenroom.store")
-
-
-def redacted(url: str) -> str:
-    """``url`` without its password (what messages may show)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + "@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=user + netloc[-1]))
 
 
 class PostgresStore(SQLStore):
@@ -85,20 +86,30 @@ class PostgresStore(SQLStore):
     _now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
     _errors = (psycopg.Error,)
 
-    def __init__(self, url: str, connect_timeout: float = 10.0) -> None:
-        self.url = url
-        self.location = redacted(url)
+    def __init__(self, url: str, connect_timeout: float = 10.0, create: bool = True, quick: bool = False) -> None:
+        """Connect and bring the schema to this greenroom's (``create=False``: refuse a
+        database without one); a ``StoreError`` that names the URL, never its password,
+        says what failed. ``quick``: data sent and not acknowledged for 1.5 s fails its call
+        (TCP's ``tcp_user_timeout``), as do 3 s of keepalives unanswered, instead of TCP's
+        minutes."""
+        self.location = keep(url)  # the URL without its password (``urls``)
         self._timeout = connect_timeout
+        self._links: dict[str, Any] = (
+            {"tcp_user_timeout": 1500, "keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1,
+             "keepalives_count": 2} if quick else {}
+        )  # fmt: skip
         self._local = threading.local()
         self._listening: threading.Event | None = None
-        self._migrate()
+        self._migrate(create)
 
     def _connect(self) -> Any:
         try:
-            return psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self._timeout)))
+            return psycopg.connect(
+                connectable(self.location), autocommit=True, connect_timeout=max(1, int(self._timeout)), **self._links
+            )
         except psycopg.Error as exc:
             why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StoreError(f"cannot reach the turn store at {self.location}: {why}") from None
+            raise StoreError(f"cannot reach the turn store at {self.location}: {scrub(why, self.location)}") from None
 
     def _conn(self) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -107,18 +118,20 @@ class PostgresStore(SQLStore):
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
-    def _migrate(self) -> None:
+    def _migrate(self, create: bool) -> None:
         with self._tx(f"prepare the turn store at {self.location}"):
             self._run("SELECT pg_advisory_xact_lock(?)", (_LOCK,))
             found = self._run("SELECT to_regclass('meta') IS NOT NULL").fetchone()[0]
+            if not found and not create:
+                raise StoreError(f"no turn store at {self.location}: the database has no greenroom tables")
             if found:
-                row = self._run("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-                version = int(row[0]) if row is not None else 1
-                if version > STORE_SCHEMA:
+                gone = [t for t in _TABLES if self._run("SELECT to_regclass(?) IS NULL", (t,)).fetchone()[0]]
+                if gone:  # never recreate a damaged store's tables empty
                     raise StoreError(
-                        f"the turn store at {self.location} was written by a newer greenroom (store schema "
-                        f"{version}; this greenroom knows up to {STORE_SCHEMA}): upgrade greenroom to use it"
+                        f"{self.location} is not a greenroom turn store: table(s) {', '.join(gone)} missing"
                     )
+                row = self._run("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                refuse_newer(self.location, int(row[0]) if row is not None else 1)
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self._run(statement)
@@ -129,6 +142,29 @@ class PostgresStore(SQLStore):
 
     def _notify(self, turn_id: str) -> None:
         self._run("SELECT pg_notify(?, ?)", (CHANNEL, turn_id))
+
+    def _notify_reply(self, command_id: int) -> None:
+        self._run("SELECT pg_notify(?, ?)", (REPLIES, str(command_id)))
+
+    def wait_reply(self, command_id: int, timeout: float) -> ControlReply | None:
+        """The reply to a queued command, woken by its notification (and looking again each
+        second, should one be missed); None if none was recorded within ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        conn = self._connect()
+        try:
+            conn.execute(f"LISTEN {REPLIES}")  # before looking: a reply recorded from now on is notified
+            while (reply := self.reply_to(command_id)) is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                for note in conn.notifies(timeout=min(left, 1.0)):
+                    if note.payload == str(command_id):
+                        break
+            return reply
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot wait for the reply to command {command_id} ({self.location}): {exc}") from None
+        finally:
+            conn.close()
 
     def listen(self, on_command: Callable[[str], None]) -> bool:
         """``on_command(turn_id)`` from a thread of its own, at each command queued for a turn."""

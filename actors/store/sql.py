@@ -53,6 +53,9 @@ class SQLStore:
     def _notify(self, turn_id: str) -> None:
         """Tell the turn's owner that a command waits (inside the transaction that queued it)."""
 
+    def _notify_reply(self, command_id: int) -> None:
+        """Tell whoever queued a command that its reply is recorded (inside that transaction)."""
+
     # -- plumbing -------------------------------------------------------------------------
 
     def _sql(self, sql: str) -> str:
@@ -263,6 +266,7 @@ class SQLStore:
             self._run(
                 "UPDATE commands SET reply = ?, replied_at = ? WHERE id = ?", (encode(reply), time.time(), command_id)
             )
+            self._notify_reply(command_id)
 
     def reply_to(self, command_id: int) -> ControlReply | None:
         """The reply recorded for a queued command once a turn applied it (None: not yet)."""
@@ -271,6 +275,26 @@ class SQLStore:
             return None
         reply = decode(bytes(rows[0][0]))
         return reply if isinstance(reply, ControlReply) else None
+
+    def prune_commands(self, older_than: float) -> int:
+        """Drop the commands taken more than ``older_than`` seconds ago (their senders have had
+        their replies), and those never taken whose turn has finished as long ago."""
+        cutoff = time.time() - older_than
+        with self._tx("prune the command inbox"):
+            done = self._run(
+                "DELETE FROM commands WHERE (taken_at IS NOT NULL AND taken_at < ?) OR (taken_at IS NULL"
+                " AND created_at < ? AND turn_id IN (SELECT turn_id FROM turns WHERE status = 'finished'))",
+                (cutoff, cutoff),
+            )
+            return int(done.rowcount or 0)
+
+    def wait_reply(self, command_id: int, timeout: float) -> ControlReply | None:
+        """The reply to a queued command once recorded; None if none was within ``timeout`` s.
+        (Here by looking every 0.1 s; a store that can notify waits for its notification.)"""
+        deadline = time.monotonic() + timeout
+        while (reply := self.reply_to(command_id)) is None and time.monotonic() < deadline:
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        return reply
 
     def pending_commands(self, turn_id: str) -> list[Message]:
         """The turn's queued commands, not taken (for checking a new one against them)."""

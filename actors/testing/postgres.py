@@ -10,8 +10,8 @@ root, so when this process is root the server runs as an unprivileged user (``po
 which Debian's package creates, unless ``user`` says otherwise) that owns the directory.
 Leaving the block stops the server (``pg_ctl stop -m immediate``) and removes everything.
 
-``binaries()`` finds ``initdb`` and ``pg_ctl`` (on ``PATH`` or in ``/usr/lib/postgresql/*/bin``);
-None when PostgreSQL is not installed.
+``binaries()`` finds ``initdb`` and ``pg_ctl`` (in ``$GREENROOM_POSTGRES_BIN`` when it is set,
+else on ``PATH`` or in ``/usr/lib/postgresql/*/bin``); None when PostgreSQL is not installed.
 """
 
 from __future__ import annotations
@@ -24,12 +24,17 @@ import subprocess
 import tempfile
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 __all__ = ["ThrowawayPostgres", "binaries"]
 
 
 def binaries() -> tuple[str, str] | None:
     """``(initdb, pg_ctl)``, or None when PostgreSQL's server is not installed."""
+    chosen = os.environ.get("GREENROOM_POSTGRES_BIN")
+    if chosen:  # this directory, or nothing
+        pair = os.path.join(chosen, "initdb"), os.path.join(chosen, "pg_ctl")
+        return pair if all(os.access(p, os.X_OK) for p in pair) else None
     initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
     if initdb is not None and pg_ctl is not None:
         return os.path.realpath(initdb), os.path.realpath(pg_ctl)
@@ -49,15 +54,19 @@ def _free_port(host: str) -> int:
 class ThrowawayPostgres:
     """A PostgreSQL server of its own; see the module docstring."""
 
-    def __init__(self, host: str = "127.0.0.1", user: str = "postgres", database: str = "greenroom") -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", user: str = "postgres", database: str = "greenroom", password: str | None = None
+    ) -> None:
         self.host = host
         self.port = 0
         self.database = database
+        self.password = password
         self._run_as = user if os.geteuid() == 0 else None
         self._dir: Path | None = None
 
     def url(self, database: str | None = None) -> str:
-        return f"postgresql://greenroom@{self.host}:{self.port}/{database or self.database}"
+        secret = f":{quote(self.password, safe='')}" if self.password else ""
+        return f"postgresql://greenroom{secret}@{self.host}:{self.port}/{database or self.database}"
 
     def _cmd(self, *args: str) -> list[str]:
         return ["runuser", "-u", self._run_as, "--", *args] if self._run_as else list(args)
@@ -74,28 +83,35 @@ class ThrowawayPostgres:
         data, sockets, logfile = self._dir / "data", self._dir, self._dir / "log"
         self.port = _free_port(self.host)
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "timeout": 120, "check": True}
+        auth = ["--auth=trust"]
+        if self.password:
+            pwfile = self._dir / "pwfile"
+            pwfile.write_text(self.password + "\n")
+            if self._run_as:
+                os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
         try:
-            subprocess.run(self._cmd(initdb, "-D", str(data), "-U", "greenroom", "--auth=trust", "-E", "UTF8"), **quiet)  # type: ignore[call-overload]
+            subprocess.run(self._cmd(initdb, "-D", str(data), "-U", "greenroom", *auth, "-E", "UTF8"), **quiet)  # type: ignore[call-overload]
             options = f"-c listen_addresses={self.host} -p {self.port} -k {sockets} -c fsync=off"
             if self.host not in ("127.0.0.1", "localhost", "::1"):  # the nodes of a test's own network
                 with open(data / "pg_hba.conf", "a") as hba:
                     hba.write("host all all samenet trust\n")
             start = [pg_ctl, "-D", str(data), "-o", options, "-l", str(logfile), "-w", "-t", "60", "start"]
             subprocess.run(self._cmd(*start), **quiet)  # type: ignore[call-overload]
-            create = [os.path.join(os.path.dirname(initdb), "createdb"), "-h", self.host, "-p", str(self.port),
-                      "-U", "greenroom", self.database]  # fmt: skip
-            subprocess.run(self._cmd(*create), **quiet)  # type: ignore[call-overload]
+            self.create_database(self.database)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
 
     def create_database(self, name: str) -> str:
-        """A new, empty database on this server; its URL."""
+        """A new, empty database on this server (``CREATE DATABASE``, through psycopg); its URL."""
+        import psycopg
+        from psycopg import sql
+
         assert self._dir is not None
-        createdb = os.path.join(os.path.dirname(binaries()[0]), "createdb")  # type: ignore[index]
-        subprocess.run(self._cmd(createdb, "-h", self.host, "-p", str(self.port), "-U", "greenroom", name),
-                       check=True, stdout=subprocess.DEVNULL, timeout=60)  # fmt: skip
+        with psycopg.connect(self.url("postgres"), autocommit=True, connect_timeout=30) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         return self.url(name)
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:

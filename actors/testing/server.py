@@ -208,7 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
         provider = self.server.provider
         if self.path.rstrip("/").endswith("/chat/completions"):
             api = "openai"
-        elif self.path.rstrip("/").endswith("/messages"):
+        elif self.path.rstrip("/") == "/v1/messages":  # where Anthropic serves it, and only there
             api = "anthropic"
         else:
             return self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})

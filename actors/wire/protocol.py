@@ -1,22 +1,26 @@
 """Messages between greenroom's own actors and processes. Not part of the public API.
 
-These carry actor addresses or process details, so they are plain frozen dataclasses that
-Thespian pickles, not members of the msgpack catalogue in ``messages``. Class names are
-unique across the project (Thespian dispatches on the bare class name), and ``__str__`` is
-cheap because Thespian formats every message it sends for its debug log.
+These carry actor addresses or process details, so they are frozen dataclasses that
+Thespian pickles (``EventBatch`` pickles as one msgpack blob of its encoded events), not
+members of the msgpack catalogue in ``messages``. Class names are unique across the project
+(Thespian dispatches on the bare class name), and ``__str__`` is cheap because Thespian
+formats every message it sends for its debug log.
 
 Who sends what:
 
-    Runtime  -> Directory   Hello, Configure, Shutdown
-    Runtime  -> TurnHost    Shutdown (and the turns' commands)
+    Runtime   -> Directory  Hello, Configure, Shutdown
+    Runtime   -> TurnHost   Shutdown (and the turns' commands)
     Directory -> Runtime    Welcome, Configured, HostReplaced, NodesChanged
-    TurnHost  -> Runtime    ShutdownDone, SpanBatch
-    Directory -> TurnHost   HostConfig, Recover, Relay, Shutdown, NodesChanged, PoolFound, Locate
+    TurnHost  -> Runtime    ShutdownDone, SpanBatch, MetricBatch (``telemetry.metrics``)
+    Directory -> TurnHost   HostConfig, Recover, Relay, Shutdown, NodesChanged, PoolFound, Locate, Found
     TurnHost  -> Directory  HostReady, Recovered, FindPool, Find, Located
-    Directory -> TurnHost   Found
+    TurnHost  -> TurnHost   Relay (a message for a turn another host owns)
     Directory -> Directory  RegisterNode (member to leader), NodesChanged (leader to member), Relay
+    Directory -> ToolPool   PoolConfig, HostGone, Shutdown
     TurnHost  -> ToolPool   LeaseWorkers, ReturnWorkers
     ToolPool  -> TurnHost   WorkersLeased, WorkerExited
+    ToolPool  -> tool proc. WorkerInit;  tool proc. -> ToolPool  WorkerReady
+    TurnHost  -> tool proc. RunTool, InterruptTool (``messages``); tool proc. -> TurnHost  WorkerResult
     anyone    -> subscriber EventBatch
 """
 
@@ -25,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from messages import ToolResult, TurnEvent, decode
+from messages import ToolResult, TurnEvent
+from messages.codec import decode_many, join_encoded
 
 from ..telemetry.spans import SpanRecord
 
@@ -104,7 +109,8 @@ class Configure(_Internal):
 
 @dataclass(frozen=True)
 class Configured(_Internal):
-    """Hosts are up and recovery is done: ``hosts[slot]`` runs the turns of that slot."""
+    """The node's hosts are up (``hosts[slot]`` is host ``node/slot``) and recovery is done;
+    ``store_id`` is the identity of the store they share (None: no store)."""
 
     hosts: list[Any]
     recovered: list[str]
@@ -117,7 +123,6 @@ class HostConfig(_Internal):
     """From the directory to a new TurnHost: who it is and what it uses."""
 
     slot: int
-    hosts: int
     store: str | None
     pool: Any
     directory: Any
@@ -346,23 +351,39 @@ class EventBatch(_Internal):
     Batches to a subscriber are sent one at a time: the next leaves when the previous one
     was acknowledged, and a ``Finish``, ``ToolApprovalRequest`` or ``Error`` leaves at once.
     Thespian does not guarantee the order of delivery: order by each event's ``seq``.
+    On the wire a batch is one msgpack array of its events' bytes as they were encoded (and
+    stored), pickled as one ``bytes``: no second serialization of each event.
     """
 
-    __slots__ = ("payloads",)
+    __slots__ = ("_blob", "_payloads")
 
     def __init__(self, payloads: list[bytes]) -> None:
-        self.payloads = payloads
+        self._payloads: list[bytes] | None = payloads
+        self._blob: bytes | None = None
+
+    @property
+    def blob(self) -> bytes:
+        """The events as one msgpack array."""
+        if self._blob is None:
+            self._blob = join_encoded(self._payloads or [])
+        return self._blob
 
     @property
     def events(self) -> list[TurnEvent]:
-        """The decoded events."""
-        return [decode(p) for p in self.payloads]  # type: ignore[misc]
+        """The decoded events (each validated: ``CodecError`` for one that is not an event)."""
+        return decode_many(self.blob)  # type: ignore[return-value]
 
-    def __getstate__(self) -> list[bytes]:
-        return self.payloads
+    def __len__(self) -> int:
+        if self._payloads is not None:
+            return len(self._payloads)
+        head = self.blob[0]
+        return head & 0x0F if head < 0xDC else int.from_bytes(self.blob[1 : 3 if head == 0xDC else 5], "big")
 
-    def __setstate__(self, state: list[bytes]) -> None:
-        self.payloads = state
+    def __getstate__(self) -> bytes:
+        return self.blob
+
+    def __setstate__(self, state: bytes | list[bytes]) -> None:
+        self._payloads, self._blob = (state, None) if isinstance(state, list) else (None, state)
 
     def __str__(self) -> str:
-        return f"EventBatch({len(self.payloads)})"
+        return f"EventBatch({len(self)})"

@@ -36,7 +36,13 @@ What greenroom patches or calls, and why:
   ``scheduleTransmit``: the owner's non-blocking endpoint (``endpoint``);
 - ``MultiProcReplicator._startChildActor``'s record of each child it forks (``ChildInfo``:
   the address ``createActor`` returned and the process): the pid of a tool process the pool
-  has just forked (``child_pid``).
+  has just forked (``child_pid``);
+- ``TCPTransport.close``: Thespian's own never closes a socket (its static
+  ``_safeSocketShutdown`` tests ``isinstance(socket.error, Exception)``, false on Python 3,
+  and the idle connections it keeps for reuse, ``_openSockets``, are not even shut down), so
+  every closed transport (one per ``createActor``, ``ask``, endpoint, system) left its sockets
+  to the garbage collector: a ``ResourceWarning`` each under ``python -W default``
+  (``_closing_sockets``).
 """
 
 from __future__ import annotations
@@ -92,6 +98,7 @@ def _internals() -> list[tuple[object, str]]:
         (multiprocCommon.MultiProcReplicator, "_childExited"),
         (multiprocCommon.MultiProcReplicator, "_checkChildLiveness"),
         (multiprocCommon, "ChildInfo"),
+        (TCPTransport.TCPTransport, "close"),
     ]
 
 
@@ -115,7 +122,32 @@ def check() -> None:
 
     TransmitIntent.identify = lambda self: f"{type(self.message).__name__} to {self.targetAddr}"
     ReceiveEnvelope.identify = lambda self: f"{type(self.message).__name__} from {self.sender}"
+    from thespian.system.transport.TCPTransport import TCPTransport
+
+    TCPTransport.close = _closing_sockets(TCPTransport.close)
     _checked = True
+
+
+def _closing_sockets(close: Any) -> Any:
+    """``TCPTransport.close`` that also closes the listening socket, the connections of sends
+    still in flight (Thespian's close fails them) and the idle connections kept for reuse,
+    before Thespian's own close drops them (it runs from ``__del__`` too, so it needs nothing
+    but the transport's own attributes)."""
+
+    def close_all(self: Any) -> None:
+        idle = getattr(self, "_openSockets", None) or {}
+        sending = [*(getattr(self, "_transmitIntents", None) or {}).values(), *getattr(self, "_waitingTransmits", ())]
+        held = [getattr(self, "socket", None), *(getattr(i, "socket", None) for i in [*idle.values(), *sending])]
+        for sock in held:
+            if sock is not None:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+        idle.clear()
+        close(self)
+
+    return close_all
 
 
 def tune_convention(period: float = 2.0, misses: int = 2) -> None:

@@ -1,0 +1,49 @@
+"""Helpers for tests that run on both stores (``store_location``: a SQLite path or a PostgreSQL URL)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.host.durable import LEASE
+from actors.store import open_store
+from actors.store.base import is_url
+
+from .helpers import wait_until
+
+
+def sql(location: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement (``?`` placeholders) on the store's database directly, committed; its rows."""
+    if is_url(location):
+        import psycopg
+
+        with psycopg.connect(location, autocommit=True) as conn:
+            cur = conn.execute(statement.replace("?", "%s"), params)
+            return list(cur.fetchall()) if cur.description else []
+    import sqlite3
+
+    conn = sqlite3.connect(location)
+    try:
+        rows = list(conn.execute(statement, params).fetchall())
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+def leases_run_out(location: str) -> None:
+    """A PostgreSQL store: wait until no host holds a lease (a killed runtime's hosts hold
+    theirs ``LEASE`` s more; their turns are taken over only then). SQLite: nothing to wait for."""
+    if not is_url(location):
+        return
+    store = open_store(location)
+    try:
+        assert wait_until(lambda: not store.live_hosts(), timeout=LEASE + 5), "a host still holds a lease"
+    finally:
+        store.close()
+
+
+def recovered(location: str, rt: Any, turn_ids: list[str]) -> bool:
+    """``rt`` recovered ``turn_ids`` at start: on SQLite the store's unfinished turns; on
+    PostgreSQL those its hosts owned and the orphans (their owner's lease had run out) that
+    rendezvous hashing gave them among the live hosts."""
+    return bool(rt.recovered == turn_ids)
