@@ -198,9 +198,10 @@ def measure(size: int, turns: int, store: bool, hosts: int, count: bool, tmp: Pa
 
 def failover(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
     """Seconds from a node's loss to each of its ``count`` durable turns going on elsewhere."""
+    processes = ("--max-tool-processes", str(max(16, count)))  # every call running at once, none queued
     with Cluster(3, tmp) as c:
         c.start_leader(hosts=hosts)
-        c.start_member(1, hosts=hosts, store=True, capabilities={"name": "m1", "doomed": True})
+        c.start_member(1, *processes, hosts=hosts, store=True, capabilities={"name": "m1", "doomed": True})
         c.ask(op="wait_node", caps={"name": "m1"}, timeout=60)
         for i in range(count):
             effect = str(tmp / f"failover{i}")
@@ -208,7 +209,7 @@ def failover(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
             c.ask(op="run", turn_id=f"f{i}", prompt=f"f{i}", tools=["side_effect"], requires={"doomed": True})
         for i in range(count):
             c.ask(op="wait_progress", turn_id=f"f{i}", timeout=120)
-        c.start_member(2, hosts=hosts, store=True, capabilities={"name": "m2", "doomed": True})
+        c.start_member(2, *processes, hosts=hosts, store=True, capabilities={"name": "m2", "doomed": True})
         c.ask(op="wait_node", caps={"name": "m2"}, timeout=60)
         killed = time.monotonic()
         c.kill(1)
