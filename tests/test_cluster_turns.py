@@ -225,7 +225,8 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
         assert polled(lambda: cluster.store().route("t_cut").host_id != first, timeout=60)
         cluster.heal(cut)
     # its host finds out that it lost its lease (cut off from the store, or back) and stops the call
-    assert wait_until(lambda: Path(f"{effect}.stopped").exists(), timeout=60)
+    stopped = Path(f"{effect}.stopped")
+    assert wait_until(lambda: stopped.exists() and stopped.read_text().endswith("\n"), timeout=60)
     assert Path(f"{effect}.stopped").read_text() == "t_cut:call_1\n"
     result = cluster.ask(op="result", turn_id="t_cut", timeout=120)  # meanwhile a live host took it over
     if heal == "after_its_host_stopped":
