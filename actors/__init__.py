@@ -11,7 +11,7 @@ exception tree (``errors``). Everything else is internal.
 Inside: a ``TurnActor`` owns a turn's loop and history and an ``LLMActor`` streams the
 provider's deltas, both inside a ``TurnHost`` process that hosts many turns; a
 ``ToolActor`` owns each tool call, in a pooled tool process. Stop, cancel and approval
-responses are plain messages; the turn's rules are plain code (``turn_rules``, ``priority``).
+responses are plain messages; the turn's rules are plain code (``turn.rules``, ``turn.priority``).
 """
 
 from __future__ import annotations

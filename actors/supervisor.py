@@ -1,7 +1,7 @@
 """A base for supervisor actors: plain Thespian actors that start and steer turns.
 
 A turn sends its subscribers ``EventBatch`` messages (several events each, see
-``internal.EventBatch``). ``Supervisor.receiveMsg_EventBatch`` hands every event of a batch
+``wire.protocol.EventBatch``). ``Supervisor.receiveMsg_EventBatch`` hands every event of a batch
 to ``receiveMessage`` in turn, so ``receiveMsg_TextDelta``, ``receiveMsg_Finish`` or a
 catch-all ``receiveMsg_TurnEvent`` see one event at a time. Events arrive in ``seq`` order
 within a batch; Thespian does not order batches, so order across them by ``seq``.

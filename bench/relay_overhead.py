@@ -18,22 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors import Runtime, tool  # noqa: E402
-from actors.testing import FaultRelay, Request, ScriptedProvider, call, say, use_tools  # noqa: E402
+from actors import Runtime  # noqa: E402
+from actors.testing import FaultRelay, ScriptedProvider  # noqa: E402
 from actors.testing.netns import Namespace, interpose  # noqa: E402
 from bench.common import summary_ms  # noqa: E402
-
-
-@tool
-def lookup(key: str) -> dict:
-    """Look a key up."""
-    return {"key": key, "value": len(key)}
-
-
-def responder(request: Request):
-    if request.messages[-1]["role"] == "user":
-        return use_tools(call("lookup", {"key": "alpha"}), usage=None)
-    return say("The value of alpha is five, as the lookup said.", usage=None)
+from bench.turn_overhead import lookup, responder  # noqa: E402  (the same turn)
 
 
 @contextlib.contextmanager
@@ -70,7 +59,9 @@ def main() -> None:
                 out[name]["relay"] = dict(relay.counts)
     base = out["direct"]["p50_ms"]
     for name, figures in out.items():
-        print(f"{name:<26} p50 {figures['p50_ms']:6.1f} ms  p99 {figures['p99_ms']:6.1f} ms  x{figures['p50_ms'] / base:.2f}")
+        print(
+            f"{name:<26} p50 {figures['p50_ms']:6.1f} ms  p99 {figures['p99_ms']:6.1f} ms  x{figures['p50_ms'] / base:.2f}"
+        )
     print(json.dumps(out))
 
 

@@ -1,44 +1,55 @@
-"""Soak: N seeded fault scenarios (tests/faults.py), and K owners SIGKILLed mid-turn on a durable store.
+"""Soak: N seeded fault scenarios (tests/faults.py), over a lossy network if asked, and K owners SIGKILLed.
 
 Part one runs scenarios ``seed .. seed+n-1`` on a fresh ``Runtime(hosts=2)`` every
 ``--per-runtime`` scenarios (each closed, then checked for left processes), and counts
 invalid histories, refused next requests, hangs, leaked processes, duplicate side effects,
-every other violation, and how each scenario that killed a process ended. Part two
-(``--kill-owner K``): K times, a child process owns a ``Runtime(store=...)``, brings a turn
-to a side-effecting tool (or to a pause for approval), and is SIGKILLed there; a new
-Runtime on the same store recovers the turn and drives it to its end. Duplicate side
-effects of tools that are not ``retry_safe`` must be 0, and so must turns that did not finish.
+callers left waiting (a command that got no answer, events the turn produced that never
+reached its reader, a request of the owner still unanswered once its scenario ended), every
+other violation, and how each scenario that killed a process ended. After each block it
+records the owner's (this process's) resident memory, after ``gc.collect()``.
 
-    python bench/soak.py --n 1000 [--seed S] [--per-runtime 100] [--kill-owner K] [--no-kills]
+``--network``: each block's Runtime runs in a fresh network namespace whose every TCP
+connection (between its processes, and to the scripted provider) goes through a
+``FaultRelay`` (``bench/soak_network.py``) drawing, per frame, beside the scenarios' own
+faults: a cut (the frame delivered, its ACK lost) 0.5 %, a duplicate (the same bytes
+delivered again) 0.5 %, a delay of 10-1000 ms of that connection (others overtake it) 1 %, a
+reset before delivery 0.2 % (``--rates`` changes them). No stall: a connection held until
+the end is a partition, which Thespian reports only after 30 s, past the 10 s hang
+threshold. The relay's policy is seeded per block (``seed`` of the block's first scenario),
+but which frame a draw falls on depends on timing: a scenario replays, its network faults
+do not. Needs root, ``ip`` and ``nft``.
+
+Part two (``--kill-owner K``, never over the relay): K times, a child process owns a
+``Runtime(store=...)``, brings a turn to a side-effecting tool (or to a pause for approval),
+and is SIGKILLed there; a new Runtime on the same store recovers the turn and drives it to
+its end. Duplicate side effects of tools that are not ``retry_safe`` must be 0, and so must
+turns that did not finish.
+
+    python bench/soak.py --n 1000 [--seed S] [--per-runtime 100] [--network [--rates cut=0.005,...]]
+                         [--kill-owner K] [--no-kills]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import random
-import signal
+import contextlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from actors import ControlRejected, Runtime, TurnTimeout
-from actors.lifecycle.processes import alive, descendants, session_processes
-from actors.store.files import store_in_use
-from actors.testing import call, say, use_tools
-from actors.turn.history import history_problems
+from actors import Runtime
+from actors.lifecycle.processes import alive, session_processes
 from bench.common import pct, save, table
-from messages import Finish, ProviderConfig, RetryPolicy, ToolProgress, TurnOptions
-from tests import fault_tools as F
+from bench.soak_network import DEFAULT_RATES, NotingPolicy, available, network, owner_rss_kib, parse_rates, relay_line
+from bench.soak_owners import owners_part
 from tests.faults import (
     CALL_WEIGHTS,
     CONTROL_WEIGHTS,
@@ -58,8 +69,6 @@ from tests.faults import (
 from tests.helpers import wait_until
 
 EVENT_TIMEOUT = 10.0  # seconds without an event before a scenario counts as a hang
-OWNER_KINDS = ("tool", "tool_safely", "paused", "approved", "approved_running")
-ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
 # -- part one: seeded scenarios -------------------------------------------------------------------
@@ -77,56 +86,162 @@ def category(violation: str) -> str:
         return "leaked processes (after the turn)"
     if violation.startswith(("duplicate side effect", "a denied call had")):
         return "duplicate or unwanted side effects"
+    if violation.startswith(("events withheld", WAITING)) or "TurnTimeout" in violation or "got no answer" in violation:
+        return "callers left waiting"
     return "other violations"
 
 
-def run_block(seeds: list[int], kills: bool, failures: list[dict[str, Any]]) -> tuple[list[Outcome], list[str]]:
-    """Run ``seeds`` on one fresh Runtime; return the outcomes and what was left after its close."""
-    outcomes: list[Outcome] = []
-    with tempfile.TemporaryDirectory(prefix="soak-") as tmp, FaultProvider() as provider:
-        rt = Runtime(provider.provider(), hosts=2).start()
+WAITING = "callers left waiting"
+
+
+def unanswered(rt: Runtime) -> set[str]:
+    """The owner's requests still waiting for an answer: the Runtime's open futures and the
+    commands it holds for a turn (its private state, read here for the soak)."""
+    inbound = rt._inbound
+    with inbound._lock:
+        waiting = {key for key, future in inbound._futures.items() if not future.done()}
+    hosts = rt._hosts
+    if hosts is not None:
+        with hosts._lock:
+            waiting |= {f"{type(c).__name__} held for {tid}" for tid, held in hosts._held.items() for c, _ in held}
+    return waiting
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What the soak keeps of a checked scenario: an ``Outcome`` holds every event of its
+    turn, and 1,000 of them kept would grow the owner's memory that the soak measures."""
+
+    elapsed: float
+    violations: list[str]
+    finish_reason: str
+    kill_result: str | None
+    action: str
+    fired: str | None
+
+    @classmethod
+    def of(cls, o: Outcome) -> Kept:
+        return cls(o.elapsed, o.violations, o.finish_reason, o.kill_result, o.scenario.control.action, o.fired)
+
+
+class Block:
+    """One Runtime's scenarios: what they did, and what was left or noticed around them."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[Kept] = []
+        self.pids: set[int] = set()  # every pid the tools reported
+        self.left: list[str] = []  # processes left, a slow close
+        self.waiting: list[str] = []  # the owner's requests still open at the block's end
+        self.relay: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()  # "cut EventBatch" -> n
+        self.rss_during: list[int] = []  # KiB, every MEMORY_EVERY scenarios, the Runtime running
+        self.start_failed: str | None = None
+
+
+MEMORY_EVERY = 25
+START_ATTEMPTS = 3  # a block whose Runtime did not start is run again (counted), on a fresh network
+
+
+def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[str, Any]], attempt: int = 0) -> Block:
+    """Run ``seeds`` on one fresh Runtime (behind a lossy network with ``--network``, its
+    faults seeded by the first seed and ``attempt``); none if the Runtime did not start."""
+    block = Block()
+    with contextlib.ExitStack() as stack:
+        policy: NotingPolicy | None = None
+        if args.network:
+            relay, policy = stack.enter_context(network(seeds[0] + 1_000_000 * attempt, args.rates))
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-"))
+        provider = stack.enter_context(FaultProvider())
+        rt = Runtime(provider.provider(), hosts=2)
         try:
+            try:
+                rt.start()
+            except Exception as exc:  # noqa: BLE001 - a finding: reported, and the block is run again
+                noted = policy.drain() if policy is not None else []
+                block.start_failed = f"{type(exc).__name__}: {exc}; network faults meanwhile: {noted}"
+                print(f"the Runtime of seeds {seeds[0]}.. did not start: {block.start_failed}", flush=True)
+                seeds = []
+            injected: list[str] = []  # the network faults drawn during the scenario just run
             for seed in seeds:
-                scenario = Scenario.generate(seed, kills=kills)
+                scenario = Scenario.generate(seed, kills=not args.no_kills)
+                before = unanswered(rt)
                 outcome = run_scenario(rt, provider, scenario, Path(tmp), event_timeout=EVENT_TIMEOUT)
                 violations = check(outcome)
+                left_waiting = sorted(unanswered(rt) - before)
+                if left_waiting:
+                    violations.append(f"{WAITING}: {len(left_waiting)} request(s) never answered: {left_waiting}")
                 outcome.violations = violations
-                outcomes.append(outcome)
+                block.outcomes.append(Kept.of(outcome))
+                block.pids.update(reported_pids([outcome]))
+                before_it, injected = injected, policy.drain() if policy is not None else []
                 if violations:
                     bugs, unexplained = explain(outcome, violations)
-                    failures.append({**json_safe(outcome, violations), "known_bugs": bugs, "unexplained": unexplained})
+                    record = {**json_safe(outcome, violations), "known_bugs": bugs, "unexplained": unexplained}
+                    failures.append({**record, "network": {"previous scenario": before_it, "this scenario": injected}})
                     print(format_failure(outcome, violations), flush=True)
+                    for line in before_it:
+                        print(f"  network, in the previous scenario: {line}", flush=True)
+                    for line in injected:
+                        print(f"  network: {line}", flush=True)
                     print(f"  known bugs: {bugs or 'none'}; unexplained: {len(unexplained)}", flush=True)
                 reap(outcome.leaked)  # recorded above; they must not pile up over a long run
                 provider.forget_requests()
+                if len(block.outcomes) % MEMORY_EVERY == 0:
+                    block.rss_during.append(owner_rss_kib())
+            still = unanswered(rt)
+            if still:
+                block.waiting.append(f"{WAITING} at the block's end: {sorted(still)}")
         finally:
             started = time.monotonic()
             rt.close()
             closed_in = time.monotonic() - started
-        left: list[str] = []
         if closed_in > 6.0:
-            left.append(f"close() took {closed_in:.1f} s")
+            block.left.append(f"close() took {closed_in:.1f} s")
         sid = rt.admin_sid
         if sid is not None and not wait_until(lambda: session_processes(sid) == [], timeout=5):
-            left.append(f"session {sid}: {session_processes(sid)}")
-        pids = reported_pids(outcomes)
+            block.left.append(f"session {sid}: {session_processes(sid)}")
+        pids = sorted(block.pids)
         if not wait_until(lambda: not [p for p in pids if alive(p)], timeout=5):
-            left.append(f"reported by tools: {[p for p in pids if alive(p)]}")
+            block.left.append(f"reported by tools: {[p for p in pids if alive(p)]}")
             reap(pids)
-    return outcomes, left
+        if policy is not None:
+            if not wait_until(lambda: relay.namespace.processes() == [], timeout=5):
+                block.left.append(f"in the block's network namespace: {relay.namespace.processes()}")
+            block.relay, block.faults = relay.counts, policy.by_message
+    return block
 
 
 def scenarios_part(args: argparse.Namespace) -> dict[str, Any]:
     seeds = list(range(args.seed, args.seed + args.n))
-    outcomes: list[Outcome] = []
+    outcomes: list[Kept] = []
     failures: list[dict[str, Any]] = []
     left_after_close: list[str] = []
+    waiting_at_end: list[str] = []
+    start_failures: list[str] = []
+    relay: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    rss_after: list[int] = [owner_rss_kib()]  # KiB: before the first block, then after each
+    rss_during: list[list[int]] = []
     started = time.monotonic()
     for i in range(0, len(seeds), args.per_runtime):
-        block, left = run_block(seeds[i : i + args.per_runtime], not args.no_kills, failures)
-        outcomes.extend(block)
-        left_after_close.extend(left)
-        print(f"... {len(outcomes)}/{len(seeds)} scenarios, {len(failures)} with violations", flush=True)
+        for attempt in range(START_ATTEMPTS):
+            block = run_block(seeds[i : i + args.per_runtime], args, failures, attempt)
+            if block.start_failed is None:
+                break
+            start_failures.append(block.start_failed)
+        outcomes.extend(block.outcomes)
+        left_after_close.extend(block.left)
+        waiting_at_end.extend(block.waiting)
+        relay.update(block.relay)
+        faults.update(block.faults)
+        rss_after.append(owner_rss_kib())
+        rss_during.append(block.rss_during)
+        print(
+            f"... {len(outcomes)}/{len(seeds)} scenarios, {len(failures)} with violations, "
+            f"{time.monotonic() - started:.0f} s; owner RSS {rss_after[-1] / 1024:.1f} MiB"
+            + (f"; relay: {relay_line(block.relay)}" if args.network else ""),
+            flush=True,
+        )
     wall = time.monotonic() - started
     counts: Counter[str] = Counter()
     for o in outcomes:
@@ -140,7 +255,7 @@ def scenarios_part(args: argparse.Namespace) -> dict[str, Any]:
     kills: Counter[tuple[str, str]] = Counter()
     for o in outcomes:
         if o.kill_result is not None:
-            kills[(o.scenario.control.action, o.kill_result)] += 1
+            kills[(o.action, o.kill_result)] += 1
     elapsed = [o.elapsed for o in outcomes]
     return {
         "n": len(outcomes),
@@ -152,150 +267,36 @@ def scenarios_part(args: argparse.Namespace) -> dict[str, Any]:
         "known_bugs": dict(bugs),
         "unexplained": unexplained,
         "left_after_close": left_after_close,
+        "waiting_at_block_end": waiting_at_end,
+        "start_failures": start_failures,
         "kills": {f"{a}/{r}": n for (a, r), n in sorted(kills.items())},
         "finish_reasons": dict(Counter(o.finish_reason for o in outcomes)),
         "controls_fired": dict(Counter((o.fired or "not fired").split(":")[0].split(" ")[0] for o in outcomes)),
+        "network": {"rates": args.rates, "relay": dict(relay), "faults_by_message": dict(faults.most_common())}
+        if args.network
+        else None,
+        "owner_rss_kib": {"after_each_block": rss_after, "during_each_block": rss_during},
         "failures": failures,
     }
 
 
-# -- part two: the owner killed on a durable store ------------------------------------------------
-
-
-def owner_child(argv: list[str]) -> None:
-    """In the child: own a durable Runtime, bring the turn to ``kind``'s point, say so, wait to be killed."""
-    store, base_url, kind, turn_id = argv
-    provider = ProviderConfig(base_url=base_url, model="scripted-model", retry=RetryPolicy(max_attempts=1))
-    rt = Runtime(provider, store=store, hosts=2).start()
-    tool = {"tool": F.held_effect, "tool_safely": F.held_effect_safely}.get(kind, F.gated_held_effect)
-    turn = rt.run(f"owner {turn_id}", tools=[tool], turn_id=turn_id, options=TurnOptions(stop_grace=0.2))
-    if kind in ("tool", "tool_safely"):
-        turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=60)
-    else:
-        assert turn.result(60).finish_reason == "awaiting_approval"
-        if kind != "paused":
-            turn.approve("c1")
-        if kind == "approved_running":
-            turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=60)
-    print(json.dumps({"pid": os.getpid(), "sid": rt.admin_sid}), flush=True)
-    sys.stdin.read()
-
-
-def drive_recovered(rt: Runtime, turn_id: str, timeout: float = 30.0) -> Finish | None:
-    """Attach to a recovered turn and drive it to its terminal Finish, approving what waits."""
-    handle = rt.attach(turn_id)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        last = None
-        for event in handle.events(timeout=max(0.1, deadline - time.monotonic())):
-            last = event
-        if not isinstance(last, Finish):
-            return None
-        if last.terminal:
-            return last
-        for call_id in last.pending_approvals:
-            try:
-                handle.approve(call_id)
-            except ControlRejected:
-                pass  # decided before the owner died: the first decision stands
-    return None
-
-
-def one_owner_kill(i: int, rng: random.Random, provider: FaultProvider, tmp: Path) -> dict[str, Any]:
-    kind = rng.choice(OWNER_KINDS)
-    store, keys = tmp / f"owner{i}.db", tmp / f"owner{i}.keys"
-    turn_id = f"turn_owner{i}"
-    name = {"tool": "held_effect", "tool_safely": "held_effect_safely"}.get(kind, "gated_held_effect")
-    provider.register(
-        f"owner {turn_id}",
-        [use_tools(call(name, {"path": str(keys)}, id="c1"))] + [say(f"done {j}") for j in range(4)],
-    )
-    Path(str(keys) + ".hold").write_text("hold")
-    record: dict[str, Any] = {"i": i, "kind": kind, "finished": False, "duplicates": 0, "problems": []}
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--owner-child",
-            str(store),
-            provider.base_url,
-            kind,
-            turn_id,
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=ROOT,
-        env=ENV,
-    )
-    try:
-        line = child.stdout.readline()  # type: ignore[union-attr]
-        info = json.loads(line)
-    except ValueError:
-        child.kill()
-        child.wait(10)
-        record["problems"].append(f"the owner child did not reach its point: {line!r}")
-        return record
-    tree = [info["pid"], *session_processes(info["sid"])]
-    tree += [d for p in list(tree) for d in descendants(p)]
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait(10)
-    if not wait_until(lambda: not [p for p in tree if alive(p)] and not store_in_use(str(store)), timeout=5):
-        record["problems"].append(f"the dead owner's tree outlived it: {[p for p in tree if alive(p)]}")
-    os.remove(str(keys) + ".hold")
-    try:
-        with Runtime(
-            provider.provider(retry=RetryPolicy(max_attempts=2, initial_delay=0.01)), store=store, hosts=2
-        ) as rt:
-            if turn_id not in rt.recovered:
-                record["problems"].append(f"not recovered: {rt.recovered} {rt.unrecoverable}")
-            finish = None if turn_id in rt.unrecoverable else drive_recovered(rt, turn_id)
-    except (TurnTimeout, ControlRejected) as exc:
-        finish = None
-        record["problems"].append(f"{type(exc).__name__}: {exc}")
-    record["finished"] = finish is not None
-    if finish is not None:
-        record["finish"] = finish.finish_reason
-        problems = history_problems(finish.messages)
-        if problems:
-            record["problems"].append(f"invalid history: {problems}")
-        provider.unregister(f"owner {turn_id}")  # what the check posts is answered "ok", not from the script
-        status, body = provider.accepts(list(finish.messages))
-        if status != 200:
-            record["problems"].append(f"the strict provider refused the next request: {status} {body}")
-    written = keys.read_text().split() if keys.exists() else []
-    record["keys"] = len(written)
-    safe = kind == "tool_safely"
-    record["duplicates"] = 0 if safe else sum(n - 1 for n in Counter(written).values() if n > 1)
-    expected = 2 if safe else 1  # a retry_safe call runs again with the same key; any other runs once
-    if record["finished"] and len(written) != expected:
-        record["problems"].append(f"the side effect ran {len(written)} times, expected {expected}")
-    provider.unregister(f"owner {turn_id}")
-    return record
-
-
-def owners_part(args: argparse.Namespace) -> dict[str, Any]:
-    rng = random.Random(args.seed)
-    records = []
-    with tempfile.TemporaryDirectory(prefix="soak-owner-") as tmp, FaultProvider() as provider:
-        for i in range(args.kill_owner):
-            record = one_owner_kill(i, rng, provider, Path(tmp))
-            if record["problems"] or record["duplicates"] or not record["finished"]:
-                print(f"owner kill {i} ({record['kind']}): {record}", flush=True)
-            records.append(record)
-    return {
-        "k": len(records),
-        "by_kind": dict(Counter(r["kind"] for r in records)),
-        "duplicates": sum(r["duplicates"] for r in records),
-        "not_finished": sum(1 for r in records if not r["finished"]),
-        "with_problems": sum(1 for r in records if r["problems"]),
-        "finish_reasons": dict(Counter(r.get("finish", "none") for r in records)),
-        "records": records,
-    }
-
-
 # -- the report ---------------------------------------------------------------------------------------
+
+
+def memory_line(rss: dict[str, Any]) -> str:
+    """The owner's memory after each block (MiB): the series, then first, last and max."""
+    after = [kib / 1024 for kib in rss["after_each_block"]]
+    during = [kib / 1024 for block in rss["during_each_block"] for kib in block]
+    line = (
+        f"owner RSS after gc, MiB: before the first block {after[0]:.1f}, after each block "
+        f"{', '.join(f'{m:.1f}' for m in after[1:])}; "
+        f"first {after[1]:.1f}, last {after[-1]:.1f}, max {max(after[1:]):.1f}"
+        if len(after) > 1
+        else "owner RSS: no block ran"
+    )
+    if during:
+        line += f"; while a Runtime ran (every {MEMORY_EVERY} scenarios) min {min(during):.1f}, max {max(during):.1f}"
+    return line
 
 
 def weights_line(weights: dict[str, float]) -> str:
@@ -304,16 +305,22 @@ def weights_line(weights: dict[str, float]) -> str:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--owner-child"]:
-        owner_child(sys.argv[2:])
-        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=1000, help="seeded scenarios to run")
     parser.add_argument("--seed", type=int, default=1, help="the first seed")
     parser.add_argument("--per-runtime", type=int, default=100, help="scenarios per Runtime before a fresh one")
     parser.add_argument("--kill-owner", type=int, default=0, help="owners to SIGKILL mid-turn on a durable store")
     parser.add_argument("--no-kills", action="store_true", help="no scenario kills a TurnHost or a tool process")
+    parser.add_argument("--network", action="store_true", help="every connection through a relay drawing faults")
+    parser.add_argument(
+        "--rates",
+        type=parse_rates,
+        default=DEFAULT_RATES,
+        help="with --network, faults per frame: " + ",".join(f"{k}={v:g}" for k, v in DEFAULT_RATES.items()),
+    )
     args = parser.parse_args()
+    if args.network and (why := available()) is not None:
+        parser.error(f"--network: {why}")
     command = "python bench/soak.py " + " ".join(sys.argv[1:])
     results: dict[str, Any] = {"command": command, "args": vars(args)}
     if args.n:
@@ -329,7 +336,10 @@ def main() -> None:
             ["leaked processes (after the turn)", counts.get("leaked processes (after the turn)", 0)],
             ["leaked processes (after close)", len(part["left_after_close"])],
             ["duplicate or unwanted side effects", counts.get("duplicate or unwanted side effects", 0)],
+            ["callers left waiting", counts.get(WAITING, 0)],
+            [f"  {WAITING} at a block's end", len(part["waiting_at_block_end"])],
             ["other violations", counts.get("other violations", 0)],
+            ["Runtime starts that failed (the block run again)", len(part["start_failures"])],
         ]
         for bug in KNOWN_BUGS:
             rows.append([f"  explained by known bug {bug.id}", part["known_bugs"].get(bug.id, 0)])
@@ -346,10 +356,18 @@ def main() -> None:
         print("call kinds:", weights_line(CALL_WEIGHTS))
         print("reply faults:", weights_line(FAULT_WEIGHTS))
         print("controls:", weights_line(CONTROL_WEIGHTS))
-        for left in part["left_after_close"]:
+        for left in part["left_after_close"] + part["waiting_at_block_end"]:
             print("left after close:", left)
+        for failed in part["start_failures"]:
+            print("did not start:", failed)
+        if part["network"] is not None:
+            net = part["network"]
+            print("network faults per frame:", ", ".join(f"{k} {v:.2%}" for k, v in net["rates"].items()))
+            print("relay:", relay_line(net["relay"]))
+            print("faults by message:", ", ".join(f"{k} {n}" for k, n in net["faults_by_message"].items()))
+        print(memory_line(part["owner_rss_kib"]))
     if args.kill_owner:
-        part = owners_part(args)
+        part = owners_part(args.seed, args.kill_owner)
         results["owners"] = part
         rows = [
             ["owners SIGKILLed mid-turn", part["k"]],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from thespian.actors import ActorExitRequest, ActorTypeDispatcher
@@ -193,3 +194,86 @@ class RaceHost(ActorTypeDispatcher):
     def _answer(self) -> None:
         if self.exited and self.lent and len(self.answers) == self.lent:
             self.send(self.asker, (len(self.exited), self.answers, self.children))
+
+
+# -- a tool process killed while its pool handles another's exit ---------------------------------
+
+
+@dataclass(frozen=True)
+class KillBoth:
+    """To an ``ExitRacePool``: SIGKILL ``first``, and ``second`` once the pool handles the
+    exit of ``first``."""
+
+    first: int
+    second: int
+
+
+class ExitRacePool(ToolPool):
+    """A real ToolPool in which a tool process dies while the pool handles another one's
+    exit: Thespian, once that handler returns, collects every child it then finds dead and
+    reports only the one whose exit it was handling."""
+
+    kill_on_exit: int | None = None
+
+    def receiveMsg_KillBoth(self, msg: KillBoth, sender: Any) -> None:
+        self.kill_on_exit = msg.second
+        os.kill(msg.first, signal.SIGKILL)
+
+    def receiveMsg_ChildActorExited(self, msg: Any, sender: Any) -> None:
+        pid, self.kill_on_exit = self.kill_on_exit, None
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # gone, not collected
+        super().receiveMsg_ChildActorExited(msg, sender)
+
+
+@dataclass(frozen=True)
+class RaceExits:
+    """Lease two processes from an ``ExitRacePool`` and run one of ``calls`` (each reports
+    its process, then blocks) in each; once both report, have the pool kill one, and the
+    other while it handles that exit. Answered with how many exits the pool reported, once
+    both are or ``within`` seconds after the kills."""
+
+    config: PoolConfig
+    calls: tuple[Any, Any]
+    within: float = 10.0
+
+
+class ExitRaceHost(ActorTypeDispatcher):
+    """Plays a TurnHost of an ``ExitRacePool``."""
+
+    def receiveMsg_RaceExits(self, msg: RaceExits, sender: Any) -> None:
+        self.asker, self.race = sender, msg
+        self.pids: list[int] = []
+        self.sent = 0
+        self.exited: list[str] = []
+        self.answered = False
+        self.pool = self.createActor(ExitRacePool)
+        self.send(self.pool, msg.config)
+        self.send(self.pool, LeaseWorkers(2))
+
+    def receiveMsg_WorkersLeased(self, msg: WorkersLeased, sender: Any) -> None:
+        if not msg.workers:  # the lease overtook the pool's config
+            self.send(self.pool, LeaseWorkers(2))
+        for worker, run in zip(msg.workers, self.race.calls[self.sent :]):
+            self.send(worker, run)
+            self.sent += 1
+
+    def receiveMsg_ReportProgress(self, msg: Any, sender: Any) -> None:
+        self.pids.append(msg.data["worker"])
+        if len(self.pids) == 2:
+            self.send(self.pool, KillBoth(*self.pids))
+            self.wakeupAfter(timedelta(seconds=self.race.within))
+
+    def receiveMsg_WorkerExited(self, msg: WorkerExited, sender: Any) -> None:
+        self.exited.append(str(msg.worker))
+        if len(self.exited) == 2:
+            self._answer()
+
+    def receiveMsg_WakeupMessage(self, msg: Any, sender: Any) -> None:
+        self._answer()
+
+    def _answer(self) -> None:
+        if not self.answered:
+            self.answered = True
+            self.send(self.asker, len(self.exited))

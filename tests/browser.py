@@ -110,6 +110,15 @@ class Browser:
         script = "return [...document.querySelectorAll(arguments[0])].map((n) => (n.innerText ?? n.textContent).trim())"
         return [str(t) for t in self.driver.execute_script(script, css)]
 
+    def attributes(self, css: str, names: list[str]) -> list[dict[str, str]]:
+        """The attributes ``names`` of every element matching ``css``, read in one step (an
+        element found in one call may be replaced before the next reads it)."""
+        script = (
+            "return [...document.querySelectorAll(arguments[0])]"
+            ".map((n) => Object.fromEntries(arguments[1].map((a) => [a, n.getAttribute(a) ?? ''])))"
+        )
+        return [{str(k): str(v) for k, v in d.items()} for d in self.driver.execute_script(script, css, names)]
+
     def wait_text(self, css: str, predicate: Callable[[str], bool], timeout: float = 30.0) -> str:
         """Wait until the text of ``css`` satisfies ``predicate``; return it."""
         self.until(lambda d: predicate(self.text(css)), timeout, f"{css}: last seen {self.text(css)!r}")

@@ -56,7 +56,7 @@ def postgres() -> Iterator[ThrowawayPostgres]:
         yield server
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.integration])])
 def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh store: a SQLite file's path, or the URL (with its password) of a new database."""
     if request.param == "sqlite":

@@ -705,7 +705,9 @@ class Outcome:
     errors: list[str] = field(default_factory=list)  # exceptions the harness met
     sent_reasons: list[str] = field(default_factory=list)  # reasons of accepted stops, cancels, stop_tools, denials
     approved_then_halted: list[str] = field(default_factory=list)  # approve_then_*: the calls approved
-    window_gap: float | None = None  # approve_then_*: seconds from sending the approval to the stop's reply
+    # approve_then_*: seconds from sending the approval to the stop's reply, a bound on how long
+    # after the approval the host had the stop, whatever the network delayed
+    window_gap: float | None = None
     seen_at_hang: int | None = None  # events the caller had when a wait ran out
     withheld: int = 0  # events the turn had produced by then that had not reached the caller
     violations: list[str] = field(default_factory=list)  # filled in by callers of check()
@@ -871,7 +873,7 @@ class _Driver:
                 self._note_reply(c.action, reply.ok, reply.message)
             elif c.action in ("approve_then_stop", "approve_then_cancel") and isinstance(e, Finish):
                 pending = list(e.pending_approvals)
-                approving_at = time.monotonic()  # no earlier than the turn's commit timer starts
+                approved_at = time.monotonic()  # the host had the approval after this, and the stop before its reply
                 self.handle.respond([ToolApprovalResponse(call_id=x, approved=True) for x in pending])
                 out.decisions.update({x: (True, None) for x in pending})
                 self.answered.update(pending)
@@ -881,7 +883,7 @@ class _Driver:
                 else:
                     command = CancelTurn(turn_id=turn_id, reason=c.reason)
                 reply = self.rt.control(command, timeout=10)
-                out.window_gap = time.monotonic() - approving_at  # no earlier than the turn handled the command
+                out.window_gap = time.monotonic() - approved_at
                 self._note_reply(c.action, reply.ok, reply.message)
             elif c.action == "stop_tool":
                 target = str(getattr(e, "call_id", None) or c.call_id)
@@ -1169,8 +1171,8 @@ def check(outcome: Outcome) -> list[str]:
         for cid in o.approved_then_halted:
             if started[cid]:
                 v.append(
-                    f"approved call {cid} started although a {c.action} was handled within {gap * 1000:.1f} ms "
-                    f"of the approval, inside its {s.approval_window:g} s window"
+                    f"approved call {cid} started although the host had a {c.action} at most {gap * 1000:.1f} ms "
+                    f"after the approval, inside its {s.approval_window:g} s window"
                 )
             if any(k.endswith(":" + cid) for k in o.keys):
                 v.append(f"approved call {cid} had its side effect although a {c.action} followed inside the window")

@@ -139,10 +139,16 @@ def test_a_flat_message_with_its_optional_fields_left_out_encodes_as_its_dump() 
     assert m.encode(delta) == msgpack.packb(delta.model_dump(mode="json"), use_bin_type=True)
 
 
-@pytest.mark.parametrize("n", [0, 1, 15, 16, 70_000])
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 300])
 def test_encoded_messages_joined_in_one_array_decode_back_in_order(n: int) -> None:
     events = [m.TextDelta(turn_id="t", seq=i, text=f"{i} ") for i in range(n)]
     assert decode_many(join_encoded([m.encode(e) for e in events])) == events
+
+
+@pytest.mark.parametrize("n", [15, 16, 65_535, 65_536])
+def test_an_array_of_any_length_has_the_header_msgpack_reads(n: int) -> None:
+    """Each side of msgpack's header sizes (fixarray, array 16, array 32), cheap items."""
+    assert msgpack.unpackb(join_encoded([msgpack.packb(i) for i in range(n)])) == list(range(n))
 
 
 def test_an_array_with_a_message_that_does_not_fit_is_a_clear_error() -> None:

@@ -90,7 +90,7 @@ def test_a_person_watches_a_turn_stream_from_the_list_to_its_end(provider: Scrip
         go.set()
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
         assert browser.text("#text") == "Paris is the capital of France."
-        kinds = [li.get_attribute("data-kind") for li in browser.find_all("#events li")]
+        kinds = [a["data-kind"] for a in browser.attributes("#events li", ["data-kind"])]
         assert (kinds[0], kinds[-1], set(kinds[1:-1])) == ("turn_started", "finish", {"text_delta"})
         assert browser.text("#messages .message.assistant .content") == "Paris is the capital of France."
         browser.find("#home").click()
@@ -165,23 +165,18 @@ def test_stopping_one_running_call_lets_its_sibling_finish(
         browser.find('.running-call[data-call="call_1"] button.stop-call').click()
         assert browser.wait_text("#last-reply", lambda s: s != "sending...") == "stop call_1: applied"
         browser.until(lambda d: any("call_1 interrupted" in t for t in event_texts(browser, "tool_finished")))
-        assert [r.get_attribute("data-call") for r in browser.find_all(".running-call")] == ["call_2"]
+        assert [a["data-call"] for a in browser.attributes(".running-call", ["data-call"])] == ["call_2"]
         assert browser.text("#turn-status") == "running"
         gate.touch()
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
         outcomes = [t.split(" ", 5)[4:] for t in event_texts(browser, "tool_finished")]
         assert [o[0] for o in outcomes] == ["call_1", "call_2"]
         assert [o[1].split(":")[0] for o in outcomes] == ["interrupted", "success"]
-        bars = {b.get_attribute("data-call"): b for b in browser.find_all("#timeline rect.tl-call")}
-        assert bars["call_1"].get_attribute("class") == "tl-call interrupted"
-        assert bars["call_2"].get_attribute("class") == "tl-call success"
-        one, two = (
-            (
-                float(bars[c].get_attribute("x")),
-                float(bars[c].get_attribute("x")) + float(bars[c].get_attribute("width")),
-            )
-            for c in ("call_1", "call_2")
-        )
+        found = browser.attributes("#timeline rect.tl-call", ["data-call", "class", "x", "width"])
+        bars = {b["data-call"]: b for b in found}
+        assert bars["call_1"]["class"] == "tl-call interrupted"
+        assert bars["call_2"]["class"] == "tl-call success"
+        one, two = ((float(bars[c]["x"]), float(bars[c]["x"]) + float(bars[c]["width"])) for c in ("call_1", "call_2"))
         assert one[0] < two[1] and two[0] < one[1], "the two calls ran at the same time"
         browser.screenshot("timeline-stopped-call", "#timeline-svg", docs=True)
         browser.screenshot("turn-stopped-call")
@@ -204,7 +199,7 @@ def test_stopping_a_turn_from_its_page_ends_it_and_marks_the_timeline(
         assert (
             event_texts(browser, "error")[0].split(" ", 3)[3] == "stopped: Agent run stopped (the person pressed stop)"
         )
-        assert browser.find("#timeline line.tl-mark").get_attribute("class") == "tl-mark stopped"
+        assert browser.attributes("#timeline line.tl-mark", ["class"])[0]["class"] == "tl-mark stopped"
         assert browser.text("#timeline .tl-mark-label") == "stopped (user)"
         assert browser.find_all(".running-call") == []
         browser.screenshot("timeline-stopped-turn", "#timeline-svg")
@@ -241,7 +236,7 @@ def test_a_sub_agents_approval_is_decided_from_its_parents_page(
         parent = rt.run("delegate", tools=[T.delegate_gated])
         browser.open(rt._console.url + f"#/turn/{parent.turn_id}")
         heading = browser.wait_text(pending("call_1", "h3"), lambda s: "of sub-agent" in s)
-        child = browser.find(pending("call_1")).get_attribute("data-turn")
+        child = browser.attributes(pending("call_1"), ["data-turn"])[0]["data-turn"]
         assert heading == f"append_key call_1 of sub-agent {child}"
         assert browser.text("#children a.child") == child
         browser.find(pending("call_1", "button.approve")).click()

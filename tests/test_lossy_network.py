@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from actors.lifecycle.processes import alive, session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.testing.netns import available, relayed
 from actors.testing.relay import CUT, PASS, RESET, FaultPolicy, FaultRelay, Frame, Rule, delay
+from actors.wire.transport import TransportConfig
 from messages import RetryPolicy, StopTurn, ToolApprovalRequest, ToolProgress, TurnEvent
 
 from . import fault_tools as F
@@ -224,3 +228,93 @@ def test_a_cancel_reaches_calls_still_waiting_for_a_tool_process(tmp_path: Path)
         assert (raised, result.finish_reason) == (None, "cancelled")
         assert [c["ok"] for c in contents] == [False, False, False], contents
         assert [m.name for m in markers if m.exists()] == []
+
+
+# -- starting -----------------------------------------------------------------------------------
+
+
+# found by the soak over a lossy network: Thespian closes the transport of an external
+# createActor once the answer has come, which fails the resend of the request still pending
+# after its lost ACK; that late failure turned the answered request into ActorSystemFailure
+def test_a_runtime_starts_when_the_ack_of_its_create_actor_request_is_lost() -> None:
+    policy = FaultPolicy([Rule(carries("PendingActor", outbound=True), CUT)])
+    with relayed(policy) as relay, ScriptedProvider() as provider:
+        rt = Runtime(provider.provider(retry=FAST), hosts=1, tool_processes=1)
+        try:
+            raised = attempt_start(rt)
+            planned(relay.wait_for(lambda: relay.counts["ack_dropped"] == 1), "PendingActor's ACK was dropped")
+            provider.add(say("hello"))
+            finish = None if raised else rt.run("hi").result(timeout=10).finish_reason
+        finally:
+            rt.close()
+        assert (raised, finish) == (None, "stop")
+
+
+def attempt_start(rt: Runtime) -> str | None:
+    """Start ``rt``; what it raised, if it raised."""
+    try:
+        rt.start()
+    except Exception as exc:  # noqa: BLE001 - whatever start raises is the finding
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+# found by the soak over a lossy network (seed 401, 5x rates: PoolConfig delayed 782 ms): a
+# host's LeaseWorkers that reaches the pool before the pool's PoolConfig is owed, and the
+# config did not pay what was owed; the host, having asked, waited for ever, and so did
+# every tool call it ran
+def test_tool_calls_run_when_the_pool_gets_its_config_after_a_host_asked_it_for_processes() -> None:
+    seen: dict[str, float] = {}
+
+    def first(name: str) -> Callable[[Frame], bool]:
+        def when(frame: Frame) -> bool:
+            if frame.carries(name) and name not in seen:
+                seen[name] = time.monotonic()
+                return True
+            return False
+
+        return when
+
+    policy = FaultPolicy([Rule(first("PoolConfig"), delay(3000)), Rule(first("LeaseWorkers"), PASS)])
+    with relayed(policy) as relay, ScriptedProvider() as provider:
+        rt = Runtime(provider.provider(retry=FAST), hosts=1, tool_processes=1)
+        try:
+            rt.start()
+            planned(relay.wait_for(lambda: len(seen) == 2, 10), "PoolConfig was held, LeaseWorkers went")
+            planned(seen["LeaseWorkers"] < seen["PoolConfig"] + 3.0, "LeaseWorkers went while PoolConfig was held")
+            provider.add(use_tools(call("add", {"a": 1, "b": 2})), say("three"))
+            seen_events = summary(events_of(rt.run("add", tools=[T.add]), timeout=10))
+        finally:
+            rt.close()
+        assert seen_events == TWO_ROUNDS
+
+
+# found in a full run (test_faults, a durable turn's host killed, approved from the handle at
+# once): the approval went to the dead host; the Runtime learnt of the replacement (which had
+# recovered the turn) before the transport gave up on the approval, and then, the transport
+# giving up, held it for a replacement already made: no answer, ever
+def test_a_command_sent_to_a_host_that_died_goes_to_its_replacement_at_once(tmp_path: Path) -> None:
+    """The relay holds ``HostReplaced`` for 3 s, so that the approval, sent right after the
+    kill, is on its way to the dead host when the Runtime learns who took its turns over. The
+    transport would give up on it after ``deliver_within`` (120 s here); the approval must go
+    to the replacement as soon as it is known, and the call run once."""
+    keys = tmp_path / "keys"
+    policy = FaultPolicy([Rule(carries("HostReplaced"), delay(3000))])
+    transport = TransportConfig(deliver_within=120)
+    with relayed(policy) as relay, ScriptedProvider() as provider:
+        provider.add(use_tools(call("host_pid", {}), call("gated_effect", {"path": str(keys)})), say("Done."))
+        rt = Runtime(provider.provider(retry=FAST), store=str(tmp_path / "turns.db"), hosts=1, tool_processes=1,
+                     transport=transport)  # fmt: skip
+        try:
+            rt.start()
+            turn = rt.run("go", tools=[T.host_pid, F.gated_effect])
+            assert turn.result(30).finish_reason == "awaiting_approval"
+            host = next(e.data["pid"] for e in turn.all_events if isinstance(e, ToolProgress))
+            os.kill(host, signal.SIGKILL)
+            raised = attempt(lambda: turn.approve("call_2", timeout=60))
+            planned(delivered(relay, "HostReplaced") == 1 and relay.counts["delay"] == 1, "HostReplaced was held")
+            result = turn.result(30, final=True)
+        finally:
+            rt.close()
+        assert (raised, result.finish_reason, result.text) == (None, "stop", "Done.")
+        assert keys.read_text().splitlines() == [f"{turn.turn_id}:call_2"]

@@ -7,7 +7,6 @@ from typing import Any
 
 import httpx
 import pytest
-from openai import OpenAI
 
 from actors import Runtime
 from actors.testing import (
@@ -171,6 +170,8 @@ REFERENCE = {
 def test_accumulation_matches_the_official_openai_package_on_the_same_bytes(
     runtime: Runtime, provider: ScriptedProvider, case: str
 ) -> None:
+    from openai import OpenAI  # here: importing it takes half a second of every collection
+
     reply = REFERENCE[case]
     provider.add(reply)
     client = OpenAI(api_key="unused", base_url=provider.base_url, max_retries=0)

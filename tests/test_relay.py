@@ -18,6 +18,8 @@ import pytest
 from actors.testing.netns import Namespace, available, interpose, main, relayed
 from actors.testing.relay import CUT, DUPLICATE, PASS, RESET, STALL, FaultPolicy, FaultRelay, Frame, Rule, delay
 
+from .helpers import wait_until
+
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(available() is not None, reason=str(available()))]
 
 ACK = b"%d>" % len(pickle.dumps("ACK")) + pickle.dumps("ACK")
@@ -266,8 +268,8 @@ def test_a_rule_applies_its_count_then_the_frames_pass() -> None:
 
 def test_a_namespace_removes_what_runs_in_it() -> None:
     with Namespace() as ns:
-        sleeper = ns.popen(["sleep", "300"])
-        assert ns.processes() != []
+        sleeper = ns.popen(["sleep", "300"])  # ip netns exec: in the namespace once it has entered it
+        assert wait_until(lambda: sleeper.pid in ns.processes(), timeout=10)
     assert sleeper.wait(10) == -9
 
 

@@ -11,6 +11,7 @@ when PostgreSQL's server is missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -108,9 +109,9 @@ def test_a_store_written_by_a_newer_greenroom_is_refused_saying_so(
 ) -> None:
     open_store(store_location).close()
     sql(store_location, "UPDATE meta SET value = ? WHERE key = 'schema'", (str(STORE_SCHEMA + 1),))
-    where = f"at {redacted(store_location)}" if is_url(store_location) else store_location
+    where = redacted(store_location) if is_url(store_location) else store_location
     why = (
-        f"the turn store {where} was written by a newer greenroom (store schema {STORE_SCHEMA + 1}; this greenroom "
+        f"the turn store at {where} was written by a newer greenroom (store schema {STORE_SCHEMA + 1}; this greenroom "
         f"knows up to {STORE_SCHEMA}): upgrade greenroom to use it"
     )
     with pytest.raises(StoreError) as refused:
@@ -227,3 +228,56 @@ def test_the_password_of_a_store_is_in_no_message_log_error_row_or_output(
     for table in ("turns", "events", "commands", "hosts", "meta"):
         for row in sql(url, f"SELECT * FROM {table}"):
             assert not any(secret in (bytes(v) if isinstance(v, (bytes, memoryview)) else str(v).encode()) for v in row)
+
+
+# -- writes conditioned on the owner's epoch, on both backends ------------------------------------
+
+
+def test_a_write_by_an_owner_whose_turn_was_claimed_is_fenced_and_writes_nothing(store_location: str) -> None:
+    """The held host's snapshot and events land (once, however often they are written); once
+    another host has claimed the turn (one epoch up), every write of the old owner, a snapshot
+    or events alone, raises ``Fenced`` and leaves the store as the new owner left it."""
+    from actors.errors import Fenced
+    from actors.store.base import Owner
+    from messages import ChatMessage, ProviderConfig, TextDelta, TurnState, encode
+
+    store = open_store(store_location)
+    provider = ProviderConfig(base_url="http://127.0.0.1:1/v1", model="m")
+    state = TurnState(turn_id="t", root_turn_id="t", provider=provider, messages=[ChatMessage.user("hi")])
+
+    def events(*seqs: int) -> list[tuple[int, str, bytes]]:
+        return [(n, "text_delta", encode(TextDelta(turn_id="t", seq=n, text=f"w{n}"))) for n in seqs]
+
+    def stored() -> list[bytes]:
+        return [payload for _, payload in store.event_payloads("t")]
+
+    a = Owner("node-a/0", 1)
+    store.save(state, events(0), a)  # a new turn
+    with contextlib.ExitStack() as held:
+        if store_location.startswith("postgresql://"):  # a held turn's writes take one statement, no transaction
+            held.enter_context(pytest.MonkeyPatch.context()).setattr(store, "_tx", _no_transaction)
+        store.save(state.model_copy(update={"round": 1}), events(1), a)
+        store.save(state.model_copy(update={"round": 1}), [], a)
+        store.append("t", events(2, 3), a)
+    store.append("t", events(3, 4), a)  # 3 again: written once
+    store.save(state.model_copy(update={"round": 1}), events(4), a)  # all there: the snapshot alone
+    assert stored() == [p for _, _, p in events(0, 1, 2, 3, 4)]
+    assert store.load("t").round == 1
+
+    epoch = store.claim("t", "node-b/0", force=True)
+    assert epoch == 2
+    with pytest.raises(Fenced, match="node-b/0"):
+        store.append("t", events(5), a)
+    with pytest.raises(Fenced, match="node-b/0"):
+        store.save(state.model_copy(update={"round": 7}), events(5), a)
+    assert stored() == [p for _, _, p in events(0, 1, 2, 3, 4)] and store.load("t").round == 1
+
+    b = Owner("node-b/0", epoch)
+    store.append("t", events(5), b)
+    store.save(state.model_copy(update={"round": 2}), events(6), b)
+    assert stored() == [p for _, _, p in events(*range(7))] and store.load("t").round == 2
+    store.close()
+
+
+def _no_transaction(what: str) -> None:
+    pytest.fail(f"a held turn's write went through a transaction: {what}")

@@ -6,9 +6,11 @@ the lost host's lease has run out (``host.durable``). The Runtime's stream of th
 waits here, its commands held (``routing``), while one thread looks at the store's route
 every ``POLL`` seconds; as soon as the store names a live owner other than the one lost,
 the stream subscribes there from its next ``seq``, so its reader sees the events go on with
-no gap and no duplicate. An owner thought lost whose lease the store still sees renewed
-after ``ALIVE_AFTER`` seconds was only cut off from this process (the leader saw its node
-leave, say): the stream subscribes to it again. A turn that nobody takes over within
+no gap and no duplicate. The same owner counts as a new one once it has claimed the turn
+again (a higher epoch: it was cut off, stopped the turn's work, and came back). An owner
+thought lost whose lease the store still sees renewed after ``ALIVE_AFTER`` seconds was only
+cut off from this process (the leader saw its node leave, say): the stream subscribes to it
+again. A turn that nobody takes over within
 ``FOLLOW_FOR`` seconds, or that the store no longer knows, ends here with
 ``Error(host_lost)`` + ``Finish(error)``.
 
@@ -46,7 +48,9 @@ class Follower:
         self._store = store
         self._found = found
         self._lock = threading.Lock()
-        self._turns: dict[str, tuple[TurnStream, str | None, float]] = {}  # turn id -> stream, lost owner, since
+        # turn id -> the stream, the lost owner, since when, the epoch the store showed first
+        self._turns: dict[str, tuple[TurnStream, str | None, float]] = {}
+        self._epochs: dict[str, int] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -79,6 +83,7 @@ class Follower:
                     continue
                 with self._lock:
                     self._turns.pop(turn_id, None)
+                    self._epochs.pop(turn_id, None)
                 self._found(turn_id, stream, where)
             time.sleep(POLL)  # the pace of the look-up: the store has no notification of a takeover
 
@@ -90,7 +95,11 @@ class Follower:
         except StoreError as exc:
             log().warning("turn %s: cannot read its route: %s", turn_id, exc)
             return None
-        if route is None or route.address is None or (route.host_id == lost_owner and not owner_may_live):
+        first = self._epochs.setdefault(turn_id, route.epoch) if route is not None else None
+        claimed_again = route is not None and first is not None and route.epoch > first
+        if route is None or route.address is None:
+            return None
+        if route.host_id == lost_owner and not (owner_may_live or claimed_again):
             return None
         try:
             return pickle.loads(route.address)

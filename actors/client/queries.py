@@ -7,11 +7,12 @@ the tree was forked, on first use).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from messages import MembershipChanged, NodeInfo, TurnEvent
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, TurnTimeout
 from ..store import TurnStore, open_store
 from ..store.base import TurnSummary
 from .receiving import Inbound
@@ -41,8 +42,18 @@ class Queries:
         return self._inbound.nodes(self._session.endpoint.send, self._session.directory, timeout)
 
     def wait_for_node(self, capabilities: dict[str, Any], timeout: float = 30.0) -> str:
-        """Wait until a node advertising ``capabilities`` has joined; return its name."""
-        return self._inbound.wait_for_node(capabilities, timeout)
+        """Wait until a node advertising ``capabilities`` has joined and its hosts and pool are
+        in this runtime's table (a turn or a call may be placed there); return its name."""
+        deadline = time.monotonic() + timeout
+        name = self._inbound.wait_for_node(capabilities, timeout)
+        if not self._running().wait_for(name, max(0.0, deadline - time.monotonic())):
+            raise TurnTimeout(f"node {name} joined, but its hosts were not in the table within {timeout:g} s")
+        return name
+
+    def placeable(self, requires: dict[str, Any] | None = None) -> list[str]:
+        """The ids (``node/slot``) of the hosts a new turn that ``requires`` these capabilities
+        may be placed on: those on this runtime's store, as its table has them now."""
+        return sorted(self._running().placeable(requires or {}))
 
     @property
     def membership(self) -> list[MembershipChanged]:

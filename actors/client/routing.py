@@ -19,7 +19,8 @@ run it finds it (``cluster.routes``, ``host.registry``).
 - Flow control: each stream's window travels in ``StartTurn``/``Subscribe``, and what its
   readers read goes back to the host as ``Consumed``.
 - A host that dies on this node is replaced (``HostReplaced``): the turns recovered there
-  (with a store) are followed on it from the last event seen. A host that leaves the table
+  (with a store) are followed on it from the last event seen, and their commands sent to
+  the dead host and not acknowledged are sent again there at once. A host that leaves the table
   (its node was lost) or says a turn moved (``Error(turn_moved)``): a durable turn is
   followed to the host that took it over (``follow``); the others end here with
   ``Error`` + ``Finish(error)``, never a hang.
@@ -77,22 +78,35 @@ class Hosts:
         self.window = window
         self._follow = follow  # None: no store every node reaches, a moved turn cannot be followed
         self._lock = threading.Lock()
+        self._table_changed = threading.Condition()
         self._held: dict[str, Held] = {}  # turn id -> commands waiting for its start, or its new host
+        # request id -> a command sent to a host and not yet acknowledged, and where it went:
+        # sent again at once if that host is replaced (``replaced``), not when the transport gives up
+        self._in_flight: dict[str, tuple[Any, concurrent.futures.Future[ControlReply], Any]] = {}
 
     # -- where -----------------------------------------------------------------------------
 
-    def place(self, turn_id: str, requires: dict[str, Any]) -> Any:
-        """The host a new turn goes to; ``ConfigurationError`` if none can take it."""
-        hosts = {
+    def placeable(self, requires: dict[str, Any]) -> dict[str, Any]:
+        """The hosts a new turn with ``requires`` may go to: id to address."""
+        return {
             host_id: address
             for node in self._nodes
             if node.store_id == self.store_id and matches(node.capabilities, requires)
             for host_id, address in node.host_ids()
         }
+
+    def place(self, turn_id: str, requires: dict[str, Any]) -> Any:
+        """The host a new turn goes to; ``ConfigurationError`` if none can take it."""
+        hosts = self.placeable(requires)
         chosen = rendezvous(turn_id, hosts)
         if chosen is None:
             raise ConfigurationError(f"no host can run this turn: no node on this store has {requires}")
         return hosts[chosen]
+
+    def wait_for(self, node: str, timeout: float) -> bool:
+        """Wait until the table has ``node`` (its hosts can be placed on); False on timeout."""
+        with self._table_changed:
+            return self._table_changed.wait_for(lambda: any(n.node == node for n in self._nodes), timeout)
 
     def host_id(self, address: Any) -> str | None:
         """The id (``node/slot``) of the host at ``address``, if it is in the table."""
@@ -171,19 +185,35 @@ class Hosts:
         return future
 
     def _send(self, command: Any, future: concurrent.futures.Future[ControlReply]) -> None:
-        tid = command.turn_id
+        tid, rid = command.turn_id, command.request_id
+        target = self.of(tid)
+        with self._lock:
+            self._in_flight[rid] = (command, future, target)
+
+        def sent() -> None:
+            with self._lock:
+                self._in_flight.pop(rid, None)
 
         def lost() -> None:  # a durable turn's host is gone: the command waits for where it went
+            with self._lock:
+                if self._in_flight.pop(rid, None) is None:
+                    return  # already sent again, to the host that replaced that one
             stream = self._inbound.stream(tid)
             if self.store_id is None or stream is None or stream.finished:
                 return _unreachable(command, future, self._inbound)
             with self._lock:
-                self._held.setdefault(tid, []).append((command, future))
+                # the transport gives up long after the turn may have been found elsewhere
+                # (``replaced``, ``found``): then the command goes there, not to a hold nobody releases
+                moved_on = stream.host is not None and stream.host != target
+                if not moved_on:
+                    self._held.setdefault(tid, []).append((command, future))
+            if moved_on:
+                return self._send(command, future)
             if self._follow is not None:
                 self.moved(tid, stream, "its host cannot be reached")
             # else (a file store: one node) its host is replaced in its slot, and ``replaced`` sends it
 
-        self._endpoint.send(self.of(tid), command, lost)
+        self._endpoint.send(target, command, lost, sent)
 
     def subscribe(self, turn_id: str, since: int) -> tuple[TurnStream, concurrent.futures.Future[ControlReply]]:
         """Follow a turn started elsewhere from ``since``; the future gets the host's answer
@@ -230,6 +260,8 @@ class Hosts:
         before = [(h, a) for n in self._nodes for h, a in n.host_ids()]  # addresses are not hashable
         local = [n for n in self._nodes if n.node == self._local]
         self._nodes = msg.nodes if any(n.node == self._local for n in msg.nodes) else [*local, *msg.nodes]
+        with self._table_changed:
+            self._table_changed.notify_all()
         now = [a for n in self._nodes for _, a in n.host_ids()]
         for turn_id, stream in self._inbound.open_streams():
             lost = next((h for h, a in before if a == stream.host), None) if stream.host not in now else None
@@ -246,13 +278,19 @@ class Hosts:
             if turn_id in msg.recovered:
                 self._at(stream, msg.address)
                 self._endpoint.send(msg.address, Subscribe(turn_id=turn_id, since=stream.next_seq, window=self.window))
-                for command, future in self._release(turn_id):
+                for command, future in self._release(turn_id) + self._unsent(turn_id, old):
                     self._send(command, future)
             else:
                 stream.lost("the process that ran this turn died; it had no store to recover from")
                 self._inbound.drop(turn_id, stream)
                 for command, future in self._release(turn_id):
                     _unreachable(command, future, self._inbound)
+
+    def _unsent(self, turn_id: str, to: Any) -> Held:
+        """The commands for ``turn_id`` sent to ``to`` and not acknowledged: taken back."""
+        with self._lock:
+            mine = [r for r, (c, _, t) in self._in_flight.items() if c.turn_id == turn_id and t == to]
+            return [self._in_flight.pop(r)[:2] for r in mine]
 
     def shut_down(self, shutdown: Shutdown, timeout: float) -> None:
         """Send ``shutdown`` to every host of this node, behind the turns' own messages, and

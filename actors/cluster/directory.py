@@ -145,9 +145,8 @@ class DirectoryActor(Dispatcher):
         host = self.createActor(TurnHost)
         c = self.config
         config = HostConfig(
-            slot, len(self.hosts) or c.hosts, c.store, self.pool, self.myAddress, c.inline_async_tools,
-            self.owner, c.node, c.command_hold,
-        )  # fmt: skip
+            slot, c.store, self.pool, self.myAddress, c.inline_async_tools, self.owner, c.node, c.command_hold
+        )
         self.send(host, config)
         return host
 
@@ -336,7 +335,7 @@ class DirectoryActor(Dispatcher):
             return
         if msg.childAddress not in self.hosts or self.closing:
             if msg.childAddress == self.pool and not self.closing and not lifeline.is_cut():
-                log().error("the tool pool exited; tool calls can no longer start")
+                log().error("the tool pool exited: the processes it lent serve on, but no new one is forked")
             return
         slot = self.hosts.index(msg.childAddress)
         log().error("TurnHost %d exited; its turns are %s", slot, "recovered" if self.store else "lost")

@@ -4,7 +4,7 @@ Global names do not span a Thespian convention, so ``greenroom node`` creates on
 with the leader's capability (Thespian places it on the leader) and asks it ``"where"``:
 it answers with the leader's directory. It lives as long as the leader's actor system, so
 the node asks it again every few seconds and learns at once when a restarted leader's
-directory has a new address (``Rejoin``).
+directory has a new address, and registers its node there again.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Where a message that names a turn goes, for anyone but the turn's own caller.
 
-The Runtime that started a turn talks to its host directly. Anyone else (a supervisor actor
-through its node's directory, another Runtime's ``attach``, the command line) sends to the
-turn's *likely* host, found in this order:
+The Runtime that started a turn talks to its host directly; another Runtime's ``attach``
+goes to the host the turn would have been placed on (``client.routing``). A supervisor
+actor, through its node's directory, and the command line, through a runtime's directory,
+send to the turn's *likely* host, found here in this order:
 
 1. the directory's cache (turns it placed or found before; the last 10,000);
 2. the store's route, for a durable turn: its owner, whose address the store keeps while

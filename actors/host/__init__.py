@@ -1,12 +1,16 @@
 """A TurnHost: one OS process that hosts many TurnActors and the LLMActor that streams for them.
 
-Runs in: each TurnHost process (one per core, started by the directory).
+Runs in: each TurnHost process (``--hosts`` per node, one per core by default, started by
+the node's directory).
 
 ``turn_host.TurnHost`` is the Thespian actor; inside it each ``turn_actor.TurnActor`` is an
-in-process actor with its own mailbox (``mailbox``), running its ``turn.rules``;
-``llm_actor`` streams from providers on worker threads; ``tool_runner`` sends calls to
-tool processes (or runs inline async tools); ``outbox`` batches events to subscribers;
-``held`` keeps commands that overtook their turn.
+in-process actor with its own mailbox (``actors.mailbox``), running its ``turn.rules``;
+``registry`` keeps the host's turns by id (held, forwarded, found); ``llm_actor`` streams
+from providers on worker threads; ``tool_runner`` sends calls to tool processes (or runs
+inline async tools); ``outbox`` batches events to subscribers and ``subscriptions`` tracks
+each one's window; ``held`` keeps commands that overtook their turn; ``durable`` is the
+host's side of its store (leases, takeover, the command inbox); ``timers`` keeps the turns'
+timers behind a few Thespian wakeups; ``ports`` are the faces the parts see of the host.
 
 May import: ``turn``, ``tools``, ``providers``, ``mcp``, ``store``, ``telemetry``,
 ``wire``, ``lifecycle.processes`` and the shared modules; never ``client`` or ``cluster``.

@@ -7,8 +7,10 @@ the rest:
 - **recover** a list of turns (a start on a store, a replaced host): each is claimed first,
   which raises its epoch, so a host that ran it before can never write it again;
 - **leases** (a store every node reaches, PostgreSQL): each ``tick`` renews this host's
-  lease; a host that could not renew for a whole lease stops the work of its turns
-  (``fenced``): another host may be taking them over. It also claims the *orphans* (turns
+  lease; a host that could not renew for ``STOP_AFTER`` (half a lease) stops the work of
+  its turns (``fenced``), before any other host may take them over. When it renews again
+  after that (``lapsed``), it checks each turn it still runs against the store (one taken
+  over meanwhile is fenced) and claims again those still its own that it had stopped. It also claims the *orphans* (turns
   whose owner's lease ran out) whose preferred live host is this one (rendezvous hashing
   over the live hosts, so a lost host's turns spread over the others), within about one
   lease of the loss;
@@ -35,10 +37,11 @@ from ..store.base import Owner, TurnStore, is_url
 from ..wire.placement import rendezvous
 from .subscriptions import whole_finish
 
-__all__ = ["KEEP_COMMANDS", "LEASE", "PRUNE_EVERY", "TICK", "Durable", "StoredSender", "Tick"]
+__all__ = ["KEEP_COMMANDS", "LEASE", "PRUNE_EVERY", "STOP_AFTER", "TICK", "Durable", "StoredSender", "Tick"]
 
 LEASE = 5.0  # seconds a host's lease lasts; it is renewed every TICK
 TICK = 1.0
+STOP_AFTER = LEASE / 2  # seconds without a renewal after which a host stops its turns' work
 PRUNE_EVERY = 600.0  # seconds between two prunings of the command inbox by a host
 KEEP_COMMANDS = 3600.0  # seconds a command is kept once taken (its sender has had its reply)
 
@@ -61,6 +64,7 @@ class Tick:
     with commands waiting."""
 
     fenced: bool = False
+    lapsed: bool = False  # renewed after a lapse: check the turns against the store (``reconcile``)
     adopted: list[tuple[TurnState, list[tuple[int, Message]], Owner]] = field(default_factory=list)
     commanded: list[str] = field(default_factory=list)
 
@@ -115,16 +119,19 @@ class Durable:
         if self.left:
             return out
         if self.shared:
+            sent = time.monotonic()  # the lease runs from no earlier than this
             try:
                 self.store.renew_host(self.host_id, self.node, self._address, LEASE)
-                self.renewed_at, self.fenced = time.monotonic(), False
             except StoreError as exc:
-                if not self.fenced and time.monotonic() - self.renewed_at > LEASE:
+                if not self.fenced and time.monotonic() - self.renewed_at > STOP_AFTER:
                     log().error(
-                        "host %s could not renew its lease for %g s: its turns stop (%s)", self.host_id, LEASE, exc
-                    )
+                        "host %s could not renew its lease for %g s: its turns' work stops (%s)",
+                        self.host_id, STOP_AFTER, exc,
+                    )  # fmt: skip
                     self.fenced = out.fenced = True
                 return out
+            out.lapsed = self.fenced or sent - self.renewed_at > LEASE
+            self.renewed_at, self.fenced = sent, False
             try:
                 live = [h.host_id for h in self.store.live_hosts()]
                 mine = [t for t in self.store.orphans() if t not in running and rendezvous(t, live) == self.host_id]
@@ -153,6 +160,23 @@ class Durable:
                 self.store.drop_host(self.host_id)
             except StoreError:
                 pass
+
+    def reconcile(self, running: dict[str, Owner]) -> tuple[list[str], list[tuple[TurnState, list[tuple[int, Message]], Owner]]]:
+        """After a lapse: the turns in ``running`` (turn id to the owner it writes as) that the
+        store gives to another host or epoch now, and this host's own turns it does not run
+        (stopped while it was cut off), claimed again."""
+        lost: list[str] = []
+        try:
+            for turn_id, owner in running.items():
+                route = self.store.route(turn_id)
+                if route is not None and (route.host_id, route.epoch) != (owner.host_id, owner.epoch):
+                    lost.append(turn_id)
+            mine = [t for t in self.store.owned_by(self.host_id) if t not in running]
+        except StoreError as exc:
+            log().warning("host %s could not check its turns against the store: %s", self.host_id, exc)
+            return lost, []
+        found, _ = self.recover(mine, force=False)
+        return lost, found
 
     def record_reply(self, sender: StoredSender, reply: ControlReply) -> None:
         try:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from messages import ControlReply, InterruptTool, RunTool, TurnState
 
 from ..mailbox import Kernel
-from ..store.sqlite import TurnStore
+from ..store.base import TurnStore
 from ..turn.decisions import SetTimer
 from .durable import Durable
 from .outbox import Outboxes

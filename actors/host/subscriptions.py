@@ -45,11 +45,6 @@ class Subscription:
         if self.window is not None:
             self.limit = max(self.limit or 0, seq + 1 + self.window)
 
-    @property
-    def behind(self) -> bool:
-        """Whether it waits for events it has not been sent because of its window."""
-        return self.limit is not None and self.next_seq >= self.limit
-
 
 def whole_finish(payload: bytes, history: list[Any]) -> bytes:
     """``payload`` (an encoded ``Finish``) re-encoded with the whole history it ends, taken

@@ -1,6 +1,6 @@
 """TurnActor: owns one turn's loop state and messages, inside a TurnHost.
 
-A TurnActor is an in-process actor (``kernel.LocalActor``): its own FIFO mailbox, its
+A TurnActor is an in-process actor (``mailbox.LocalActor``): its own FIFO mailbox, its
 ``TurnRules`` and their state. Every input (a command, a stream message, a tool result, a
 timer, a lost host) goes to ``TurnRules.handle``; the actor carries the returned decisions
 out, in order. It never blocks.
@@ -310,8 +310,10 @@ class TurnActor(LocalActor):
         self._carry_out(kept, encoded, sender)
         ending = self.rules.handle(StoreFailed(detail))
         ending_encoded = [(d.event, encode_event(d.event)) for d in ending if isinstance(d, Emit)]
-        try:
-            self.host.store.save(self.state, [(e.seq, e.kind, b) for e, b in ending_encoded])  # type: ignore[union-attr]
+        try:  # on condition of this host's epoch, as every write: another host may hold the turn now
+            self.host.store.save(self.state, [(e.seq, e.kind, b) for e, b in ending_encoded], self.owner)  # type: ignore[union-attr]
+        except Fenced as exc:
+            return self.fenced(str(exc))
         except StoreError:
             log().error(
                 "turn %s: its end could not be written either; the store keeps its last good state", self.turn_id

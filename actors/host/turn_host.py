@@ -3,7 +3,7 @@
 Each node's directory starts its TurnHosts (``Runtime(hosts=...)``, ``greenroom node
 --hosts``); a host's id is ``node/slot``, the same after a restart. A turn lives on the host
 it was placed on (``wire.placement``). Inside, each TurnActor is an actor of its own (a FIFO
-mailbox, its ``TurnRules`` and state; see ``kernel``); the host routes each Thespian
+mailbox, its ``TurnRules`` and state; see ``mailbox.Kernel``); the host routes each Thespian
 message to the right mailbox, runs the mailboxes, then sends what they produced.
 
 Guarantees:
@@ -85,7 +85,7 @@ log = logger("greenroom.host")
 
 
 class TurnHost(Dispatcher):
-    """Hosts the TurnActors of one slot; see the module docstring."""
+    """Hosts many TurnActors, as host ``node/slot``; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -140,7 +140,8 @@ class TurnHost(Dispatcher):
         self.node = msg.node
         self.registry.held.hold_for = msg.hold
         if msg.store is not None:
-            self.durable = Durable(open_store(msg.store), self.host_id, msg.node, self.myAddress, self.handoff.put)
+            store = open_store(msg.store, quick=True)
+            self.durable = Durable(store, self.host_id, msg.node, self.myAddress, self.handoff.put)
             self.every("store", TICK)
         self.tools._top_up()
         self.send(sender, HostReady(msg.slot))
@@ -224,6 +225,12 @@ class TurnHost(Dispatcher):
         if tick.fenced:
             for turn in list(self.turns.values()):
                 turn.fenced("this host could not renew its lease in the store: another host may take its turns")
+        if tick.lapsed:
+            owners = {t.turn_id: t.owner for t in self.turns.values() if t.owner is not None and not t.ended}
+            lost, again = self.durable.reconcile(owners)
+            tick.adopted.extend(again)
+            for turn_id in lost:
+                self.turns[turn_id].fenced("another host took this turn over while this one was cut off")
         for state, commands, owner in tick.adopted:
             self.registry.adopt(state, commands, owner)
         for tid in tick.commanded:

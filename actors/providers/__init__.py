@@ -1,4 +1,9 @@
-"""Provider adapters (OpenAI-compatible, Anthropic Messages) and the stream worker."""
+"""Provider adapters (OpenAI-compatible, Anthropic Messages) and the stream worker.
+
+Runs in: each TurnHost (its streams, on worker threads); ``formats`` also in the owner.
+
+May import: ``messages`` and the shared modules.
+"""
 
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ from pydantic import BaseModel
 
 from messages import ControlReply, Message, TurnEvent, TurnState
 
+from ..errors import StoreError
+
 __all__ = [
     "STORE_SCHEMA",
     "EncodedEvent",
@@ -33,6 +35,7 @@ __all__ = [
     "TurnStore",
     "TurnSummary",
     "is_url",
+    "refuse_newer",
     "status_of",
 ]
 
@@ -93,6 +96,15 @@ def status_of(state: TurnState) -> str:
     if state.phase == "awaiting_approval":
         return "awaiting_approval"
     return "running"
+
+
+def refuse_newer(location: str, found: int) -> None:
+    """Raise ``StoreError`` if the store at ``location`` has a schema newer than this code's."""
+    if found > STORE_SCHEMA:
+        raise StoreError(
+            f"the turn store at {location} was written by a newer greenroom (store schema {found}; this "
+            f"greenroom knows up to {STORE_SCHEMA}): upgrade greenroom to use it"
+        )
 
 
 def is_url(location: str | os.PathLike[str]) -> bool:

@@ -26,14 +26,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from messages import ControlReply
 
 from ..errors import ConfigurationError, StoreError
 from ..logs import logger
-from .base import STORE_SCHEMA
+from .base import STORE_SCHEMA, EncodedEvent, Owner, refuse_newer
 from .sql import SQLStore
 from .urls import connectable, keep, redacted, scrub
 
@@ -74,6 +74,12 @@ CREATE TABLE IF NOT EXISTS hosts (
 
 
 _TABLES = ("turns", "events", "commands")  # what every greenroom store has had
+_UNNEST = "unnest(CAST(? AS INTEGER[]), CAST(? AS TEXT[]), CAST(? AS BYTEA[])) AS v(seq, kind, data)"
+
+
+def _columns(events: Sequence[EncodedEvent]) -> tuple[list[int], list[str], list[bytes]]:
+    return [e[0] for e in events], [e[1] for e in events], [bytes(e[2]) for e in events]
+
 
 log = logger("greenroom.store")
 
@@ -86,12 +92,18 @@ class PostgresStore(SQLStore):
     _now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
     _errors = (psycopg.Error,)
 
-    def __init__(self, url: str, connect_timeout: float = 10.0, create: bool = True) -> None:
+    def __init__(self, url: str, connect_timeout: float = 10.0, create: bool = True, quick: bool = False) -> None:
         """Connect and bring the schema to this greenroom's (``create=False``: refuse a
         database without one); a ``StoreError`` that names the URL, never its password,
-        says what failed."""
+        says what failed. ``quick``: data sent and not acknowledged for 1.5 s fails its call
+        (TCP's ``tcp_user_timeout``), as do 3 s of keepalives unanswered, instead of TCP's
+        minutes."""
         self.location = keep(url)  # the URL without its password (``urls``)
         self._timeout = connect_timeout
+        self._links: dict[str, Any] = (
+            {"tcp_user_timeout": 1500, "keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1,
+             "keepalives_count": 2} if quick else {}
+        )  # fmt: skip
         self._local = threading.local()
         self._listening: threading.Event | None = None
         self._migrate(create)
@@ -99,7 +111,7 @@ class PostgresStore(SQLStore):
     def _connect(self) -> Any:
         try:
             return psycopg.connect(
-                connectable(self.location), autocommit=True, connect_timeout=max(1, int(self._timeout))
+                connectable(self.location), autocommit=True, connect_timeout=max(1, int(self._timeout)), **self._links
             )
         except psycopg.Error as exc:
             why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -125,12 +137,7 @@ class PostgresStore(SQLStore):
                         f"{self.location} is not a greenroom turn store: table(s) {', '.join(gone)} missing"
                     )
                 row = self._run("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-                version = int(row[0]) if row is not None else 1
-                if version > STORE_SCHEMA:
-                    raise StoreError(
-                        f"the turn store at {self.location} was written by a newer greenroom (store schema "
-                        f"{version}; this greenroom knows up to {STORE_SCHEMA}): upgrade greenroom to use it"
-                    )
+                refuse_newer(self.location, int(row[0]) if row is not None else 1)
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self._run(statement)
@@ -138,6 +145,39 @@ class PostgresStore(SQLStore):
                 "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (str(STORE_SCHEMA),),
             )
+
+    # one statement, so one round trip, for the writes of a held turn (most of them): the
+    # turn's row is updated (or, for events alone, locked FOR SHARE) on condition of owner and
+    # epoch, and the events are inserted only if it was, in the statement's own transaction.
+    # Nothing written (a new turn, fenced, or every event already there) goes down the
+    # transactional path of ``SQLStore``, which tells these apart.
+
+    def _save_held(self, turn_id: str, fields: tuple[Any, ...], events: Sequence[EncodedEvent], owner: Owner) -> bool:
+        row = self._one(
+            "WITH u AS (UPDATE turns SET status=?, finish_reason=?, round=?, updated_at=?, waiting_since=?, pending=?,"
+            " snapshot=? WHERE turn_id=? AND owner=? AND epoch=? RETURNING turn_id), e AS (INSERT INTO events"
+            " (turn_id, seq, kind, data, at) SELECT u.turn_id, v.seq, v.kind, v.data, ? FROM u, " + _UNNEST +
+            " ON CONFLICT DO NOTHING) SELECT count(*) FROM u",
+            (*fields, turn_id, owner.host_id, owner.epoch, time.time(), *_columns(events)),
+            f"write turn {turn_id}",
+        )  # fmt: skip
+        return row[0] == 1
+
+    def _append_held(self, turn_id: str, events: Sequence[EncodedEvent], owner: Owner) -> bool:
+        inserted = self._one(
+            "WITH e AS (INSERT INTO events (turn_id, seq, kind, data, at) SELECT ?, v.seq, v.kind, v.data, ? FROM "
+            + _UNNEST + " WHERE EXISTS (SELECT 1 FROM turns WHERE turn_id=? AND owner=? AND epoch=? FOR SHARE)"
+            " ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) FROM e",
+            (turn_id, time.time(), *_columns(events), turn_id, owner.host_id, owner.epoch),
+            f"write the events of turn {turn_id}",
+        )  # fmt: skip
+        return inserted[0] == len(events)
+
+    def _one(self, sql: str, params: Sequence[Any], what: str) -> Any:
+        try:
+            return self._run(sql, params).fetchone()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot {what} ({self.location}): {exc}") from None
 
     def _notify(self, turn_id: str) -> None:
         self._run("SELECT pg_notify(?, ?)", (CHANNEL, turn_id))

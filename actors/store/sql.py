@@ -56,6 +56,16 @@ class SQLStore:
     def _notify_reply(self, command_id: int) -> None:
         """Tell whoever queued a command that its reply is recorded (inside that transaction)."""
 
+    def _save_held(self, turn_id: str, fields: tuple[Any, ...], events: Sequence[EncodedEvent], owner: Owner) -> bool:
+        """Write a snapshot and its events in one round trip if ``owner`` holds the turn; False
+        (nothing written) sends ``save`` down its transaction. A backend without such a
+        statement (SQLite, in this process) keeps the default."""
+        return False
+
+    def _append_held(self, turn_id: str, events: Sequence[EncodedEvent], owner: Owner) -> bool:
+        """Append events in one round trip if ``owner`` holds the turn; False as above."""
+        return False
+
     # -- plumbing -------------------------------------------------------------------------
 
     def _sql(self, sql: str) -> str:
@@ -101,6 +111,8 @@ class SQLStore:
             " turn_id, parent_turn_id, created_at, owner, epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         new = (s.turn_id, s.parent_turn_id, s.created_at)
+        if owner is not None and self._save_held(s.turn_id, fields, events, owner):
+            return
         with self._tx(f"write turn {s.turn_id}"):
             if owner is None:
                 self._run(
@@ -124,7 +136,7 @@ class SQLStore:
             self._insert_events(s.turn_id, events)
 
     def append(self, turn_id: str, events: Sequence[EncodedEvent], owner: Owner | None = None) -> None:
-        if not events:
+        if not events or (owner is not None and self._append_held(turn_id, events, owner)):
             return
         with self._tx(f"write the events of turn {turn_id}"):
             if owner is not None:
@@ -192,7 +204,7 @@ class SQLStore:
                     parent_turn_id=parent,
                     error=error,
                     owner=owner,
-                )  # fmt: skip
+                )
             )
         return out
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
-from .base import STORE_SCHEMA, EncodedEvent, TurnStore, TurnSummary
+from .base import STORE_SCHEMA, EncodedEvent, TurnStore, TurnSummary, refuse_newer
 from .sql import SQLStore
 
 __all__ = ["EncodedEvent", "SQLiteStore", "TurnStore", "TurnSummary"]  # the last three: see ``base``
@@ -105,12 +105,7 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"{self.path} is not a greenroom turn store: table(s) {missing} missing")
         if "meta" in existing:
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            found = int(row[0]) if row is not None else 1
-            if found > STORE_SCHEMA:
-                raise StoreError(
-                    f"the turn store {self.path} was written by a newer greenroom (store schema {found}; this "
-                    f"greenroom knows up to {STORE_SCHEMA}): upgrade greenroom to use it"
-                )
+            refuse_newer(str(self.path), int(row[0]) if row is not None else 1)
         conn.execute("BEGIN IMMEDIATE")
         try:
             for table in _TABLES & existing:

@@ -1,5 +1,8 @@
 """A real HTTP server that plays a model: scripted replies over the providers' wire formats.
 
+Runs in: tests, examples, benchmarks and the demo (the owner's process, or one of its own:
+``python -m actors.testing``); never in a TurnHost or a tool process.
+
 ``ScriptedProvider`` listens on ``127.0.0.1`` and answers ``POST /v1/chat/completions``
 (OpenAI-compatible SSE) and ``POST /v1/messages`` (Anthropic Messages SSE) from a script:
 a list of ``Reply`` objects taken in order, or a ``responder(request) -> Reply`` function.

@@ -6,6 +6,11 @@
   and the processes it forks live there (a Runtime started inside lives there for good).
   ``popen`` runs a command in it.
   ``join`` links two namespaces with a veth pair (two nodes of a deployment).
+- ``Bridge``: a Linux bridge in this process's namespace, on a private /24 of its own, with
+  its address there (a server the nodes share listens on it); ``attach`` links a namespace
+  to it with a veth pair (one node of many); removed on exit with every veth it made.
+- ``partition(ns, device)``: an nftables table (family ``netdev``, in ``ns``) that drops
+  every packet in and out of ``device``, silently, as a cut cable does; ``heal`` removes it.
 - ``interpose(relay)``: an nftables table, in the calling thread's namespace, that sends
   every TCP connection (IPv4) started there to the relay, except the relay's own (marked
   with ``SO_MARK``) and those to ``exclude_ports``; removed on exit. Between nodes, a relay
@@ -40,7 +45,7 @@ from typing import Any
 from .faults import KINDS
 from .relay import MARK, FaultPolicy, FaultRelay
 
-__all__ = ["Namespace", "available", "interpose", "main", "relayed"]
+__all__ = ["Bridge", "Namespace", "available", "heal", "interpose", "main", "partition", "relayed"]
 
 CLONE_NEWNET = 0x40000000
 _TABLE = "greenroom_relay"
@@ -152,6 +157,79 @@ class Namespace:
         self._created = False
 
 
+class Bridge:
+    """A bridge of this process's making on ``prefix.0/24`` (``prefix`` like ``"10.251.7"``),
+    holding ``prefix.1``; see the module docstring. Only that private subnet is touched:
+    no route, no forwarding, nothing on the machine's own interfaces."""
+
+    def __init__(self, prefix: str, name: str | None = None) -> None:
+        self.prefix = prefix
+        self.address = f"{prefix}.1"
+        self.name = name or f"grb{os.getpid() % 100000}n{next(_names)}"
+        self.ends: list[str] = []  # the root-side ends of the veth pairs made by attach
+        self._created = False
+
+    def __enter__(self) -> Bridge:
+        if any(f" {self.prefix}." in line for line in _addresses()):
+            raise RuntimeError(f"{self.prefix}.0/24 is already in use on this machine")
+        _run("ip", "link", "add", self.name, "type", "bridge")
+        self._created = True
+        try:
+            _run("ip", "addr", "add", f"{self.address}/24", "dev", self.name)
+            _run("ip", "link", "set", self.name, "up")
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def attach(self, ns: Namespace, address: str, device: str = "gr0") -> str:
+        """Link ``ns`` to the bridge: ``device`` in ``ns`` holds ``address``/24; returns ``device``."""
+        end = f"{self.name}v{len(self.ends)}"
+        _run("ip", "link", "add", end, "type", "veth", "peer", "name", device, "netns", ns.name)
+        self.ends.append(end)
+        _run("ip", "link", "set", end, "master", self.name, "up")
+        _run("ip", "-n", ns.name, "addr", "add", f"{address}/24", "dev", device)
+        _run("ip", "-n", ns.name, "link", "set", device, "up")
+        return device
+
+    def remove(self) -> None:
+        """Delete the veth ends left (a namespace removed took its pair with it) and the bridge."""
+        for end in self.ends:  # the kernel may be deleting it with its peer's namespace: gone either way
+            subprocess.run(["ip", "link", "del", end], capture_output=True, timeout=30)
+        self.ends.clear()
+        if self._created:
+            _run("ip", "link", "del", self.name)
+            self._created = False
+
+
+def _addresses() -> list[str]:
+    done = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, timeout=30, check=True)
+    return done.stdout.splitlines()
+
+
+_PARTITION = "greenroom_partition"
+
+
+def partition(ns: Namespace, device: str) -> None:
+    """Drop every packet in and out of ``device`` in ``ns`` (ARP too) until ``heal``: its
+    connections hang and time out, as across a cut cable, without an error at once."""
+    rules = (
+        f"table netdev {_PARTITION} {{\n"
+        f'  chain ingress {{ type filter hook ingress device "{device}" priority -500; policy drop; }}\n'
+        f'  chain egress {{ type filter hook egress device "{device}" priority -500; policy drop; }}\n'
+        "}\n"
+    )
+    _run("ip", "netns", "exec", ns.name, "nft", "-f", "-", stdin=rules)
+
+
+def heal(ns: Namespace) -> None:
+    """Remove the partition of ``ns``: packets flow again, and connections that did not time out go on."""
+    _run("ip", "netns", "exec", ns.name, "nft", "delete", "table", "netdev", _PARTITION)
+
+
 def _ruleset(relay_port: int, exclude_ports: Iterable[int], mark: int) -> str:
     ports = ", ".join(str(p) for p in sorted({relay_port, *exclude_ports}))
     return (
@@ -178,13 +256,16 @@ def interpose(relay: FaultRelay, exclude_ports: Iterable[int] = ()) -> Iterator[
 
 
 @contextlib.contextmanager
-def relayed(policy: FaultPolicy | None = None, exclude_ports: Iterable[int] = ()) -> Iterator[FaultRelay]:
+def relayed(
+    policy: FaultPolicy | None = None, exclude_ports: Iterable[int] = (), *, keep: int = 10_000, log_bytes: int = 4096
+) -> Iterator[FaultRelay]:
     """A fresh namespace, entered by the calling thread, whose every TCP connection goes
-    through a relay with ``policy``; everything is removed (its processes killed) on exit.
+    through a relay with ``policy`` (its log sized by ``keep`` and ``log_bytes``, as
+    ``FaultRelay`` takes them); everything is removed (its processes killed) on exit.
     ``relay.namespace`` is the ``Namespace``."""
     with Namespace() as ns:
         with ns.entered():
-            relay = FaultRelay(policy).start()
+            relay = FaultRelay(policy, keep=keep, log_bytes=log_bytes).start()
             relay.namespace = ns
             try:
                 with interpose(relay, exclude_ports):

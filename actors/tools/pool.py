@@ -69,6 +69,7 @@ class ToolPool(Dispatcher):
 
     def receiveMsg_PoolConfig(self, msg: PoolConfig, sender: Any) -> None:
         self.config = msg
+        self._pay()  # leases asked before the config came (the network may reorder them)
         self._replenish()
 
     def _fork(self) -> Any:

@@ -1,8 +1,10 @@
 """What a turn does next: the priority cancel > approval-resume > max-rounds > next LLM call,
 in one pure function of the turn's situation.
 
-``next_action`` is called everywhere the loop can move (after every input the rules
-handle) and the rules carry out what it returns, then ask again, until it says ``wait`` or
+``next_action`` is called everywhere the loop can move (after an input that can move it:
+a start, a model's answer, a call's end, a decision that completes a batch, a stop or
+cancel, a timer; not after a delta, a progress report or a decision that leaves a batch
+open) and the rules carry out what it returns, then ask again, until it says ``wait`` or
 ``step``. The first row whose condition holds decides (the conditions are the fields of
 ``Situation``; a test reads this table and checks it against the code for every
 combination of them):

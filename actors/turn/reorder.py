@@ -57,6 +57,3 @@ class Reorder(Generic[T]):
     def waiting(self) -> bool:
         """Whether items wait for one that has not arrived (a gap)."""
         return bool(self.early)
-
-    def clear(self) -> None:
-        self.early.clear()

@@ -26,7 +26,7 @@ max-rounds > the next LLM call, with a stop acting at once). Guarantees, each te
 - an input that changes nothing returns no decision and touches nothing, not even a time;
   a refused command returns only its ``Reply``.
 
-Why one module of about 450 lines: these handlers share the one mutable state and each
+Why one module of about 640 lines: these handlers share the one mutable state and each
 ends by asking ``next_action``; split by idea, they could not be built or tested apart.
 """
 

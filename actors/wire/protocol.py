@@ -1,22 +1,26 @@
 """Messages between greenroom's own actors and processes. Not part of the public API.
 
-These carry actor addresses or process details, so they are plain frozen dataclasses that
-Thespian pickles, not members of the msgpack catalogue in ``messages``. Class names are
-unique across the project (Thespian dispatches on the bare class name), and ``__str__`` is
-cheap because Thespian formats every message it sends for its debug log.
+These carry actor addresses or process details, so they are frozen dataclasses that
+Thespian pickles (``EventBatch`` pickles as one msgpack blob of its encoded events), not
+members of the msgpack catalogue in ``messages``. Class names are unique across the project
+(Thespian dispatches on the bare class name), and ``__str__`` is cheap because Thespian
+formats every message it sends for its debug log.
 
 Who sends what:
 
-    Runtime  -> Directory   Hello, Configure, Shutdown
-    Runtime  -> TurnHost    Shutdown (and the turns' commands)
+    Runtime   -> Directory  Hello, Configure, Shutdown
+    Runtime   -> TurnHost   Shutdown (and the turns' commands)
     Directory -> Runtime    Welcome, Configured, HostReplaced, NodesChanged
-    TurnHost  -> Runtime    ShutdownDone, SpanBatch
-    Directory -> TurnHost   HostConfig, Recover, Relay, Shutdown, NodesChanged, PoolFound, Locate
+    TurnHost  -> Runtime    ShutdownDone, SpanBatch, MetricBatch (``telemetry.metrics``)
+    Directory -> TurnHost   HostConfig, Recover, Relay, Shutdown, NodesChanged, PoolFound, Locate, Found
     TurnHost  -> Directory  HostReady, Recovered, FindPool, Find, Located
-    Directory -> TurnHost   Found
+    TurnHost  -> TurnHost   Relay (a message for a turn another host owns)
     Directory -> Directory  RegisterNode (member to leader), NodesChanged (leader to member), Relay
+    Directory -> ToolPool   PoolConfig, HostGone, Shutdown
     TurnHost  -> ToolPool   LeaseWorkers, ReturnWorkers
     ToolPool  -> TurnHost   WorkersLeased, WorkerExited
+    ToolPool  -> tool proc. WorkerInit;  tool proc. -> ToolPool  WorkerReady
+    TurnHost  -> tool proc. RunTool, InterruptTool (``messages``); tool proc. -> TurnHost  WorkerResult
     anyone    -> subscriber EventBatch
 """
 
@@ -105,7 +109,8 @@ class Configure(_Internal):
 
 @dataclass(frozen=True)
 class Configured(_Internal):
-    """Hosts are up and recovery is done: ``hosts[slot]`` runs the turns of that slot."""
+    """The node's hosts are up (``hosts[slot]`` is host ``node/slot``) and recovery is done;
+    ``store_id`` is the identity of the store they share (None: no store)."""
 
     hosts: list[Any]
     recovered: list[str]
@@ -118,7 +123,6 @@ class HostConfig(_Internal):
     """From the directory to a new TurnHost: who it is and what it uses."""
 
     slot: int
-    hosts: int
     store: str | None
     pool: Any
     directory: Any

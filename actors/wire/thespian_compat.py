@@ -18,6 +18,15 @@ What greenroom patches or calls, and why:
 - ``TransmitIntent.__init__``'s default retry period and the transport's
   ``DEFAULT_MAX_TRANSMIT_PERIOD``: a message whose ACK was lost is sent again in a fraction
   of a second, not 35 s, and gives up after the configured time (``tune_delivery``);
+- ``NewActorResponse.transmit_failed``: an outside ``createActor`` whose request's ACK was
+  lost gets its answer, then Thespian closes its transport, which fails the resend still
+  pending; that late failure made an answered request raise ``ActorSystemFailure``. It is
+  ignored once the answer is in (``tune_delivery``);
+- ``MultiProcReplicator._childExited``: once an actor has handled a child's exit, Thespian
+  collected every other child it then found dead and dropped it unreported (a tool process
+  killed while its pool handled another's exit was never reported, and its call never
+  ended); now only that child is dropped, and the others are left to the SIGCHLD check,
+  which reports them (``report_child_exits``);
 - ``TransmitIntent.identify`` and ``ReceiveEnvelope.identify``: Thespian formats every
   message it sends or an actor receives (``str()`` of the whole message, a turn's history
   included) for a debug line it rarely writes; this names the message's type instead;
@@ -44,11 +53,12 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["TESTED", "check", "child_pid", "tune_convention", "tune_delivery"]
+__all__ = ["TESTED", "check", "child_pid", "report_child_exits", "tune_convention", "tune_delivery"]
 
 TESTED = ("4.0.1",)
 
 _checked = False
+_answered_creates_kept = False
 
 
 def _internals() -> list[tuple[object, str]]:
@@ -82,8 +92,11 @@ def _internals() -> list[tuple[object, str]]:
         (ReceiveEnvelope, "identify"),
         (actorManager.ActorManager, "_send_intent"),
         (systemBase.systemBase, "external_clone"),
+        (systemBase.NewActorResponse, "transmit_failed"),
         (systemBase.ExternalOpsToActors, "_run_transport"),
         (multiprocCommon.MultiProcReplicator, "_startChildActor"),
+        (multiprocCommon.MultiProcReplicator, "_childExited"),
+        (multiprocCommon.MultiProcReplicator, "_checkChildLiveness"),
         (multiprocCommon, "ChildInfo"),
         (TCPTransport.TCPTransport, "close"),
     ]
@@ -176,3 +189,39 @@ def tune_delivery(retry_every: float, deliver_within: float) -> None:
         raise ConfigurationError(f"Thespian's TransmitIntent takes other defaults than greenroom knows: {defaults!r}")
     TransmitIntent.__init__.__defaults__ = (*defaults[:3], timedelta(seconds=retry_every))
     transport_package.DEFAULT_MAX_TRANSMIT_PERIOD = timedelta(seconds=deliver_within)
+    _keep_answered_creates()
+
+
+def report_child_exits() -> None:
+    """Every child's exit is reported to its parent actor, however close together children
+    die (see the module docstring). Set before the ActorSystem starts."""
+    check()
+    from thespian.system.multiprocCommon import MultiProcReplicator
+
+    def child_exited(self: Any, child: Any) -> None:
+        def kept(info: Any) -> bool:  # another child, or this one if it has not exited yet
+            if child in (info.childAddr, getattr(info, "childRealAddr", None)):
+                return bool(self._checkChildLiveness(info))
+            return True
+
+        self._child_procs = [info for info in getattr(self, "_child_procs", []) if kept(info)]
+
+    MultiProcReplicator._childExited = child_exited
+
+
+def _keep_answered_creates() -> None:
+    """An outside ``createActor`` that got its answer succeeds, whatever its request's resend
+    does after (see the module docstring)."""
+    global _answered_creates_kept
+    if _answered_creates_kept:
+        return
+    from thespian.system.systemBase import NewActorResponse
+
+    failed = NewActorResponse.transmit_failed
+
+    def transmit_failed(self: Any, result: Any, intent: Any) -> None:
+        if self._newActorAddress is None:  # no answer yet: the request did fail
+            failed(self, result, intent)
+
+    NewActorResponse.transmit_failed = transmit_failed
+    _answered_creates_kept = True

@@ -38,7 +38,7 @@ from typing import Any
 from ..debug_trace import trace
 from ..errors import ConfigurationError, TransportAuthError
 from .frames import BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint, is_duplicate, log_rejection
-from .thespian_compat import check, tune_delivery
+from .thespian_compat import check, report_child_exits, tune_delivery
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "TransportConfig", "current_key", "install", "load_key"]
 
@@ -173,6 +173,7 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
     )
     TCPTransport.ReceiveBuffer = BoundedReceiveBuffer
     tune_delivery(retry_every=config.retry_every, deliver_within=config.deliver_within)
+    report_child_exits()
     TCPTransport.MAX_INCOMING_SOCKET_PERIOD = timedelta(seconds=config.frame_timeout)
     BoundedReceiveBuffer.max_frame = config.max_frame
     if bind_host not in ("", "0.0.0.0"):
