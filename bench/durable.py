@@ -92,12 +92,40 @@ def bytes_for(provider: ScriptedProvider, rt: Runtime, deltas: int, measure: Cal
     return measure() - before
 
 
+FLUSH = 11.0  # seconds: an idle PostgreSQL backend reports its statistics within 10 s
+
+
+def server_counts(url: str) -> tuple[int, int]:
+    """The database's committed transactions so far, and the connections open to it (this one aside)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit, (SELECT count(*) - 1 FROM pg_stat_activity WHERE datname = current_database())"
+            " FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 def mode(provider: ScriptedProvider, store: str | None, turns: int, url: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     with runtime(provider, store) as rt:
+        if url is not None:  # the host's lease ticks alone, for as long a time as the turns take below
+            time.sleep(FLUSH)
+            before, quiet_from = server_counts(url), time.monotonic()
+            time.sleep(FLUSH)
+            idle, quiet = server_counts(url), time.monotonic() - quiet_from
         times = two_round_times(provider, rt, turns)
+        if url is not None:
+            busy = sum(times)
+            time.sleep(FLUSH)
+            after, busy = server_counts(url), busy + FLUSH
+            ticks = (idle[0] - before[0]) / quiet * busy  # over the turns and the flush wait
+            out["transactions_per_turn"] = (after[0] - idle[0] - ticks) / turns
+            out["connections"] = after[1]  # one host and the Runtime
         measure = (lambda: wal_position(url)) if url is not None else (lambda: wchar(rt))
         written = {n: bytes_for(provider, rt, n, measure) for n in LENGTHS}
-    return {"p50_s": statistics.median(times), "times": times, "bytes": written}
+    return {"p50_s": statistics.median(times), "times": times, "bytes": written, **out}
 
 
 def main() -> None:
@@ -127,6 +155,10 @@ def main() -> None:
     header = ["store", "two-round turn p50 ms", "x no store", "bytes / delta", "KiB / 4,000-delta turn", "4,000 / 1,000"]
     print(table(rows, header))
     print("bytes: SQLite = wchar of the tree beyond the same turn without a store; PostgreSQL = WAL written")
+    if "postgres" in results:
+        pg = results["postgres"]
+        print(f"PostgreSQL: {pg['transactions_per_turn']:.1f} transactions per two-round turn (xact_commit, net of"
+              f" the lease ticks); {pg['connections']} connections open with one host")
     save("durable", {"turns": args.turns, "lengths": LENGTHS, "results": results})
 
 
