@@ -101,7 +101,7 @@ def _print(args: argparse.Namespace, data: Any, human: str) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    summaries = _open_store(args).summaries()
+    summaries = _open_store(args).log.summaries()
     rows = [s.model_dump() for s in summaries]
     lines = [f"{'TURN':<24} {'STATUS':<18} {'ROUND':>5}  {'WAITING SINCE':<19}  PENDING APPROVALS"]
     for s in summaries:
@@ -116,7 +116,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _load(store: TurnStore, turn_id: str) -> TurnState:
     try:
-        return store.load(turn_id)
+        return store.log.load(turn_id)
     except KeyError:
         raise CliError(f"unknown turn {turn_id}") from None
 
@@ -124,7 +124,7 @@ def _load(store: TurnStore, turn_id: str) -> TurnState:
 def cmd_show(args: argparse.Namespace) -> int:
     store = _open_store(args)
     state = _load(store, args.turn_id)
-    events = store.events(args.turn_id, args.since)
+    events = store.log.events(args.turn_id, args.since)
     pending = [
         {"call_id": c.call.id, "name": c.call.name, "arguments": c.arguments}
         for c in state.batch or ()
@@ -231,7 +231,7 @@ def _steer(args: argparse.Namespace, command: Message, verb: str) -> int:
         )
         return 0
     _check_offline(store, command)
-    command_id = store.add_command(args.turn_id, command)
+    command_id = store.inbox.add(args.turn_id, command)
     _print(
         args,
         {"turn_id": args.turn_id, "sent_to": "store", "command_id": command_id, "ok": True},
@@ -254,7 +254,7 @@ def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Message, 
     if not by_host:
         _print(args, {**data, "sent_to": "store"}, f"{verb}: {reply.message}")
         return 0
-    route = store.route(args.turn_id)
+    route = store.owners.route(args.turn_id)
     host = route.host_id if route is not None else None
     _print(args, {**data, "sent_to": "host", "host": host}, f"{verb}: done by host {host}")
     return 0

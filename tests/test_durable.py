@@ -165,7 +165,7 @@ def test_a_cancel_in_the_store_reaches_a_running_turn_at_its_next_step(
         turn = rt.run("go", tools=[T.wait_for_file])
         turn.wait_for(lambda e: e.kind == "tool_progress", timeout=30)
         # another process writes the cancel to the store; no message is sent to the turn
-        code = f"from actors.store import open_store; from messages import CancelTurn; open_store({store!r}).add_command({turn.turn_id!r}, CancelTurn(turn_id={turn.turn_id!r}, reason='from the store'))"
+        code = f"from actors.store import open_store; from messages import CancelTurn; open_store({store!r}).inbox.add({turn.turn_id!r}, CancelTurn(turn_id={turn.turn_id!r}, reason='from the store'))"
         subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=ENV, timeout=60)
         ready.touch()  # the tool returns only now, whenever the command was written
         result = turn.result(30)
@@ -219,10 +219,10 @@ def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(
     corrupt(store, "turn_version", "version")
     s = open_store(store)
     with pytest.raises(SnapshotError, match="turn turn_version: snapshot schema version 99 is not supported"):
-        s.load("turn_version")
+        s.log.load("turn_version")
     with pytest.raises(SnapshotError, match="turn turn_bytes: malformed snapshot"):
-        s.load("turn_bytes")
-    statuses = {x.turn_id: x.status for x in s.summaries()}
+        s.log.load("turn_bytes")
+    statuses = {x.turn_id: x.status for x in s.log.summaries()}
     assert statuses == {"turn_good": "awaiting_approval", "turn_bytes": "unreadable", "turn_version": "unreadable"}
     provider.add(say("Done."))
     with Runtime(config(provider), store=store) as rt:
@@ -257,7 +257,7 @@ def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, 
         ok = greenroom("approve", "turn_cli1", "call_1", "--store", str(store))
         assert ok.returncode == 0, ok.stderr
         if is_url(store):  # through the store's inbox, answered by the turn's host
-            owner = open_store(store).route("turn_cli1")
+            owner = open_store(store).owners.route("turn_cli1")
             assert owner is not None and ok.stdout.strip() == f"approved: done by host {owner.host_id}"
         else:
             assert ok.stdout.startswith("approved: done by the running runtime (pid ")

@@ -18,7 +18,7 @@ LONGER = {
     "actors/turn/rules.py": 660,
 }
 
-SHARED = {"errors", "logs", "handoff", "mailbox", "debug_trace", "legacy"}  # modules at the top of actors/
+SHARED = {"errors", "logs", "handoff", "mailbox", "debug_trace", "legacy", "placement"}  # modules at the top of actors/
 MAY_IMPORT: dict[str, set[str]] = {  # folder of actors/ -> the other folders it may import
     "turn": set(),
     "store": set(),

@@ -64,11 +64,11 @@ class Queries:
 
     def turns(self) -> list[TurnSummary]:
         """Every turn of the store, newest first (needs ``store=``)."""
-        return self._need_store().summaries()
+        return self._need_store().log.summaries()
 
     def updates(self, turn_id: str, since: int = 0) -> list[TurnEvent]:
         """The stored events of a turn from ``seq`` ``since`` on (needs ``store=``)."""
-        return self._need_store().events(turn_id, since)
+        return self._need_store().log.events(turn_id, since)
 
     def _need_store(self) -> TurnStore:
         if self.store_path is None:

@@ -2,7 +2,7 @@
 
 A new turn is placed on a host of the cluster's table (``NodesChanged``, from the
 directory) by rendezvous hashing over the hosts whose store is the Runtime's (none, or the
-same one) on nodes with the capabilities the turn ``requires`` (``wire.placement``: no
+same one) on nodes with the capabilities the turn ``requires`` (``placement``: no
 message, no load report, and a host that leaves moves only its own turns). The turn's
 stream remembers its host (``TurnStream.host``); a command for a turn this Runtime neither
 started nor follows goes where the turn would have been placed, and a host that does not
@@ -38,9 +38,10 @@ from messages import Consumed, ControlReply, StartTurn, Subscribe, Unsubscribe, 
 
 from ..cluster.membership import matches
 from ..errors import ConfigurationError, HostUnreachable
-from ..wire.placement import rendezvous
+from ..placement import rendezvous
 from ..wire.protocol import HostReplaced, NodeRecord, NodesChanged, Shutdown
 from .endpoint import Endpoint
+from .follow import Lost
 from .receiving import Inbound
 from .stream import TurnStream
 
@@ -67,7 +68,7 @@ class Hosts:
         directory: Any,
         local: NodeRecord,
         window: int | None = None,
-        follow: Callable[[str, TurnStream, str | None], None] | None = None,
+        follow: Callable[[str, TurnStream, str | None, int | None], None] | None = None,
     ) -> None:
         self._endpoint = endpoint
         self._inbound = inbound
@@ -76,7 +77,7 @@ class Hosts:
         self._nodes: list[NodeRecord] = [local]
         self._local = local.node
         self.window = window
-        self._follow = follow  # None: no store every node reaches, a moved turn cannot be followed
+        self._follow = follow  # None: no store, a moved turn cannot be followed
         self._lock = threading.Lock()
         self._table_changed = threading.Condition()
         self._held: dict[str, Held] = {}  # turn id -> commands waiting for its start, or its new host
@@ -227,9 +228,12 @@ class Hosts:
 
     # -- a moved turn ---------------------------------------------------------------------
 
-    def moved(self, turn_id: str, stream: TurnStream, detail: str, lost_owner: str | None = None) -> None:
-        """The turn's host (``lost_owner``) is gone or let go of it: follow it to the host
-        that takes it over (a durable turn), holding its commands meanwhile; else it ends here."""
+    def moved(
+        self, turn_id: str, stream: TurnStream, detail: str, lost_owner: str | None = None, epoch: int | None = None
+    ) -> None:
+        """The turn's host (``lost_owner``) is gone or let go of it (at ``epoch``, if it said):
+        follow it to the host that takes it over (a durable turn), holding its commands
+        meanwhile; else it ends here."""
         if stream.finished or (stream.host is None and turn_id in self._held):
             return  # ended, or already being followed
         lost_owner = lost_owner or self.host_id(stream.host)
@@ -240,12 +244,12 @@ class Hosts:
         with self._lock:
             self._held.setdefault(turn_id, [])
         stream.host = None
-        self._follow(turn_id, stream, lost_owner)
+        self._follow(turn_id, stream, lost_owner, epoch)
 
     def found(self, turn_id: str, stream: TurnStream, host: Any) -> None:
-        """A followed turn is on ``host`` now (None: it could not be found; it ends here)."""
-        if host is None:
-            stream.lost("its host was lost and no other host took the turn over in time")
+        """A followed turn is on ``host`` now (a ``follow.Lost``: it could not be found; it ends here)."""
+        if isinstance(host, Lost):
+            stream.lost(host.detail, host.error_type)
             self._inbound.drop(turn_id, stream)
             for command, future in self._release(turn_id):
                 _unreachable(command, future, self._inbound)

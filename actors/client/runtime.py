@@ -150,7 +150,9 @@ class Runtime(Queries):
         self._inbound = Inbound(
             lambda: self._closed, self._hosts_changed, self._spans.put, self._forgotten, self._metrics.put
         )
-        self._inbound.on_moved = lambda turn_id, stream, why: self._running().moved(turn_id, stream, why)
+        self._inbound.on_moved = lambda turn_id, stream, why, owner, epoch: self._running().moved(
+            turn_id, stream, why, owner, epoch
+        )
         self._follower = Follower(self._need_store, lambda tid, stream, at: self._running().found(tid, stream, at))
         self._console_config, self._console = console, NO_CONSOLE
         self._closed = False

@@ -21,7 +21,6 @@ from thespian.actors import ActorSystem
 from ..cluster.directory import DirectoryActor
 from ..cluster.names import DIRECTORY_NAME, LEADER_CAPABILITY
 from ..lifecycle.tree import ProcessTree
-from ..store.base import is_url
 from ..store.files import remove_runtime_file, write_runtime_file
 from ..wire import transport
 from ..wire.protocol import Configure, Configured, Hello, NodeRecord, Shutdown, Welcome
@@ -66,7 +65,7 @@ class Session:
         event_window: int | None,
         start_timeout: float,
         forking: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
-        follow: Callable[[str, Any, str | None], None] | None = None,
+        follow: Callable[[str, Any, str | None, int | None], None] | None = None,
     ) -> tuple[Session, Configured]:
         """Start the tree; the session, and what the directory answered to ``configure``.
         On any failure the caller closes the session it got (or the tree, if none)."""
@@ -84,9 +83,9 @@ class Session:
             local = NodeRecord(
                 configure.node, dict(configure.capabilities), None, tuple(configured.hosts), configured.store_id
             )
-            shared = configure.store is not None and is_url(configure.store)
+            durable = configure.store is not None  # a turn whose host let go of it is followed through the store
             session.hosts = Hosts(
-                session.endpoint, inbound, session.directory, local, event_window, follow if shared else None
+                session.endpoint, inbound, session.directory, local, event_window, follow if durable else None
             )
         except BaseException:
             session.close(time.monotonic() + 1.0, keep_turns=configure.store is not None, store_path=None)

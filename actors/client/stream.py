@@ -201,8 +201,9 @@ class TurnStream:
             self._wake()
             return ended
 
-    def lost(self, detail: str) -> None:
+    def lost(self, detail: str, error_type: str = "host_lost") -> None:
         """End the turn here, after what arrived: its host was lost (``messages.host_lost``),
+        or its store could not be reached for too long (``error_type="store_unavailable"``),
         with a tool message for every call the history left open."""
         with self._cond:
             seq = max([self._order.next - 1, *self._order.early]) + 1
@@ -213,7 +214,7 @@ class TurnStream:
                         results.setdefault(e.call_id, []).append(e.content)
             interrupted = error_result(f"Interrupted: Agent run lost ({detail})")
             history = close_open_calls(self._history, interrupted, results)
-            for event in host_lost(self.turn_id, seq, detail, history):
+            for event in host_lost(self.turn_id, seq, detail, history, error_type):
                 self.deliver(event)
             self._gap_since = time.monotonic() - LOST_AFTER
             self.fill_gaps(time.monotonic())

@@ -44,7 +44,7 @@ def refusal(store: TurnStore, command: Message) -> ControlReply | None:
 
     turn_id = getattr(command, "turn_id", "")
     try:
-        state = store.load(turn_id)
+        state = store.log.load(turn_id)
     except KeyError:
         return reply_for(command, False, "unknown_turn", f"no turn {turn_id}")
     if state.phase == "finished":
@@ -52,7 +52,7 @@ def refusal(store: TurnStore, command: Message) -> ControlReply | None:
             command, False, "turn_finished", f"turn {turn_id} has already finished ({state.finish_reason})"
         )
     rules = TurnRules(state)
-    for queued in store.pending_commands(turn_id):
+    for _, queued in store.inbox.pending(turn_id):
         rules.handle(queued)
     for decision in rules.handle(command.model_copy(update={"request_id": "console"})):
         if isinstance(decision, Reply) and not decision.reply.ok:
@@ -65,7 +65,7 @@ def offline(store: TurnStore, command: Message) -> ControlReply:
     refused = refusal(store, command)
     if refused is not None:
         return refused
-    store.add_command(getattr(command, "turn_id", ""), command)
+    store.inbox.add(getattr(command, "turn_id", ""), command)
     return reply_for(command, True, None, OFFLINE)
 
 
@@ -87,10 +87,10 @@ def through_store(store: TurnStore, command: Message, timeout: float) -> Through
         return Through(refused, None, False)
     asked = getattr(command, "request_id", None)
     turn_id = getattr(command, "turn_id", "")
-    command_id = store.add_command(turn_id, command.model_copy(update={"request_id": asked or "store"}))
-    if not store.live_hosts():
+    command_id = store.inbox.add(turn_id, command.model_copy(update={"request_id": asked or "store"}))
+    if not store.hosts.live():
         return Through(reply_for(command, True, None, HOSTLESS), command_id, False)
-    reply = store.wait_reply(command_id, timeout)
+    reply = store.inbox.wait_reply(command_id, timeout)
     if reply is None:
         raise TurnTimeout(
             f"no host answered within {timeout:g} s (turn {turn_id}, command {command_id}); the command stays in "

@@ -89,14 +89,14 @@ class StoreSource(Source):
         self._rows: tuple[Any, list[dict[str, Any]]] = (None, [])
 
     def version(self) -> Any:
-        return self.store.version()
+        return self.store.log.version()
 
     def rows(self) -> list[dict[str, Any]]:
-        version = self.store.version()
+        version = self.store.log.version()
         with self._lock:
             if self._rows[0] == version:
                 return self._rows[1]
-        summaries = self.store.summaries()
+        summaries = self.store.log.summaries()
         children: dict[str, list[str]] = {}
         for s in reversed(summaries):  # oldest first
             if s.parent_turn_id is not None:
@@ -107,7 +107,7 @@ class StoreSource(Source):
         return out
 
     def turn_version(self, turn_id: str) -> Any:
-        version = self.store.version(turn_id)
+        version = self.store.log.version(turn_id)
         if version is None:
             raise UnknownTurn(f"no turn {turn_id}")
         return version
@@ -116,8 +116,8 @@ class StoreSource(Source):
         """Every event of the turn (kept here: a turn's log only grows)."""
         with self._lock:
             known = list(self._events.get(turn_id, ()))
-        new = self.store.timed_events(turn_id, len(known))
-        if not known and not new and not self.store.exists(turn_id):
+        new = self.store.log.timed_events(turn_id, len(known))
+        if not known and not new and not self.store.log.exists(turn_id):
             raise UnknownTurn(f"no turn {turn_id}")
         if new:
             with self._lock:
@@ -129,7 +129,7 @@ class StoreSource(Source):
 
     def _state(self, turn_id: str) -> TurnState:
         try:
-            return self.store.load(turn_id)
+            return self.store.log.load(turn_id)
         except KeyError:
             raise UnknownTurn(f"no turn {turn_id}") from None
 
@@ -175,7 +175,7 @@ class StoreSource(Source):
         if self.runtime is not None:
             where = f"the runtime of this process, with the store {self.path}"
         elif self.shared:
-            hosts = len(self.store.live_hosts())
+            hosts = len(self.store.hosts.live())
             where = f"the store {self.path}, " + (f"{hosts} host(s) live" if hosts else "no host running on it")
         else:
             info = self.remote.running(self.path)

@@ -511,20 +511,22 @@ class TurnRules:
             out.append(SetTimer("cancel_grace", msg.grace, 0))
         return out + self._advance() + ok
 
+    def stop_work(self, reason: str, cause: StopCause = "user") -> list[Decision]:
+        """What stops the turn's work now: an ``Abort`` of its stream in flight and a stop of
+        every running call. It changes nothing of the turn; every reason to stop work takes
+        this one path (a stop or cancel's end here, and in the TurnActor another host taking
+        the turn, its store not answering, the runtime closing)."""
+        s = self.state
+        abort: list[Decision] = [Abort(s.stream_id, reason, cause)] if s.phase == "streaming" and s.stream_id else []
+        return abort + self._interrupt_running("stop", reason, cause)
+
     def _halt(self) -> list[Decision]:
         """Stop now: abort the stream, interrupt every running call, end the turn."""
         cause, why = self._first_request()
-        out: list[Decision] = [Persist("stop_marker"), *self._abort_stream(why, cause)]
-        out += self._interrupt_running("stop", why, cause)
+        out: list[Decision] = [Persist("stop_marker"), *self.stop_work(why, cause)]
+        if self.state.phase == "streaming":
+            self._keep_partial_text()
         return out + self._end("cancelled" if self.state.cancel is not None else "stopped")
-
-    def _abort_stream(self, reason: str, cause: StopCause = "user") -> list[Decision]:
-        s = self.state
-        if s.phase != "streaming" or s.stream_id is None:
-            return []
-        abort = Abort(s.stream_id, reason, cause)
-        self._keep_partial_text()
-        return [abort]
 
     def _interrupt_running(
         self, mode: Literal["stop", "cancel"], reason: str, cause: StopCause = "user"
@@ -568,10 +570,14 @@ class TurnRules:
         return out + self._reply(msg, True, None, "", resumes_at if not s.paused else None)
 
     def _on_store_failed(self, msg: StoreFailed) -> list[Decision]:
+        """The store refused the turn's write (not an outage: that only delays the turn); the
+        turn, as last stored, ends with an error, its work stopped."""
         if self.state.phase == "finished":
             return []
-        out = self._abort_stream("the store failed") + self._interrupt_running("stop", "the store failed")
-        return out + self._end("error", ("store_error", f"the turn store failed: {msg.detail}"))
+        out = self.stop_work("the turn store refused its write")
+        if self.state.phase == "streaming":
+            self._keep_partial_text()
+        return out + self._end("error", ("store_error", f"the turn store refused its write: {msg.detail}"))
 
     # -- the end --------------------------------------------------------------------------
 
