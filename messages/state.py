@@ -15,15 +15,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .chat import ChatMessage, ToolCall, Usage
-from .control import StopCause, TurnOptions
+from .control import ControlReply, StopCause, TurnOptions
 from .events import FinishReason
 from .llm import ProviderConfig
 from .tool import ToolOutcome, ToolSpec
 
 __all__ = ["READABLE_VERSIONS", "CallState", "CallStatus", "Marker", "Phase", "SCHEMA_VERSION", "TurnState"]
 
-SCHEMA_VERSION = 3  # 2: trace contexts, tool configuration; 3: finish_mark
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4  # 2: trace contexts, tool configuration; 3: finish_mark; 4: answered commands, call keys
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "finished"]
 CallStatus = Literal["queued", "pending_approval", "decided", "running", "done"]
@@ -55,6 +55,7 @@ class CallState(_State):
     outcome: ToolOutcome | None = None
     content: str | None = None
     attempt: int = 0
+    key: str | None = None  # its idempotency key, made at its first run and kept for every attempt
 
 
 class TurnState(_State):
@@ -86,6 +87,9 @@ class TurnState(_State):
     updated_at: float = 0.0
     trace_context: dict[str, str] | None = None  # the turn's first span; a recovered turn's span is its child
     finish_mark: int = 0  # the history's length at the turn's last Finish (what the next one adds to)
+    # the answers to the last commands that changed the turn, by request id: one applied again
+    # (sent again after an outage that kept its answer from its sender) is answered the same
+    answered: dict[str, ControlReply] = Field(default_factory=dict)
 
     def call(self, call_id: str) -> CallState | None:
         for c in self.batch or ():

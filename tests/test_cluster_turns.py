@@ -258,6 +258,42 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
 
 @pytest.mark.heavy
 @pytest.mark.timeout(400)
+def test_a_host_cut_off_from_the_database_alone_stops_its_call_before_another_host_may_claim_the_turn(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Issue 30: only the host's route to PostgreSQL is cut; it still reaches the leader and
+    the provider. Its call has ended (its on_stop ran, its code returned) before the other
+    host's claim, whose time is the database's own."""
+    boot(cluster, [1, 2])
+    effect = tmp_path / "t_db"
+    cluster.scripts.add("t_db", use_tools(call("side_effect_timed", {"path": str(effect)})), say("resumed"))
+    cluster.ask(op="run", turn_id="t_db", prompt="t_db", tools=["side_effect_timed"], requires={"member": True})
+    cluster.ask(op="wait_progress", turn_id="t_db", timeout=60)
+    first = cluster.ask(op="host", turn_id="t_db")["host"]
+    cut = cluster.node_of(first)
+    cluster.cut_store(cut)
+    result = cluster.ask(op="result", turn_id="t_db", timeout=120)  # a host of the other member took it over
+    route = cluster.store().owners.route("t_db")
+    assert cluster.node_of(route.host_id) != cut
+    (_, started), (_, stopped), (_, ended) = (line.split() for f in ("", ".stopped", ".ended")
+                                              for line in Path(f"{effect}{f}").read_text().splitlines())
+    assert float(started) < float(stopped) <= float(ended) < route.claimed_at, (started, stopped, ended, route)
+    assert merged(result["events"]) == [
+        ["turn_started"],
+        ["tool_call_started", "call_1"],
+        ["tool_progress", "call_1"],
+        ["tool_finished", "call_1", "interrupted"],
+        ["text", "resumed"],
+        ["finish", "stop"],
+    ]
+    assert [e[0] for e in result["events"]] == list(range(len(result["events"])))
+    cluster.heal(cut)
+    assert stored(cluster, "t_db") == result["events"]  # nothing written by the cut-off host
+    assert len(effect.read_text().splitlines()) == 1  # the call ran once
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(400)
 def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_members_rejoin_a_new_leader(
     cluster: Cluster, tmp_path: Path
 ) -> None:

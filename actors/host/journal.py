@@ -8,11 +8,11 @@ with the job (``on_result(value, error)``), so the host keeps handling stops, ti
 other turns while the store is slow or away.
 
 - **writes are retried** while the store cannot be reached (``StoreUnavailable``): with a
-  growing pause (``BACKOFF``), as long as the writing turn is still here (``forget`` drops
-  a turn's writes). A write is idempotent (``base.TurnWrite``), so a retry after a commit
-  whose answer was lost stores nothing twice. ``Fenced`` and a final ``StoreError`` end the
-  write and are answered;
-- the writes waiting for one turn are written as one (``TurnWrite.then``), and answered
+  growing pause (``BACKOFF``), for as long as their writer wants them (``forget(writer)``
+  drops a writer's writes: a turn whose work stopped here). A write is idempotent
+  (``base.TurnWrite``), so a retry after a commit whose answer was lost stores nothing
+  twice. ``Fenced`` and a final ``StoreError`` end the write and are answered;
+- the writes waiting from one writer are written as one (``TurnWrite.then``), and answered
   together, in order; writes come before the reads asked for after them;
 - ``stuck_since``: since when the write at the head has been failing (None while the
   store answers), which the host watches.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ log = logger("greenroom.store")
 class _Write:
     write: TurnWrite
     done: Done
+    writer: object  # whose write: a TurnActor's write-ahead
 
 
 @dataclass
@@ -52,7 +54,6 @@ class _Read:
     call: Callable[[TurnStore], Any]
     done: Done
     retry: bool  # retried like a write while the store cannot be reached (a claim, say)
-    turn_id: str | None = None
 
 
 class Journal:
@@ -65,31 +66,27 @@ class Journal:
         self._clock = clock
         self._jobs: deque[_Write | _Read] = deque()
         self._cond = threading.Condition()
-        self._forgotten: set[str] = set()
+        self._forgotten: weakref.WeakSet[Any] = weakref.WeakSet()  # the writers whose writes are dropped
         self._closed = False
         self.stuck_since: float | None = None
         self._thread = threading.Thread(target=self._run, name="greenroom-journal", daemon=True)
         self._thread.start()
 
-    def write(self, write: TurnWrite, done: Done) -> None:
-        """Write ``write``; ``done(None, error)``: error None (written), ``Fenced`` or a final ``StoreError``."""
-        self._put(_Write(write, done))
+    def write(self, write: TurnWrite, done: Done, writer: object) -> None:
+        """Write ``write`` (for ``writer``); ``done(None, error)``: error None (written),
+        ``Fenced`` or a final ``StoreError``."""
+        self._put(_Write(write, done, writer))
 
-    def read(self, call: Callable[[TurnStore], Any], done: Done, *, retry: bool = False, turn_id: str | None = None) -> None:
+    def read(self, call: Callable[[TurnStore], Any], done: Done, *, retry: bool = False) -> None:
         """Run ``call(store)``; ``done(value, None)`` or ``done(None, error)``. With ``retry``,
-        tried again while the store cannot be reached (and ``turn_id``, if given, is here)."""
-        self._put(_Read(call, done, retry, turn_id))
+        tried again while the store cannot be reached."""
+        self._put(_Read(call, done, retry))
 
-    def forget(self, turn_id: str) -> None:
-        """The turn's work stopped here: its writes still queued are dropped, unanswered."""
+    def forget(self, writer: object) -> None:
+        """``writer``'s work stopped here: its writes not yet done are dropped, unanswered."""
         with self._cond:
-            self._forgotten.add(turn_id)
+            self._forgotten.add(writer)
             self._cond.notify()
-
-    def remember(self, turn_id: str) -> None:
-        """The turn runs here again (claimed back): its writes are written."""
-        with self._cond:
-            self._forgotten.discard(turn_id)
 
     def close(self) -> None:
         with self._cond:
@@ -119,30 +116,28 @@ class Journal:
                 if self._closed:
                     return
                 jobs, self._jobs = list(self._jobs), deque()
-            writes: dict[str, tuple[TurnWrite, list[Done]]] = {}
+            writes: dict[object, tuple[TurnWrite, list[Done]]] = {}  # by writer, in order
             reads: list[_Read] = []
             for job in jobs:
                 if isinstance(job, _Read):
                     reads.append(job)
                     continue
-                w = job.write
-                if w.turn_id in writes and writes[w.turn_id][0].owner == w.owner:
-                    merged, dones = writes[w.turn_id]
-                    writes[w.turn_id] = (merged.then(w), [*dones, job.done])
+                key = job.writer
+                if key in writes:
+                    merged, dones = writes[key]
+                    writes[key] = (merged.then(job.write), [*dones, job.done])
                 else:
-                    if w.turn_id in writes:  # another owner (claimed again): write the first on its own
-                        self._write(*writes.pop(w.turn_id))
-                    writes[w.turn_id] = (w, [job.done])
-            for write, dones in writes.values():
-                self._write(write, dones)
+                    writes[key] = (job.write, [job.done])
+            for key, (write, dones) in writes.items():
+                self._write(key, write, dones)
             for read in reads:
                 self._read(read)
 
-    def _write(self, write: TurnWrite, dones: list[Done]) -> None:
+    def _write(self, writer: object, write: TurnWrite, dones: list[Done]) -> None:
         error: BaseException | None = None
         attempt = 0
         while True:
-            if self._gone(write.turn_id):
+            if self._gone(writer):
                 return
             try:
                 self.store.log.write(write)
@@ -166,8 +161,6 @@ class Journal:
     def _read(self, read: _Read) -> None:
         attempt = 0
         while True:
-            if read.turn_id is not None and self._gone(read.turn_id):
-                return
             try:
                 value = read.call(self.store)
             except StoreUnavailable as exc:
@@ -199,6 +192,6 @@ class Journal:
                 self._cond.wait(BACKOFF[min(attempt, len(BACKOFF) - 1)])
             return not self._closed
 
-    def _gone(self, turn_id: str) -> bool:
+    def _gone(self, writer: object) -> bool:
         with self._cond:
-            return turn_id in self._forgotten or self._closed
+            return writer in self._forgotten or self._closed

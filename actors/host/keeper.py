@@ -100,7 +100,7 @@ class StoreKeeper:
 
     def _adopt(self, claimed: list[Claimed]) -> None:
         for c in claimed:
-            self.host.registry.adopt(c)
+            self.host.registry.adopt(c, "takeover")
 
     def fence(self) -> None:
         """The fence point: unless a renewal moved it on, every turn's work stops here now."""

@@ -34,12 +34,13 @@ from messages import StartTurn, StopTurn, Subscribe, TurnCommand, reply_for, una
 from ..logs import logger
 from ..store.base import Route
 from ..turn.decisions import StoreFailed
+from ..turn.rules import Recovery
 from ..wire.protocol import Find, Found, Locate, Located, Recover, Recovered, Relay
 from .durable import Claimed, StoredSender
 from .held import HeldCommands
 from .ports import RegistryHost
 from .subscriptions import whole_finish
-from .turn_actor import RECOVER, STORED_COMMANDS, Suspension, TurnActor
+from .turn_actor import STORED_COMMANDS, RecoverTurn, Suspension, TurnActor
 
 __all__ = ["TurnRegistry"]
 
@@ -63,6 +64,7 @@ class TurnRegistry:
         self.suspended: dict[str, str | None] = {}  # turn id -> why the store refused it (None: an outage)
         self.reclaiming: set[str] = set()
         self.failing: set[str] = set()  # claimed back to end with an error: the store refused a write
+        self.parked: dict[str, list[tuple[Any, Any]]] = {}  # messages for suspended turns, till they are claimed
         self.recovered = False  # its directory's recovery plan has been carried out
 
     # -- messages that name a turn --------------------------------------------------------
@@ -83,10 +85,21 @@ class TurnRegistry:
         turn, host = self.turns.get(msg.turn_id), self.host
         if turn is not None:
             turn.tell(msg, sender)
+        elif msg.turn_id in self.suspended:
+            self.parked.setdefault(msg.turn_id, []).append((msg, sender))
         elif msg.turn_id in self.ended and host.durable is None:
             host.reply(sender, reply_for(msg, False, "turn_finished", f"turn {msg.turn_id} has ended"))
         else:
             self._hold(msg.turn_id, msg, sender)  # with a store: replayed from it if it has ended
+
+    def redeliver(self, msg: Any, sender: Any) -> None:
+        """A start, command or subscription a turn had not answered when its work stopped here."""
+        if isinstance(msg, StartTurn):
+            self.start(msg, sender)
+        elif isinstance(msg, Subscribe):
+            self.subscribe(msg, sender)
+        else:
+            self.command(msg, sender)
 
     def to_turn(self, msg: Any, sender: Any) -> None:
         """To the turn's own mailbox, if it is here (else it is moot)."""
@@ -103,6 +116,8 @@ class TurnRegistry:
         turn = self.turns.get(tid)
         if turn is not None:
             turn.tell(msg, sender)
+        elif tid in self.suspended:  # answered once the turn is claimed back, or where it went
+            self.parked.setdefault(tid, []).append((msg, sender))
         elif tid in self.ended:
             self._answer_for_ended(msg, sender, self.ended[tid])
         else:
@@ -245,21 +260,21 @@ class TurnRegistry:
 
         durable.recover(ids, msg.force, recovered)
 
-    def adopt(self, claimed: Claimed) -> None:
-        """Carry on a turn this host claimed in the store: the commands queued in the store
-        first, then those held here for it; one whose store refused a write ends with an error."""
+    def adopt(self, claimed: Claimed, why: Recovery = "restart") -> None:
+        """Carry on a turn this host claimed in the store (``why``: see ``TurnRules.recover``):
+        the commands queued in the store first, then those held here for it; one whose store
+        refused a write ends with an error."""
         state, tid = claimed.state, claimed.state.turn_id
         if tid in self.turns:
             return
         turn = self.turns[tid] = TurnActor.recovering(self.host, state, claimed.owner)
-        self.host.journal.remember(tid)  # type: ignore[union-attr]
         refused = self.suspended.pop(tid, None)
         for command_id, command in claimed.commands:
             turn.applied.add(command_id)
             turn.tell(command, StoredSender(command_id))
-        for command, who in self.held.claim(tid):
+        for command, who in self.parked.pop(tid, []) + self.held.claim(tid):
             turn.tell(command, who)
-        turn.tell(RECOVER if refused is None else StoreFailed(refused), None)
+        turn.tell(RecoverTurn(why) if refused is None else StoreFailed(refused), None)
 
     def suspended_here(self, turn: TurnActor, kind: Suspension, why: str) -> None:
         """``turn``'s work stopped here without an end: forgotten; claimed back when the store
@@ -289,10 +304,12 @@ class TurnRegistry:
         def claimed(found: list[Claimed], errors: dict[str, str]) -> None:
             self.reclaiming.difference_update(ids)
             for c in found:
-                self.adopt(c)
+                self.adopt(c, "store")
             for tid in ids:  # another host has it now, or it has ended: not this host's
                 if tid not in self.turns and tid not in errors:
                     self.suspended.pop(tid, None)
+                    for message, who in self.parked.pop(tid, []):  # to where it went
+                        self.redeliver(message, who)
 
         durable.recover(ids, False, claimed, retry=True)
 

@@ -76,7 +76,7 @@ from ..turn.decisions import (
     Stream,
     TakeStep,
 )
-from ..turn.rules import TurnRules
+from ..turn.rules import Recovery, TurnRules
 from .durable import StoredSender
 from .outbox import encode_event
 from .ports import TurnHostFace
@@ -137,6 +137,10 @@ class TurnActor(LocalActor):
     # -- inputs ---------------------------------------------------------------------------
 
     def receive(self, message: Any, sender: Any) -> None:
+        if self.gone:  # its work stopped here: a command or subscription goes to whoever carries it on
+            if isinstance(message, (TurnCommand, Subscribe)):
+                self.host.redeliver(message, sender)
+            return
         if self.meter is not None:
             self.meter.received(message)
         logger = log()
@@ -170,7 +174,7 @@ class TurnActor(LocalActor):
         return self.readers.let_go(self.ended_at)
 
     def receiveMsg_RecoverTurn(self, message: RecoverTurn, sender: Any) -> None:
-        self._apply(self.rules.recover(), None)
+        self._apply(self.rules.recover(message.why), None)
 
     def receiveMsg_StoredCommands(self, message: StoredCommands, sender: Any) -> None:
         self._take_stored_commands()
@@ -194,7 +198,7 @@ class TurnActor(LocalActor):
                 verdict = "approved" if r.approved else "denied"
                 why = f" ({r.reason})" if r.reason else ""
                 log().info("turn %s: call %s %s%s", self.turn_id, r.call_id, verdict, why)
-        self._apply(self.rules.handle(message), sender)
+        self._apply(self.rules.handle(message), sender, message)
 
     def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
         """Everything else is the rules' (stream messages, tool results, timers, losses)."""
@@ -227,7 +231,7 @@ class TurnActor(LocalActor):
 
     # -- carrying decisions out ---------------------------------------------------------
 
-    def _apply(self, decisions: list[Decision], sender: Any) -> None:
+    def _apply(self, decisions: list[Decision], sender: Any, command: Any = None) -> None:
         if self.gone:
             return
         encoded = [(d.event, encode_event(d.event)) for d in decisions if isinstance(d, Emit)]
@@ -239,7 +243,7 @@ class TurnActor(LocalActor):
             write = transition(self.state, self.owner, decisions, encoded, sender)
         except StoreError as exc:  # its state cannot be encoded: this turn alone fails
             return self.suspend(str(exc), "refused")
-        self.ahead.apply(decisions, encoded, sender, write)
+        self.ahead.apply(decisions, encoded, sender, write, command)
 
     def _write_failed(self, error: BaseException) -> None:
         """The store answered a write of this turn with ``Fenced``, or refused it."""
@@ -298,9 +302,8 @@ class TurnActor(LocalActor):
         if kind != "closing":
             log().warning("turn %s: %s; its work here stops", self.turn_id, why)
         self._carry_out(self.rules.stop_work("the turn moved to another host" if kind == "moved" else why), [], None)
-        if self.ahead is not None:
-            self.ahead.stop()
-            self.host.journal.forget(self.turn_id)  # type: ignore[union-attr]
+        unstarted = self.start is not None and self.ahead is not None and not self.ahead.stored_once
+        unanswered = self.ahead.stop() if self.ahead is not None else []
         owner = self.owner
         moved = Error(
             turn_id=self.turn_id, seq=-1, error_type="turn_moved", message=why,
@@ -311,7 +314,13 @@ class TurnActor(LocalActor):
             self.readers.drop_all()
         else:
             self.readers.tell_all(moved)
-        self.host.suspended(self, kind, why)
+        if unstarted and kind == "store":  # never stored: it starts again, from its StartTurn
+            self.host.forget(self)
+            unanswered.insert(0, self.start)  # type: ignore[arg-type]
+        else:
+            self.host.suspended(self, kind, why)
+        for command, sender in unanswered:  # their effect is not stored: applied where the turn goes on
+            self.host.redeliver(command, sender)
 
     def _wind_down(self) -> None:
         if self.ended:
@@ -337,13 +346,13 @@ def _log_event(event: TurnEvent, state: TurnState) -> None:
         )
 
 
+@dataclass(frozen=True)
 class RecoverTurn:
-    """Carry on a turn loaded from the store (sent once, by its host)."""
+    """Carry on a turn loaded from the store (sent once, by its host), and why it was loaded."""
+
+    why: Recovery = "restart"
 
     kind = "recover"
-
-
-RECOVER = RecoverTurn()
 
 
 class StoredCommands:

@@ -207,6 +207,9 @@ class TurnHost(Dispatcher):
     def suspended(self, turn: TurnActor, kind: Suspension, why: str) -> None:
         self.registry.suspended_here(turn, kind, why)
 
+    def redeliver(self, message: Any, sender: Any) -> None:
+        self.registry.redeliver(message, sender)
+
     def turn_ended(self, turn: TurnActor) -> None:
         self.registry.turn_ended(turn)
 

@@ -56,6 +56,7 @@ class _Held:
     encoded: Encoded
     sender: Any
     written: bool = False
+    command: Any = None  # the command these decisions answer, if one does
 
 
 class WriteAhead:
@@ -69,32 +70,44 @@ class WriteAhead:
         self.stored_once = False  # a write of this turn was stored (a new turn's id is its own)
         self.stopped = False
 
-    def apply(self, decisions: list[Decision], encoded: Encoded, sender: Any, write: TurnWrite | None) -> None:
-        """Carry ``decisions`` out once ``write`` (theirs; None: nothing to write) and every
-        write before it are stored; what stops work, at once."""
+    def apply(
+        self, decisions: list[Decision], encoded: Encoded, sender: Any, write: TurnWrite | None, command: Any = None
+    ) -> None:
+        """Carry ``decisions`` (made for ``command``, if a command made them) out once
+        ``write`` (theirs; None: nothing to write) and every write before it are stored;
+        what stops work, at once."""
         if self.stopped:
             return
         stops: list[Decision] = [d for d in decisions if isinstance(d, (Abort, Interrupt))]
         if stops:
             self._carry_out(stops, [], None)
             decisions = [d for d in decisions if not isinstance(d, (Abort, Interrupt))]
-        held = _Held(decisions, encoded, sender, written=write is None)
+        held = _Held(decisions, encoded, sender, written=write is None, command=command)
         self._waiting.append(held)
         if write is None:
             self._release()
         else:
-            self._journal.write(write, lambda _, error: self._written(held, error))
+            self._journal.write(write, lambda _, error: self._written(held, error), self)
 
-    def stop(self) -> None:
-        """Nothing more is carried out or written for this turn here."""
+    def stop(self) -> list[tuple[Any, Any]]:
+        """Nothing more is carried out or written for this turn here (its writes not yet
+        done are dropped); the commands whose
+        answers waited (``(command, sender)``: their effect is not stored, or not known to
+        be), to be sent again to whoever carries the turn on. One from the store's inbox is
+        left there: it is read again with the turn."""
         self.stopped = True
+        self._journal.forget(self)
+        unanswered = [
+            (h.command, h.sender) for h in self._waiting
+            if h.command is not None and h.sender is not None and not isinstance(h.sender, StoredSender)
+        ]  # fmt: skip
         self._waiting.clear()
+        return unanswered
 
     def _written(self, held: _Held, error: BaseException | None) -> None:
         if self.stopped:
             return
         if error is not None:
-            self.stop()
             return self._failed(error)
         held.written = self.stored_once = True
         self._release()

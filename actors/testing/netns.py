@@ -225,6 +225,20 @@ def partition(ns: Namespace, device: str) -> None:
     _run("ip", "netns", "exec", ns.name, "nft", "-f", "-", stdin=rules)
 
 
+def cut_from(ns: Namespace, device: str, address: str, port: int) -> None:
+    """Drop the packets between ``ns`` and ``address:port`` (TCP), through ``device``, until
+    ``heal``: a link cut to one server alone (a database), every other connection untouched."""
+    rules = (
+        f"table netdev {_PARTITION} {{\n"
+        f'  chain ingress {{ type filter hook ingress device "{device}" priority -500; policy accept;\n'
+        f"    ip saddr {address} tcp sport {port} drop\n  }}\n"
+        f'  chain egress {{ type filter hook egress device "{device}" priority -500; policy accept;\n'
+        f"    ip daddr {address} tcp dport {port} drop\n  }}\n"
+        "}\n"
+    )
+    _run("ip", "netns", "exec", ns.name, "nft", "-f", "-", stdin=rules)
+
+
 def heal(ns: Namespace) -> None:
     """Remove the partition of ``ns``: packets flow again, and connections that did not time out go on."""
     _run("ip", "netns", "exec", ns.name, "nft", "delete", "table", "netdev", _PARTITION)

@@ -20,6 +20,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -92,17 +93,59 @@ class ThrowawayPostgres:
             auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
         try:
             subprocess.run(self._cmd(initdb, "-D", str(data), "-U", "greenroom", *auth, "-E", "UTF8"), **quiet)  # type: ignore[call-overload]
-            options = f"-c listen_addresses={self.host} -p {self.port} -k {sockets} -c fsync=off"
+            self._options = f"-c listen_addresses={self.host} -p {self.port} -k {sockets} -c fsync=off"
             if self.host not in ("127.0.0.1", "localhost", "::1"):  # the nodes of a test's own network
                 with open(data / "pg_hba.conf", "a") as hba:
                     hba.write("host all all samenet trust\n")
-            start = [pg_ctl, "-D", str(data), "-o", options, "-l", str(logfile), "-w", "-t", "60", "start"]
-            subprocess.run(self._cmd(*start), **quiet)  # type: ignore[call-overload]
+            self.start()
             self.create_database(self.database)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    # -- faults: the server crashed, started again, paused ---------------------------------------
+
+    def start(self) -> None:
+        """Start the server (again, after ``crash``: same data, same port), waiting until it accepts."""
+        assert self._dir is not None
+        found = binaries()
+        assert found is not None
+        data, logfile = self._dir / "data", self._dir / "log"
+        start = [found[1], "-D", str(data), "-o", self._options, "-l", str(logfile), "-w", "-t", "60", "start"]
+        subprocess.run(self._cmd(*start), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120, check=True)
+
+    def crash(self) -> None:
+        """Stop the server as a crash does (``pg_ctl stop -m immediate``: no checkpoint, every
+        connection cut); ``start`` brings it back with what it had committed."""
+        assert self._dir is not None
+        found = binaries()
+        assert found is not None
+        stop = [found[1], "-D", str(self._dir / "data"), "-m", "immediate", "-w", "-t", "30", "stop"]
+        subprocess.run(self._cmd(*stop), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60, check=True)
+
+    def processes(self) -> list[int]:
+        """The postmaster and every process under it."""
+        from ..lifecycle.processes import descendants
+
+        assert self._dir is not None
+        pid = int((self._dir / "data" / "postmaster.pid").read_text().split()[0])
+        return [pid, *descendants(pid)]
+
+    def pause(self) -> list[int]:
+        """SIGSTOP the server's processes: it still answers TCP (the kernel does), and nothing
+        else, until ``resume``; the processes stopped."""
+        stopped = self.processes()
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        return stopped
+
+    def resume(self, stopped: list[int]) -> None:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
     def create_database(self, name: str) -> str:
         """A new, empty database on this server (``CREATE DATABASE``, through psycopg); its URL."""

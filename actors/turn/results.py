@@ -9,11 +9,18 @@ and why. These are the only three shapes; every process that ends a call uses th
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-__all__ = ["error_result", "interrupted_content", "ok_result"]
+__all__ = ["RECOVERED", "Recovery", "error_result", "interrupted_content", "ok_result"]
+
+Recovery = Literal["restart", "takeover", "store"]  # why a turn was loaded from its store
+RECOVERED: dict[Recovery, tuple[str, str]] = {  # what happened to a call left running, and why the turn goes on
+    "restart": ("the runtime stopped while the call ran", "recovered after a restart"),
+    "takeover": ("its host was lost while the call ran", "another host took the turn over"),
+    "store": ("its host lost the turn store while the call ran", "the turn went on once the store answered"),
+}
 
 
 def ok_result(data: Any) -> str:

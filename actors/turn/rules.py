@@ -37,74 +37,33 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from messages import (
-    TURN_COMMANDS,
-    CallState,
-    CancelTurn,
-    ChatMessage,
-    Error,
-    Finish,
-    InterruptTool,
-    LLMCompleted,
-    LLMDeltas,
-    LLMFailed,
-    LLMRetrying,
-    Marker,
-    RejectCode,
-    ReportProgress,
-    RespondToApprovals,
-    StartTurn,
-    StopCause,
-    StopTool,
-    StopTurn,
-    StreamChat,
-    TextDelta,
-    ToolApprovalRequest,
-    ToolApprovalResponse,
-    ToolCallStarted,
-    ToolFinished,
-    ToolOutcome,
-    ToolProgress,
-    ToolResult,
-    ToolSpec,
-    TurnEvent,
-    TurnRetrying,
-    TurnStarted,
-    TurnState,
-    reply_for,
-)
+    TURN_COMMANDS, CallState, CancelTurn, ChatMessage, Error, Finish, InterruptTool, LLMCompleted, LLMDeltas,
+    LLMFailed, LLMRetrying, Marker, RejectCode, ReportProgress, RespondToApprovals, StartTurn, StopCause, StopTool,
+    StopTurn, StreamChat, TextDelta, ToolApprovalRequest, ToolApprovalResponse, ToolCallStarted, ToolFinished,
+    ToolOutcome, ToolProgress, ToolResult, ToolSpec, TurnEvent, TurnRetrying, TurnStarted, TurnState, reply_for,
+)  # fmt: skip
 from messages.events import FinishReason
 
 from .approvals import refusal
 from .assembly import StreamAssembly, StreamMessage
 from .calls import Fails, NeedsApproval, Runs, answered_before, classify, run_message
 from .decisions import (
-    Abort,
-    Decision,
-    Done,
-    Emit,
-    Interrupt,
-    Persist,
-    Reply,
-    ScheduleStep,
-    SetTimer,
-    Spawn,
-    StoreFailed,
-    Stream,
-    StreamLost,
-    TakeStep,
-    TimerFired,
-    ToolLost,
-)
+    Abort, Decision, Done, Emit, Interrupt, Persist, Reply, ScheduleStep, SetTimer, Spawn, StoreFailed, Stream,
+    StreamLost, TakeStep, TimerFired, ToolLost,
+)  # fmt: skip
 from .history import opening_problems
 from .priority import next_action, situation
-from .results import error_result, interrupted_content
+from .results import RECOVERED, Recovery, error_result, interrupted_content
 from .sanitize import safe_command, safe_message, safe_text
 
-__all__ = ["NeedsApproval", "TurnRules"]
+__all__ = ["NeedsApproval", "Recovery", "TurnRules"]
 
 
 def _static_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
     return spec.approval != "never"
+
+
+ANSWERS = 64  # the replies a turn keeps, by request id, so that a command sent again is applied once
 
 
 class TurnRules:
@@ -158,23 +117,26 @@ class TurnRules:
             return out + self._end("error", ("invalid_turn", "; ".join(problems)))
         return out + [Persist("started"), ScheduleStep()]
 
-    def recover(self) -> list[Decision]:
-        """Carry on a turn loaded from the store after a restart.
+    def recover(self, why: Recovery = "restart") -> list[Decision]:
+        """Carry on a turn loaded from the store: after a restart, on the host that took it
+        over from a lost one (``takeover``), or on the host that claimed it back once its
+        store answered again (``store``); each says so in what follows.
 
-        A stop marker ends the turn stopped; a stream that died is asked for again; a call
-        that was running is closed as interrupted, or run again with the same idempotency
-        key if its tool is ``retry_safe``; recorded results never run again; a pause stays a
-        pause (its ``Finish`` is not repeated) and its approval timeout keeps its deadline.
+        A stop marker ends the turn stopped; a stream that died is asked for again (its
+        partial text was streamed, not kept: a ``TurnRetrying`` says to drop it); a call that
+        was running is closed as interrupted, or run again with the same idempotency key if
+        its tool is ``retry_safe``; recorded results never run again; a pause stays a pause
+        (its ``Finish`` is not repeated) and its approval timeout keeps its deadline.
         """
         s = self.state
         if s.phase in ("finished", "created"):
             return self.start() if s.phase == "created" else []
+        what, reason = RECOVERED[why]
         out: list[Decision] = []
         if s.phase == "streaming":
             s.phase, s.stream_id = "idle", None
             if s.stop is None:
-                reason = "recovered after a restart: asking the model again"
-                out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason=reason))
+                out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason=f"{reason}: asking the model again"))
         for cs in s.batch or ():
             if cs.status != "running" or s.stop is not None:
                 continue
@@ -182,8 +144,7 @@ class TurnRules:
             if spec is not None and spec.retry_safe and s.cancel is None:
                 out.extend(self._spawn(cs, spec))
             else:
-                why = interrupted_content("the runtime stopped while the call ran", "recovered after a restart")
-                out.extend(self._done(cs, "interrupted", why))
+                out.extend(self._done(cs, "interrupted", interrupted_content(what, reason)))
         if s.commit_pending:
             out.append(SetTimer("commit", s.options.approval_window, s.round))
         if s.pending_approvals and s.approval_deadline is not None:
@@ -196,14 +157,28 @@ class TurnRules:
 
     def handle(self, msg: Any) -> list[Decision]:
         """Apply one input and return what to do. An input that changes nothing returns [];
-        a refused command returns only its ``Reply`` and changes nothing, not even a time."""
+        a refused command returns only its ``Reply`` and changes nothing, not even a time. A
+        command whose ``request_id`` the turn has answered before, with a change, is not
+        applied again: it gets the same answer (``TurnState.answered``)."""
         if isinstance(msg, TURN_COMMANDS):
+            rid = getattr(msg, "request_id", None)
+            if rid is not None and rid in self.state.answered:
+                return [Reply(self.state.answered[rid])]
             msg = safe_command(msg)  # a reason becomes history and events: it must be valid text
         handler = _HANDLERS.get(type(msg))
         out = handler(self, msg) if handler is not None else []
         if any(not isinstance(d, Reply) for d in out):
             self.state.updated_at = self._clock()
+        if any(isinstance(d, Persist) for d in out):
+            self._remember_answers(out)
         return out
+
+    def _remember_answers(self, out: list[Decision]) -> None:
+        """The replies to commands that changed the turn, kept with it (the last ``ANSWERS``)."""
+        kept = self.state.answered
+        kept.update((d.reply.request_id, d.reply) for d in out if isinstance(d, Reply) and d.reply.ok and d.reply.request_id)
+        for rid in list(kept)[: max(0, len(kept) - ANSWERS)]:
+            del kept[rid]
 
     def _on_step(self, msg: TakeStep) -> list[Decision]:
         return self._advance(at_step=True)
@@ -290,13 +265,16 @@ class TurnRules:
     # -- the model's stream ---------------------------------------------------------------
 
     def _start_stream(self) -> list[Decision]:
+        """The next model call; its start is recorded, so a turn recovered mid-stream says it
+        asks again (``recover``)."""
         s = self.state
         s.streams += 1
         s.stream_id = f"{s.turn_id}/s{s.streams}"
         s.phase = "streaming"
         self._stream = StreamAssembly(s.stream_id)
         tools = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in s.tools]
-        return [Stream(StreamChat(stream_id=s.stream_id, provider=s.provider, messages=list(s.messages), tools=tools))]
+        chat = StreamChat(stream_id=s.stream_id, provider=s.provider, messages=list(s.messages), tools=tools)
+        return [Persist("stream_started"), Stream(chat)]
 
     def _on_stream_message(self, msg: StreamMessage) -> list[Decision]:
         if self.state.phase != "streaming" or self._stream is None:
