@@ -76,12 +76,12 @@ class ThrowawayPostgres:
         found = binaries()
         if found is None:
             raise RuntimeError("PostgreSQL is not installed (no initdb and pg_ctl on PATH or in /usr/lib/postgresql)")
-        initdb, pg_ctl = found
+        initdb = found[0]
         self._dir = Path(tempfile.mkdtemp(prefix="greenroom-pg-"))
         if self._run_as:
             entry = pwd.getpwnam(self._run_as)
             os.chown(self._dir, entry.pw_uid, entry.pw_gid)
-        data, sockets, logfile = self._dir / "data", self._dir, self._dir / "log"
+        data, sockets = self._dir / "data", self._dir
         self.port = _free_port(self.host)
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "timeout": 120, "check": True}
         auth = ["--auth=trust"]
