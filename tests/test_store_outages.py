@@ -176,3 +176,30 @@ def _sql(pg: ThrowawayPostgres, statement: str) -> list[tuple[object, ...]]:
 
     with psycopg.connect(pg.url(), autocommit=True) as conn:
         return list(conn.execute(statement).fetchall())
+
+
+# -- a failover of the database itself --------------------------------------------------------------
+
+
+def failover_url(primary: ThrowawayPostgres, standby: ThrowawayPostgres) -> str:
+    """libpq's multi-host URL: the first of the two that accepts writes."""
+    return primary.url().replace(
+        f"{primary.host}:{primary.port}", f"{primary.host}:{primary.port},{standby.host}:{standby.port}"
+    ) + "?target_session_attrs=read-write"
+
+
+def test_durable_turns_go_on_when_the_primary_dies_and_its_synchronous_standby_is_promoted(
+    pg: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    effects = tmp_path / "effects"
+    standby = pg.standby(synchronous=True)  # every commit is on the standby before it is acknowledged
+    url = failover_url(pg, standby)
+    with answers(effects) as provider, runtime(provider, url) as rt:
+        turns = [rt.run(f"turn {i}", tools=[T.append_key_now]) for i in range(4)]
+        streaming(turns)
+        pg.crash()
+        standby.promote()
+        for turn in turns:
+            ended_as_without_an_outage(turn, effects)
+    store = open_store(url)
+    assert [s.status for s in store.log.summaries()] == ["finished"] * 4
