@@ -340,3 +340,53 @@ async def inline_exiting_on_stop() -> str:
     ctx.report_progress({"pid": os.getpid()})
     await asyncio.sleep(300)
     return "woke"
+
+
+def _stop_callbacks(log: str) -> tuple[Any, Any]:
+    """The callbacks of issue 36's scenario, registered on the running call: ``a`` raises,
+    ``b`` is plain, ``c`` is closed before the stop. Returns (the cancellation, note)."""
+    cancel = ToolContext.current().cancellation
+
+    def note(line: str) -> None:
+        append_line(log, line)
+
+    def raises() -> None:
+        note("a")
+        raise RuntimeError("callback a raises")
+
+    cancel.on_stop(raises)
+    cancel.on_stop(lambda: note("b"))
+    closed = cancel.on_stop(lambda: note("c"))
+    closed.close()
+    return cancel, note
+
+
+@tool
+def stop_callbacks(log: str) -> str:
+    """Issue 36: register a, b, c (closed), then w while waiting to be stopped, then d."""
+    cancel, note = _stop_callbacks(log)
+    with cancel.on_stop(lambda: note("w")):
+        ToolContext.current().report_progress("waiting")
+        while not cancel.requested:
+            time.sleep(0.005)  # the tool's own work, until it sees its stop
+    cancel.on_stop(lambda: note("d"))  # after the stop: runs at once, here
+    note("d-returned")
+    cancel.throw_if_requested()
+    return "never"
+
+
+@tool(inline=True)
+async def inline_stop_callbacks(log: str) -> str:
+    """``stop_callbacks`` as an inline ``async def`` tool: its task is cancelled when it sees its stop."""
+    cancel, note = _stop_callbacks(log)
+    with cancel.on_stop(lambda: note("w")):
+        ToolContext.current().report_progress("waiting")
+        try:
+            while not cancel.requested:
+                await asyncio.sleep(0.005)  # the tool's own work, until it sees its stop
+        except asyncio.CancelledError:
+            pass  # seen as a cancelled task: the tool still has its cleanup to do
+    cancel.on_stop(lambda: note("d"))
+    note("d-returned")
+    cancel.throw_if_requested()
+    return "never"

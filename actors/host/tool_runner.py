@@ -18,8 +18,8 @@ with a tool message saying so; the turn goes on.
 Whatever order messages arrive in:
 
 - a call waiting for a process (more calls than the pool may fork) can be stopped or
-  cancelled while it waits: it never starts, and a cancelled one ends ``interrupted`` at
-  once; an interrupt that reaches a tool process before the call it is for is kept there
+  cancelled while it waits: it never starts, and ends ``interrupted`` at once (its turn
+  waits for every stopped call's end: this is this call's); an interrupt that reaches a tool process before the call it is for is kept there
   (``worker``), and the call never starts;
 - every process this host was lent is remembered with where it came from (this node's
   pool, a fresh isolated one, or a placed call's node), so a result that comes late, or
@@ -288,11 +288,11 @@ class ToolRunner:
         busy = self.calls.get(key)
         if busy is None:
             return
-        if busy.worker is None:  # still waiting for a process: it never starts
+        if busy.worker is None:  # still waiting for a process: it never starts, and ends now
             self._forget(key)
-            if msg.mode == "cancel":  # a stop has ended the call already; a cancel waits for this
-                why = interrupted_content("the call was cancelled before it started", msg.reason)
-                busy.turn.tell(_as_result(busy.run, ("interrupted", why)))
+            what = "the call was stopped" if msg.mode == "stop" else "the call was cancelled"
+            why = interrupted_content(f"{what} before it started", msg.reason)
+            busy.turn.tell(_as_result(busy.run, ("interrupted", why)))
             return
         if busy.where == "inline":
             busy.worker.tell(msg)  # in this host's mailboxes, run after this handler

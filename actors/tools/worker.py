@@ -10,10 +10,13 @@ subreaper, so a tool's double-forked daemon is re-parented to it and stays in re
 
 - when a call ends, whatever it left running below the worker gets SIGTERM, then SIGKILL
   after ``stop_grace``;
-- on stop: the ``on_stop`` callbacks run at once, every process below the worker gets
-  SIGTERM at once and SIGKILL after ``stop_grace``; a call still running then (a blocking
-  tool that ignores its flag) ends with its process: the worker exits and the pool
-  replaces it;
+- on stop: the ``on_stop`` callbacks start at once (each on its own thread; the tool sees
+  its flag once they are over, at most ``stop_grace / 2`` later: ``ToolActor``), every
+  process below the worker gets SIGTERM at once and SIGKILL after ``stop_grace``; the
+  call's ``WorkerResult`` leaves once the tool has returned and the callbacks are over. A
+  call still running at ``stop_grace`` (a blocking tool that ignores its flag) ends with its
+  process: the worker sends the call's result itself (``interrupted``, saying so), then
+  exits, and the pool replaces it;
 - after ``recycle_after`` calls the worker retires (says so with its last result);
 - a call placed on another node sends ``ToolAlive`` every ``heartbeat`` seconds.
 """
@@ -138,10 +141,10 @@ class ToolWorker(Dispatcher):
             elif kind == "result":
                 self._finish(call, payload)
 
-    def _finish(self, call: ToolActor, outcome: tuple[str, str]) -> None:
+    def _finish(self, call: ToolActor, outcome: tuple[str, str], retire: bool = False) -> None:
         call.finished = True
         self._call = None
-        retiring = self._recycle_after > 0 and self._calls >= self._recycle_after
+        retiring = retire or (self._recycle_after > 0 and self._calls >= self._recycle_after)
         self.send(self._host, WorkerResult(_result(call.run, outcome[0], outcome[1]), retiring=retiring))
         left = descendants(os.getpid())
         if left:  # what the call left running is the call's: end it
@@ -192,15 +195,22 @@ class ToolWorker(Dispatcher):
         elif what == "grace" and arg == self._generation:
             signal_all(descendants(os.getpid()), signal.SIGKILL)
             reap_children()
-            if self._call is not None:  # the call ignored its stop: it ends with this process
-                log().warning("tool call %s did not stop within its grace; its process exits", self._call.call_id)
-                self._retire()
+            self.receiveMsg_WatchMessage(None, None)  # a result the call reported meanwhile goes first
+            call = self._call
+            if call is not None:  # the call ignored its stop: it ends with this process
+                log().warning("tool call %s did not stop within its grace; its process exits", call.call_id)
+                grace = f"its stop grace ({call.run.stop_grace:g} s)"
+                outcome = call.abandon(f"the tool did not return within {grace} and its process was ended")
+                if outcome is None:  # its own result came just now
+                    self.receiveMsg_WatchMessage(None, None)
+                else:
+                    self._finish(call, outcome, retire=True)  # and this process exits
         elif what == "heartbeat" and arg == self._generation:
             self._alive()
 
     def _alive(self) -> None:
-        call = self._call
-        if call is None or call.stopping or self._exiting or call.run.heartbeat is None:
+        call = self._call  # a stopped call beats too, until it has ended: its host waits for its end
+        if call is None or self._exiting or call.run.heartbeat is None:
             return
         self.send(self._host, ToolAlive(turn_id=call.run.turn_id, call_id=call.call_id, node=self._node))
         self.wakeupAfter(timedelta(seconds=call.run.heartbeat), payload=("heartbeat", self._generation))

@@ -22,6 +22,11 @@ max-rounds > the next LLM call, with a stop acting at once). Guarantees, each te
 - stop and cancel are idempotent: the first request decides the finish reason, its text and
   its cause, and every decision derived from it (abort, interrupts, synthesized tool
   messages, ``Error``) carries the same ones; a later stop still acts at once;
+- a stop aborts the stream and interrupts every running call at once, then waits: each
+  stopped call ends with the result its tool process reports (or, if none comes within
+  ``stop_grace + STOP_CONFIRM_MARGIN``, as interrupted, saying so), and the turn's
+  ``Finish(stopped)`` comes once no call is left; ``StopTool`` and a time limit do the same
+  for their call;
 - approvals commit in a timer after ``approval_window``, so a cancel already queued wins;
 - an input that changes nothing returns no decision and touches nothing, not even a time;
   a refused command returns only its ``Reply``.
@@ -97,10 +102,12 @@ from .decisions import (
 )
 from .history import opening_problems
 from .priority import next_action, situation
-from .results import error_result, interrupted_content
+from .results import error_result, interrupted_content, with_note
 from .sanitize import safe_command, safe_message, safe_text
 
-__all__ = ["NeedsApproval", "TurnRules"]
+__all__ = ["STOP_CONFIRM_MARGIN", "NeedsApproval", "TurnRules"]
+
+STOP_CONFIRM_MARGIN = 5.0  # seconds past stop_grace a stopped call's process has to report its end
 
 
 def _static_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
@@ -176,6 +183,9 @@ class TurnRules:
                 reason = "recovered after a restart: asking the model again"
                 out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason=reason))
         for cs in s.batch or ():
+            if cs.status == "stopping" and s.stop is None:  # it was stopped alone: its end is known
+                why = "recovered after a restart before its tool process reported its end"
+                out.extend(self._done(cs, cs.outcome or "interrupted", with_note(cs.content or "", why)))
             if cs.status != "running" or s.stop is not None:
                 continue
             spec = self._specs.get(cs.call.name)
@@ -222,7 +232,9 @@ class TurnRules:
         if msg.name == "commit" and s.commit_pending:
             return self._advance(commit_due=True)
         if msg.name.startswith("tool_timeout:"):
-            return self._on_tool_timeout(*msg.name.split(":")[1:])
+            return self._on_tool_timeout(*_timer_call(msg.name))
+        if msg.name.startswith("stop_backstop:"):
+            return self._on_stop_backstop(*_timer_call(msg.name))
         if msg.name == "approval_timeout" and s.pending_approvals:
             for cs in s.batch:
                 if cs.status == "pending_approval":
@@ -245,8 +257,11 @@ class TurnRules:
                 return out
             if action == "step":
                 return out + [ScheduleStep()]
+            if action == "halt":
+                out += self._halt()
+                continue
             if action == "stop":
-                return out + self._halt()
+                return out + self._end("cancelled" if self.state.cancel is not None else "stopped")
             if action == "cancel":
                 return out + self._end("cancelled")
             if action == "answer":
@@ -401,17 +416,24 @@ class TurnRules:
         return self._call_ended(msg.call_id, msg.outcome, safe_text(msg.content))
 
     def _on_tool_lost(self, msg: ToolLost) -> list[Decision]:
+        cs = self.state.call(msg.call_id)
+        if cs is not None and cs.status == "stopping":  # stopped, and its process is gone
+            return self._call_ended(msg.call_id, cs.outcome or "interrupted", with_note(cs.content or "", msg.message))
         return self._call_ended(msg.call_id, "failed", error_result(msg.message))
 
     def _call_ended(self, call_id: str, outcome: ToolOutcome, content: str) -> list[Decision]:
+        """A call's end, as its process reports it; a stopped call's too (what it reports
+        is kept, completed work included), but a time limit's failure stays its end."""
         s = self.state
         cs = s.call(call_id)
-        if s.phase == "finished" or cs is None or cs.status != "running":
-            return []  # a call that was stopped, or a duplicate: the first end wins
+        if s.phase == "finished" or cs is None or cs.status not in ("running", "stopping"):
+            return []  # a duplicate, or the turn has ended: the first end wins
+        if cs.status == "stopping" and cs.outcome == "failed":
+            outcome, content = "failed", cs.content or content
         return self._done(cs, outcome, content) + [Persist("tool_result")] + self._advance()
 
     def _on_tool_timeout(self, call_id: str, attempt: str) -> list[Decision]:
-        """A call that outlived its time limit is stopped and fails, saying so."""
+        """A call that outlived its time limit is stopped, and fails saying so once it has ended."""
         s = self.state
         cs = s.call(call_id)
         if cs is None or cs.status != "running" or str(cs.attempt) != attempt:
@@ -419,10 +441,30 @@ class TurnRules:
         spec = self._specs[cs.call.name]
         limit = spec.timeout if spec.timeout is not None else s.options.tool_timeout
         reason = f"Tool '{cs.call.name}' timed out after {limit:g} s"
-        interrupt = Interrupt(
-            InterruptTool(turn_id=s.turn_id, call_id=call_id, mode="stop", reason=reason, attempt=cs.attempt)
+        return self._stop_call(cs, reason, "failed", error_result(reason)) + [Persist("call_stopping")]
+
+    def _stop_call(
+        self, cs: CallState, reason: str, outcome: ToolOutcome, content: str, cause: StopCause = "user"
+    ) -> list[Decision]:
+        """Interrupt a running call: it is ``stopping`` until its process reports its end, or
+        its backstop timer fires; ``outcome`` and ``content`` are its end in that case."""
+        s = self.state
+        cs.status, cs.outcome, cs.content = "stopping", outcome, content
+        stop = InterruptTool(
+            turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason=reason, cause=cause, attempt=cs.attempt
         )
-        return [interrupt, *self._done(cs, "failed", error_result(reason)), Persist("tool_result"), *self._advance()]
+        backstop = SetTimer(f"stop_backstop:{cs.call.id}:{cs.attempt}", s.options.stop_grace + STOP_CONFIRM_MARGIN, s.round)
+        return [Interrupt(stop), backstop]
+
+    def _on_stop_backstop(self, call_id: str, attempt: str) -> list[Decision]:
+        """A stopped call whose process never reported its end (its node vanished, say)
+        ends now with the end it was given when it was stopped, saying so: never a hang."""
+        s = self.state
+        cs = s.call(call_id)
+        if cs is None or cs.status != "stopping" or str(cs.attempt) != attempt:
+            return []
+        note = f"its tool process did not report its end within {s.options.stop_grace + STOP_CONFIRM_MARGIN:g} s"
+        return self._call_ended(call_id, cs.outcome or "interrupted", with_note(cs.content or "", note))
 
     def _on_progress(self, msg: ReportProgress) -> list[Decision]:
         cs = self.state.call(msg.call_id)
@@ -512,11 +554,18 @@ class TurnRules:
         return out + self._advance() + ok
 
     def _halt(self) -> list[Decision]:
-        """Stop now: abort the stream, interrupt every running call, end the turn."""
+        """Stop now: abort the stream, interrupt every running call; the turn ends once each
+        has reported its end (``next_action`` rows 2 to 4)."""
+        s = self.state
         cause, why = self._first_request()
         out: list[Decision] = [Persist("stop_marker"), *self._abort_stream(why, cause)]
-        out += self._interrupt_running("stop", why, cause)
-        return out + self._end("cancelled" if self.state.cancel is not None else "stopped")
+        if s.phase == "streaming":
+            s.phase = "idle"
+        what = "the turn was cancelled" if s.cancel is not None else "the turn was stopped"
+        for cs in s.batch or ():
+            if cs.status == "running":
+                out += self._stop_call(cs, why, "interrupted", interrupted_content(what, why), cause)
+        return out
 
     def _abort_stream(self, reason: str, cause: StopCause = "user") -> list[Decision]:
         s = self.state
@@ -556,15 +605,14 @@ class TurnRules:
             return self._reply(msg, False, "unknown_call", f"call {msg.call_id!r} is not running in turn {s.turn_id}")
         if cs.status == "done":
             return self._reply(msg, False, "not_waiting", f"call {msg.call_id!r} has already finished")
-        out: list[Decision] = []
+        if cs.status == "stopping":
+            return self._reply(msg, True, None, "no effect")
         resumes_at = s.next_seq if s.paused else None  # ending the last waiting call resumes the turn
-        if cs.status == "running":
-            stop = InterruptTool(
-                turn_id=s.turn_id, call_id=msg.call_id, mode="stop", reason=msg.reason, attempt=cs.attempt
-            )
-            out.append(Interrupt(stop))
-        out += self._done(cs, "interrupted", interrupted_content("the call was stopped", msg.reason))
-        out += [Persist("tool_result")] + self._advance()
+        stopped = interrupted_content("the call was stopped", msg.reason)
+        if cs.status == "running":  # it ends once its process has reported its end
+            out = self._stop_call(cs, msg.reason, "interrupted", stopped) + [Persist("call_stopping")]
+            return out + self._reply(msg, True, None, "", resumes_at)
+        out = self._done(cs, "interrupted", stopped) + [Persist("tool_result")] + self._advance()
         return out + self._reply(msg, True, None, "", resumes_at if not s.paused else None)
 
     def _on_store_failed(self, msg: StoreFailed) -> list[Decision]:
@@ -613,6 +661,12 @@ class TurnRules:
         if ok and getattr(command, "request_id", None) is None:
             return []
         return [Reply(reply_for(command, ok, code, message, turn_id=self.state.turn_id, resumes_at=resumes_at))]
+
+
+def _timer_call(name: str) -> tuple[str, str]:
+    """``(call_id, attempt)`` of a call's timer, ``"{what}:{call_id}:{attempt}"``."""
+    call_id, _, attempt = name.partition(":")[2].rpartition(":")
+    return call_id, attempt
 
 
 _HANDLERS: dict[type, Callable[[TurnRules, Any], list[Decision]]] = {
