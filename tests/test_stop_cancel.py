@@ -13,8 +13,18 @@ import pytest
 from actors import Runtime
 from actors.providers.openai import to_openai_message
 from actors.testing import ScriptedProvider, call, say, use_tools
-from actors.turn.results import interrupted_content
-from messages import ChatMessage, Error, Finish, StopTurn, TextDelta, ToolCallStarted, ToolProgress, TurnOptions
+from actors.turn.results import interrupted_content, with_note
+from messages import (
+    ChatMessage,
+    Error,
+    Finish,
+    StopTurn,
+    TextDelta,
+    ToolCallStarted,
+    ToolFinished,
+    ToolProgress,
+    TurnOptions,
+)
 
 from . import tools_for_tests as T
 from .conftest import group_members
@@ -280,7 +290,6 @@ def test_every_on_stop_callback_has_run_once_when_finish_stopped_arrives_50_runs
 ) -> None:
     """Issue 36: a raises, b is plain, c is closed before the stop, w is registered in the
     ``with`` block the tool waits in, d after the stop; the turn is stopped twice."""
-    seen = []
     for run in range(50):
         log = tmp_path / f"callbacks-{run}.log"
         provider.add(use_tools(call(tool.spec.name, {"log": str(log)})))
@@ -293,6 +302,9 @@ def test_every_on_stop_callback_has_run_once_when_finish_stopped_arrives_50_runs
             events.append(event)
             if isinstance(event, Finish):
                 lines = whole_lines(log)  # the moment Finish(stopped) arrives
+        # a, b and w ran before the tool saw its stop (in any order: each on a thread of its
+        # own), then d at once where it was registered, before on_stop returned; c never
+        assert (run, sorted(lines[:3]), lines[3:]) == (run, ["a", "b", "w"], ["d", "d-returned"])
         assert summary(events)[-3:] == [
             ("tool_finished", "call_1", "interrupted"),
             ("error", "stopped", "Agent run stopped"),
@@ -300,7 +312,36 @@ def test_every_on_stop_callback_has_run_once_when_finish_stopped_arrives_50_runs
         ]
         assert events[-2].detail == "first"
         assert turn.result(30).messages[-1].content == interrupted_content("the call was stopped", "first")
-        # a, b and w ran before the tool saw its stop (in any order: each on a thread of its
-        # own), then d at once where it was registered, before on_stop returned; c never
-        seen.append((sorted(lines[:3]), lines[3:]))
-    assert seen == [(["a", "b", "w"], ["d", "d-returned"])] * 50
+
+
+def test_a_call_that_returns_while_its_callback_runs_ends_after_the_callback_keeping_its_result(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    log = tmp_path / "order.log"
+    provider.add(use_tools(call("returns_during_stop", {"log": str(log)})))
+    turn = runtime.run("go", tools=[T.returns_during_stop])
+    turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30)
+    turn.stop("now")
+    lines = []
+    for event in turn.events(timeout=30):
+        if isinstance(event, ToolFinished):
+            lines = whole_lines(log)  # the call's end: its callback has returned
+            assert (event.outcome, event.content) == ("success", json.dumps({"ok": True, "data": "done"}))
+    assert lines == ["cleanup started", "tool returned", "cleanup done"]
+    assert turn.result(30).finish_reason == "stopped"
+
+
+def test_a_tool_that_ignores_its_stop_is_ended_by_its_process_which_reports_it_and_its_late_callback(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    provider.add(use_tools(call("ignores_stop", {"release": str(release)})))
+    turn = runtime.run("go", tools=[T.ignores_stop], options=TurnOptions(stop_grace=0.4))
+    pid = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pid"]
+    turn.stop("now")
+    result = turn.result(30)
+    assert result.finish_reason == "stopped"
+    ended = interrupted_content("the tool did not return within its stop grace (0.4 s) and its process was ended", "now")
+    assert result.messages[-1].content == with_note(ended, "on_stop callback close_index did not return within 0.2 s")
+    assert wait_until(lambda: not pid_alive(pid)), "the tool process outlived its call"
+    release.write_text("go")

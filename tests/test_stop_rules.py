@@ -166,7 +166,7 @@ def test_a_call_stopped_alone_recovered_after_a_restart_ends_with_the_end_it_was
             "c1",
             with_note(
                 interrupted_content("the call was stopped", "too slow"),
-                "recovered after a restart before its tool process reported its end",
+                "recovered after a restart before its process reported",
             ),
         )
     ]

@@ -390,3 +390,36 @@ async def inline_stop_callbacks(log: str) -> str:
     note("d-returned")
     cancel.throw_if_requested()
     return "never"
+
+
+@tool
+def returns_during_stop(log: str) -> str:
+    """Return while the stop's callback still runs: the callback notes that it started, waits
+    for the tool to have returned, then notes that it is done."""
+    ctx = ToolContext.current()
+
+    def slow_cleanup() -> None:
+        append_line(log, "cleanup started")
+        _wait_for_line(log, "tool returned")
+        append_line(log, "cleanup done")
+
+    ctx.cancellation.on_stop(slow_cleanup)
+    ctx.report_progress("registered")
+    _wait_for_line(log, "cleanup started")
+    append_line(log, "tool returned")
+    return "done"
+
+
+@tool
+def ignores_stop(release: str) -> str:
+    """A blocking tool that never looks at its flag, with an on_stop callback that blocks too;
+    both until ``release`` exists."""
+    ctx = ToolContext.current()
+
+    def close_index() -> None:
+        _block_until(release)
+
+    ctx.cancellation.on_stop(close_index)
+    ctx.report_progress({"pid": os.getpid()})
+    _block_until(release, limit=60)
+    return "released"

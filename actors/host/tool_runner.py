@@ -18,9 +18,10 @@ with a tool message saying so; the turn goes on.
 Whatever order messages arrive in:
 
 - a call waiting for a process (more calls than the pool may fork) can be stopped or
-  cancelled while it waits: it never starts, and ends ``interrupted`` at once (its turn
-  waits for every stopped call's end: this is this call's); an interrupt that reaches a tool process before the call it is for is kept there
-  (``worker``), and the call never starts;
+  cancelled while it waits: it never starts, and ends ``interrupted`` at once (a stopped
+  turn waits for the end of each of its calls: this is this one's); an interrupt that
+  reaches a tool process before the call it is for is kept there (``worker``), and the
+  call never starts;
 - every process this host was lent is remembered with where it came from (this node's
   pool, a fresh isolated one, or a placed call's node), so a result that comes late, or
   twice, is matched to its call or dropped, and its process goes back where it belongs,

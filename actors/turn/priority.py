@@ -38,9 +38,10 @@ behind an approval is handled before it (row 7 wins over row 9).
 A stop acts in two parts. ``halt`` (row 2) aborts the stream and interrupts every running
 call at once; each such call is then ``stopping`` until its tool process reports its end
 (or a backstop timer closes it), and the turn ends (row 4) only once none is: so
-``Finish(stopped)`` means every call of the turn has ended and its ``on_stop`` callbacks
-have run (returned, or passed their deadline). After a cancel the end is ``Finish(cancelled)``. A call stopped alone (``StopTool``, its time limit) is ``stopping`` too, and its
-batch waits for it like for a running one (row 10).
+``Finish(stopped)`` (``Finish(cancelled)`` after a cancel) means every call of the turn
+has ended and its ``on_stop`` callbacks have run (returned, or passed their deadline). A
+call stopped alone (``StopTool``, its time limit) is ``stopping`` too, and its batch waits
+for it like for a running one (row 10).
 """
 
 from __future__ import annotations

@@ -22,16 +22,13 @@ max-rounds > the next LLM call, with a stop acting at once). Guarantees, each te
 - stop and cancel are idempotent: the first request decides the finish reason, its text and
   its cause, and every decision derived from it (abort, interrupts, synthesized tool
   messages, ``Error``) carries the same ones; a later stop still acts at once;
-- a stop aborts the stream and interrupts every running call at once, then waits: each
-  stopped call ends with the result its tool process reports (or, if none comes within
-  ``stop_grace + STOP_CONFIRM_MARGIN``, as interrupted, saying so), and the turn's
-  ``Finish(stopped)`` comes once no call is left; ``StopTool`` and a time limit do the same
-  for their call;
+- a stop interrupts every running call at once, and ends the turn once each has reported its end
+  (or its backstop has closed it, saying so); ``StopTool`` and a time limit alike, for their call;
 - approvals commit in a timer after ``approval_window``, so a cancel already queued wins;
 - an input that changes nothing returns no decision and touches nothing, not even a time;
   a refused command returns only its ``Reply``.
 
-Why one module of about 640 lines: these handlers share the one mutable state and each
+Why one module of about 660 lines: these handlers share the one mutable state and each
 ends by asking ``next_action``; split by idea, they could not be built or tested apart.
 """
 
@@ -81,7 +78,7 @@ from messages.events import FinishReason
 
 from .approvals import refusal
 from .assembly import StreamAssembly, StreamMessage
-from .calls import Fails, NeedsApproval, Runs, answered_before, classify, run_message
+from .calls import Fails, NeedsApproval, Runs, answered_before, classify, run_message, timer_call
 from .decisions import (
     Abort,
     Decision,
@@ -108,6 +105,9 @@ from .sanitize import safe_command, safe_message, safe_text
 __all__ = ["STOP_CONFIRM_MARGIN", "NeedsApproval", "TurnRules"]
 
 STOP_CONFIRM_MARGIN = 5.0  # seconds past stop_grace a stopped call's process has to report its end
+
+Mode = Literal["stop", "cancel"]
+End = tuple[ToolOutcome, str]  # a call's outcome and its tool message
 
 
 def _static_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
@@ -184,8 +184,7 @@ class TurnRules:
                 out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason=reason))
         for cs in s.batch or ():
             if cs.status == "stopping" and s.stop is None:  # it was stopped alone: its end is known
-                why = "recovered after a restart before its tool process reported its end"
-                out.extend(self._done(cs, cs.outcome or "interrupted", with_note(cs.content or "", why)))
+                out.extend(self._done(cs, *_unreported(cs, "recovered after a restart before its process reported")))
             if cs.status != "running" or s.stop is not None:
                 continue
             spec = self._specs.get(cs.call.name)
@@ -231,10 +230,8 @@ class TurnRules:
             return []  # a timer of a batch that has ended
         if msg.name == "commit" and s.commit_pending:
             return self._advance(commit_due=True)
-        if msg.name.startswith("tool_timeout:"):
-            return self._on_tool_timeout(*_timer_call(msg.name))
-        if msg.name.startswith("stop_backstop:"):
-            return self._on_stop_backstop(*_timer_call(msg.name))
+        if msg.name.startswith(("tool_timeout:", "stop_backstop:")):
+            return self._on_call_timer(*timer_call(msg.name))
         if msg.name == "approval_timeout" and s.pending_approvals:
             for cs in s.batch:
                 if cs.status == "pending_approval":
@@ -418,53 +415,40 @@ class TurnRules:
     def _on_tool_lost(self, msg: ToolLost) -> list[Decision]:
         cs = self.state.call(msg.call_id)
         if cs is not None and cs.status == "stopping":  # stopped, and its process is gone
-            return self._call_ended(msg.call_id, cs.outcome or "interrupted", with_note(cs.content or "", msg.message))
+            return self._call_ended(msg.call_id, *_unreported(cs, msg.message))
         return self._call_ended(msg.call_id, "failed", error_result(msg.message))
 
     def _call_ended(self, call_id: str, outcome: ToolOutcome, content: str) -> list[Decision]:
-        """A call's end, as its process reports it; a stopped call's too (what it reports
-        is kept, completed work included), but a time limit's failure stays its end."""
+        """A call's end as reported (a stopped call's too: completed work is kept), but a time limit's stays."""
         s = self.state
         cs = s.call(call_id)
         if s.phase == "finished" or cs is None or cs.status not in ("running", "stopping"):
             return []  # a duplicate, or the turn has ended: the first end wins
-        if cs.status == "stopping" and cs.outcome == "failed":
+        if cs.status == "stopping" and cs.outcome == "failed":  # past its time limit
             outcome, content = "failed", cs.content or content
         return self._done(cs, outcome, content) + [Persist("tool_result")] + self._advance()
 
-    def _on_tool_timeout(self, call_id: str, attempt: str) -> list[Decision]:
-        """A call that outlived its time limit is stopped, and fails saying so once it has ended."""
-        s = self.state
+    def _on_call_timer(self, what: str, call_id: str, attempt: str) -> list[Decision]:
+        """A call past its time limit is stopped (it fails, saying so, once ended); a stopped call whose
+        process never reported (its node vanished, say) ends as it was told it would, saying so."""
+        s, status = self.state, "stopping" if what == "stop_backstop" else "running"
         cs = s.call(call_id)
-        if cs is None or cs.status != "running" or str(cs.attempt) != attempt:
+        if cs is None or str(cs.attempt) != attempt or cs.status != status:
             return []
+        if what == "stop_backstop":
+            why = f"its tool process did not report its end within {s.options.stop_grace + STOP_CONFIRM_MARGIN:g} s"
+            return self._call_ended(call_id, *_unreported(cs, why))
         spec = self._specs[cs.call.name]
         limit = spec.timeout if spec.timeout is not None else s.options.tool_timeout
         reason = f"Tool '{cs.call.name}' timed out after {limit:g} s"
-        return self._stop_call(cs, reason, "failed", error_result(reason)) + [Persist("call_stopping")]
+        return self._stop_call(cs, reason, ("failed", error_result(reason))) + [Persist("call_stopping")]
 
-    def _stop_call(
-        self, cs: CallState, reason: str, outcome: ToolOutcome, content: str, cause: StopCause = "user"
-    ) -> list[Decision]:
-        """Interrupt a running call: it is ``stopping`` until its process reports its end, or
-        its backstop timer fires; ``outcome`` and ``content`` are its end in that case."""
+    def _stop_call(self, cs: CallState, why: str, end: End, cause: StopCause = "user") -> list[Decision]:
+        """Interrupt a running call: ``stopping`` until its process reports, or its backstop gives it ``end``."""
         s = self.state
-        cs.status, cs.outcome, cs.content = "stopping", outcome, content
-        stop = InterruptTool(
-            turn_id=s.turn_id, call_id=cs.call.id, mode="stop", reason=reason, cause=cause, attempt=cs.attempt
-        )
-        backstop = SetTimer(f"stop_backstop:{cs.call.id}:{cs.attempt}", s.options.stop_grace + STOP_CONFIRM_MARGIN, s.round)
-        return [Interrupt(stop), backstop]
-
-    def _on_stop_backstop(self, call_id: str, attempt: str) -> list[Decision]:
-        """A stopped call whose process never reported its end (its node vanished, say)
-        ends now with the end it was given when it was stopped, saying so: never a hang."""
-        s = self.state
-        cs = s.call(call_id)
-        if cs is None or cs.status != "stopping" or str(cs.attempt) != attempt:
-            return []
-        note = f"its tool process did not report its end within {s.options.stop_grace + STOP_CONFIRM_MARGIN:g} s"
-        return self._call_ended(call_id, cs.outcome or "interrupted", with_note(cs.content or "", note))
+        cs.status, (cs.outcome, cs.content) = "stopping", end
+        name, delay = f"stop_backstop:{cs.call.id}:{cs.attempt}", s.options.stop_grace + STOP_CONFIRM_MARGIN
+        return [self._interrupt(cs, "stop", why, cause), SetTimer(name, delay, s.round)]
 
     def _on_progress(self, msg: ReportProgress) -> list[Decision]:
         cs = self.state.call(msg.call_id)
@@ -554,17 +538,15 @@ class TurnRules:
         return out + self._advance() + ok
 
     def _halt(self) -> list[Decision]:
-        """Stop now: abort the stream, interrupt every running call; the turn ends once each
-        has reported its end (``next_action`` rows 2 to 4)."""
+        """Stop now: abort the stream, interrupt every running call (it ends later: rows 2 to 4)."""
         s = self.state
         cause, why = self._first_request()
         out: list[Decision] = [Persist("stop_marker"), *self._abort_stream(why, cause)]
         if s.phase == "streaming":
             s.phase = "idle"
         what = "the turn was cancelled" if s.cancel is not None else "the turn was stopped"
-        for cs in s.batch or ():
-            if cs.status == "running":
-                out += self._stop_call(cs, why, "interrupted", interrupted_content(what, why), cause)
+        for cs in [cs for cs in s.batch or () if cs.status == "running"]:
+            out += self._stop_call(cs, why, ("interrupted", interrupted_content(what, why)), cause)
         return out
 
     def _abort_stream(self, reason: str, cause: StopCause = "user") -> list[Decision]:
@@ -575,24 +557,13 @@ class TurnRules:
         self._keep_partial_text()
         return [abort]
 
-    def _interrupt_running(
-        self, mode: Literal["stop", "cancel"], reason: str, cause: StopCause = "user"
-    ) -> list[Decision]:
-        s = self.state
-        return [
-            Interrupt(
-                InterruptTool(
-                    turn_id=s.turn_id,
-                    call_id=cs.call.id,
-                    mode=mode,
-                    reason=reason,
-                    cause=cause,
-                    attempt=cs.attempt,
-                )
-            )
-            for cs in s.batch or ()
-            if cs.status == "running"
-        ]
+    def _interrupt_running(self, mode: Mode, reason: str, cause: StopCause = "user") -> list[Decision]:
+        return [self._interrupt(cs, mode, reason, cause) for cs in self.state.batch or () if cs.status == "running"]
+
+    def _interrupt(self, cs: CallState, mode: Mode, reason: str, cause: StopCause) -> Interrupt:
+        turn, call = self.state.turn_id, cs.call.id
+        message = InterruptTool(turn_id=turn, call_id=call, mode=mode, reason=reason, cause=cause, attempt=cs.attempt)
+        return Interrupt(message)
 
     def _on_stop_tool(self, msg: StopTool) -> list[Decision]:
         s = self.state
@@ -610,7 +581,7 @@ class TurnRules:
         resumes_at = s.next_seq if s.paused else None  # ending the last waiting call resumes the turn
         stopped = interrupted_content("the call was stopped", msg.reason)
         if cs.status == "running":  # it ends once its process has reported its end
-            out = self._stop_call(cs, msg.reason, "interrupted", stopped) + [Persist("call_stopping")]
+            out = self._stop_call(cs, msg.reason, ("interrupted", stopped)) + [Persist("call_stopping")]
             return out + self._reply(msg, True, None, "", resumes_at)
         out = self._done(cs, "interrupted", stopped) + [Persist("tool_result")] + self._advance()
         return out + self._reply(msg, True, None, "", resumes_at if not s.paused else None)
@@ -663,10 +634,9 @@ class TurnRules:
         return [Reply(reply_for(command, ok, code, message, turn_id=self.state.turn_id, resumes_at=resumes_at))]
 
 
-def _timer_call(name: str) -> tuple[str, str]:
-    """``(call_id, attempt)`` of a call's timer, ``"{what}:{call_id}:{attempt}"``."""
-    call_id, _, attempt = name.partition(":")[2].rpartition(":")
-    return call_id, attempt
+def _unreported(cs: CallState, why: str) -> End:
+    """The end of a stopped call whose process did not report it: the one it was given, saying why."""
+    return cs.outcome or "interrupted", with_note(cs.content or "", why)
 
 
 _HANDLERS: dict[type, Callable[[TurnRules, Any], list[Decision]]] = {
