@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from thespian.actors import ActorExitRequest, ThespianWatch
+from thespian.system.transport import TransmitIntent
 
 from messages import (
     CancelTurn,
@@ -131,6 +132,9 @@ class ToolWorker(Dispatcher):
 
     def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
         for generation, kind, payload in self._handoff.drain():
+            if kind == "retire":  # its last result was acknowledged
+                self._retire()
+                continue
             call = self._call
             if call is None or generation != self._generation:
                 continue
@@ -145,13 +149,24 @@ class ToolWorker(Dispatcher):
         call.finished = True
         self._call = None
         retiring = retire or (self._recycle_after > 0 and self._calls >= self._recycle_after)
-        self.send(self._host, WorkerResult(_result(call.run, outcome[0], outcome[1]), retiring=retiring))
+        result = WorkerResult(_result(call.run, outcome[0], outcome[1]), retiring=retiring)
+        if retiring:
+            self._send_then_retire(result)
+        else:
+            self.send(self._host, result)
         left = descendants(os.getpid())
         if left:  # what the call left running is the call's: end it
             signal_all(left, signal.SIGTERM)
             self.wakeupAfter(timedelta(seconds=call.run.stop_grace), payload=("sweep", left))
-        if retiring:
-            self._retire()
+
+    def _send_then_retire(self, result: WorkerResult) -> None:
+        """Send the last result, and exit once it was acknowledged (or could not be delivered):
+        so its host has it before the pool can say this process exited (two senders, no order)."""
+
+        def sent(*_: Any) -> None:  # in Thespian's ACK callback: send nothing from here
+            self._handoff.put((self._generation, "retire", None))
+
+        self._myRef._send_intent(TransmitIntent(self._host, result, onSuccess=sent, onError=sent))
 
     def _progress(self, call: ToolActor, data: Any, approval: dict[str, Any] | None = None) -> None:
         if not call.stopping:
