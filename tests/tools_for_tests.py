@@ -59,7 +59,8 @@ def shell(command: str, marker: str | None = None) -> dict[str, Any]:
 
 @tool
 def wait_for_stop(marker: str) -> str:
-    """Register an on_stop callback that writes ``marker``, then wait until it ran."""
+    """Register an on_stop callback that writes ``marker``, wait until it ran, then leave as
+    stopped (the tool sees its stop once its callbacks have returned)."""
     ctx = ToolContext.current()
     stopped = threading.Event()
 
@@ -71,6 +72,8 @@ def wait_for_stop(marker: str) -> str:
     with ctx.cancellation.on_stop(on_stop):
         ctx.report_progress("registered")
         stopped.wait(60)
+    ctx.cancellation.wait(10)
+    ctx.cancellation.throw_if_requested()
     return "returned"
 
 
