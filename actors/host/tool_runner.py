@@ -284,13 +284,15 @@ class ToolRunner:
                 self.origin.pop(str(returned), None)
                 self.host.send(self.host.pool, ReturnWorkers([returned]))
 
-    def interrupt(self, msg: InterruptTool) -> None:
+    def interrupt(self, msg: InterruptTool, end_waiting: bool = True) -> None:
         key = (msg.turn_id, msg.call_id)
         busy = self.calls.get(key)
         if busy is None:
             return
         if busy.worker is None:  # still waiting for a process: it never starts, and ends now
             self._forget(key)
+            if not end_waiting:  # the host's own stop: its turn is left to the store, or lost
+                return
             what = "the call was stopped" if msg.mode == "stop" else "the call was cancelled"
             why = interrupted_content(f"{what} before it started", msg.reason)
             busy.turn.tell(_as_result(busy.run, ("interrupted", why)))
@@ -323,10 +325,12 @@ class ToolRunner:
             if key in queue:
                 queue.remove(key)
 
-    def stop_all(self, reason: str) -> None:
-        """Stop every call of this host (the runtime is closing)."""
+    def stop_all(self, reason: str, end_waiting: bool = False) -> None:
+        """Stop every call of this host (the runtime is closing); a call waiting for a
+        process never starts, and ends at once if ``end_waiting`` (its turn is stopped too)."""
         for (turn_id, call_id), busy in list(self.calls.items()):
-            self.interrupt(InterruptTool(turn_id=turn_id, call_id=call_id, mode="stop", reason=reason))
+            stop = InterruptTool(turn_id=turn_id, call_id=call_id, mode="stop", reason=reason)
+            self.interrupt(stop, end_waiting)
 
 
 def _as_result(run: RunTool, outcome: tuple[str, str]) -> Any:

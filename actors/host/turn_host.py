@@ -322,7 +322,7 @@ class TurnHost(Dispatcher):
         self.shutting_down, self.ending_turns = sender, not msg.keep_turns
         if msg.keep_turns and self.durable is not None:
             self.durable.leave()  # a shared store's other hosts take the turns over at once
-        self.tools.stop_all("the runtime is closing")
+        self.tools.stop_all("the runtime is closing", end_waiting=not msg.keep_turns)
         close_mcp_sessions(lambda: self.put(("mcp_closed",)))  # wakes _maybe_shut once they are
         self.llm.close()
         if not msg.keep_turns:
