@@ -80,6 +80,7 @@ class ToolWorker(Dispatcher):
         self._progress_seq = 0
         self._children: dict[str, Any] = {}  # child turn id -> ChildTurn (sub-agents)
         self._exiting = False
+        self._retiring = False  # its last result is on its way: it exits once that is acknowledged
         self._generation = 0  # which call a timer belongs to
         self._initialized = False
         self._early: list[tuple[Any, Any]] = []  # (message, sender) that overtook WorkerInit
@@ -114,8 +115,9 @@ class ToolWorker(Dispatcher):
             content = interrupted_content(f"{what} before it started", interrupted[1])
             self.send(sender, WorkerResult(_result(run, "interrupted", content)))
             return
-        if self._call is not None or self._exiting:
-            reason = "exiting" if self._exiting else f"busy with call {self._call.call_id}"  # type: ignore[union-attr]
+        if self._call is not None or self._exiting or self._retiring:
+            busy = f"busy with call {self._call.call_id}" if self._call is not None else ""
+            reason = "exiting" if self._exiting or self._retiring else busy
             content = error_result(f"Tool '{run.spec.name}' could not start: its tool process was {reason}")
             self.send(sender, WorkerResult(_result(run, "failed", content), retiring=True))
             return
@@ -166,6 +168,7 @@ class ToolWorker(Dispatcher):
         def sent(*_: Any) -> None:  # in Thespian's ACK callback: send nothing from here
             self._handoff.put((self._generation, "retire", None))
 
+        self._retiring = True
         self._myRef._send_intent(TransmitIntent(self._host, result, onSuccess=sent, onError=sent))
 
     def _progress(self, call: ToolActor, data: Any, approval: dict[str, Any] | None = None) -> None:
