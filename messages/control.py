@@ -63,7 +63,8 @@ class TurnOptions(Message):
     approval won every trial of ``bench/approval_window.py`` (5 ms: 40/40; 2 ms: 31/40).
     ``approval_timeout`` denies calls still undecided after it (``Approval timed out``).
     ``stop_grace`` is how long a stopped tool's process group gets between SIGTERM and
-    SIGKILL. ``linger`` is how long a finished TurnActor stays to answer late commands.
+    SIGKILL (a tool still running then ends with its process); its ``on_stop`` callbacks
+    get half of it before the tool sees its stop. ``linger`` is how long a finished TurnActor stays to answer late commands.
     A call placed on another node by capability sends a heartbeat every ``heartbeat``
     seconds; one silent for ``lost_after`` seconds (its host died) ends as failed.
 
@@ -191,7 +192,8 @@ class RespondToApprovals(TurnCommand):
 
 
 class StopTool(TurnCommand):
-    """Stop one call now; it ends with an interrupted tool message, the turn goes on."""
+    """Stop one call now; it ends with the interrupted result its tool process reports (the
+    reply comes first), and the turn goes on."""
 
     kind: Literal["stop_tool"] = "stop_tool"
     turn_id: str

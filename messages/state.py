@@ -22,11 +22,12 @@ from .tool import ToolOutcome, ToolSpec
 
 __all__ = ["READABLE_VERSIONS", "CallState", "CallStatus", "Marker", "Phase", "SCHEMA_VERSION", "TurnState"]
 
-SCHEMA_VERSION = 4  # 2: trace contexts, tool configuration; 3: finish_mark; 4: answered commands, call keys
+# 2: trace contexts, tool configuration; 3: finish_mark; 4: a call's "stopping" status, answered commands, call keys
+SCHEMA_VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)
 
 Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "finished"]
-CallStatus = Literal["queued", "pending_approval", "decided", "running", "done"]
+CallStatus = Literal["queued", "pending_approval", "decided", "running", "stopping", "done"]
 
 
 class _State(BaseModel):
@@ -45,7 +46,13 @@ class Marker(_State):
 
 
 class CallState(_State):
-    """One tool call of the current assistant message and where it is."""
+    """One tool call of the current assistant message and where it is.
+
+    ``stopping``: the call was stopped (the turn's stop, ``StopTool``, its time limit) and its
+    tool process has not reported its end yet; ``outcome`` and ``content`` then hold the end
+    it gets if that report never comes. A ``failed`` one (the time limit's) is its end
+    whatever the process reports; otherwise the report is.
+    """
 
     call: ToolCall
     arguments: Any = None

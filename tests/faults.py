@@ -1178,8 +1178,15 @@ def check(outcome: Outcome) -> list[str]:
                 v.append(f"approved call {cid} had its side effect although a {c.action} followed inside the window")
     if o.control_effective and c.action == "stop_tool" and o.control_call and not host_lost:
         ends = finished.get(o.control_call, [])
-        want = interrupted_content("the call was stopped", safe_text(c.reason))
-        if [(e.outcome, e.content) for e in ends] != [("interrupted", want)]:
+        # what its tool process reports: the tool saw its stop, or never started, or ignored
+        # it and was ended with its process at the grace
+        why = safe_text(c.reason)
+        ended = f"the tool did not return within its stop grace ({STOP_GRACE:g} s) and its process was ended"
+        wants = [
+            interrupted_content(what, why)
+            for what in ("the call was stopped", "the call was stopped before it started", ended)
+        ]
+        if [e.outcome for e in ends] != ["interrupted"] or ends[0].content not in wants:
             v.append(
                 f"stop_tool {o.control_call}: ended {[(e.outcome, e.content) for e in ends]}, expected interrupted"
             )

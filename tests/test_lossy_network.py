@@ -30,6 +30,7 @@ from actors.lifecycle.processes import alive, session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.testing.netns import available, relayed
 from actors.testing.relay import CUT, PASS, RESET, FaultPolicy, FaultRelay, Frame, Rule, delay
+from actors.turn.results import interrupted_content
 from actors.wire.transport import TransportConfig
 from messages import RetryPolicy, StopTurn, ToolApprovalRequest, ToolProgress, TurnEvent
 
@@ -227,6 +228,27 @@ def test_a_cancel_reaches_calls_still_waiting_for_a_tool_process(tmp_path: Path)
         contents = [json.loads(m.content or "{}") for m in result.messages if m.role == "tool"]
         assert (raised, result.finish_reason) == (None, "cancelled")
         assert [c["ok"] for c in contents] == [False, False, False], contents
+        assert [m.name for m in markers if m.exists()] == []
+
+
+# issue 36: a stop waits for its calls' ends; one still waiting for a tool process ends at once
+def test_a_stop_ends_calls_still_waiting_for_a_tool_process_at_once_and_they_never_start(tmp_path: Path) -> None:
+    """As above, with a stop: the running call ends as its process reports, the two that
+    wait for a process end at once, never started."""
+    rule = Rule(carries("WorkersLeased"), delay(1500))
+    with relayed_runtime(rule) as (rt, provider, relay):
+        markers = [tmp_path / f"finished{i}" for i in range(3)]
+        provider.add(use_tools(*[call("cooperative", {"marker": str(m), "steps": 40}) for m in markers]))
+        turn = rt.run("work", tools=[T.cooperative])
+        running = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=10).call_id
+        planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "the pool's answer is held")
+        raised = attempt(lambda: turn.stop("enough"))
+        result = turn.result(timeout=15, final=True)
+        tool_messages = {m.tool_call_id: m.content for m in result.messages if m.role == "tool"}
+        assert (raised, result.finish_reason) == (None, "stopped")
+        before = interrupted_content("the call was stopped before it started", "enough")
+        stopped = interrupted_content("the call was stopped", "enough")
+        assert tool_messages == {c: stopped if c == running else before for c in ("call_1", "call_2", "call_3")}
         assert [m.name for m in markers if m.exists()] == []
 
 

@@ -18,7 +18,7 @@ from actors.turn.decisions import (
     ToolLost,
 )
 from actors.turn.results import interrupted_content
-from actors.turn.rules import TurnRules
+from actors.turn.rules import STOP_CONFIRM_MARGIN, TurnRules
 from messages import (
     CancelTurn,
     ChatMessage,
@@ -287,26 +287,31 @@ def test_stop_while_streaming_aborts_keeps_partial_text_and_ends_stopped() -> No
     assert rules.handle(LLMDeltas(stream_id=sid, seq=1, text="late")) == []
 
 
-def test_stop_while_tools_run_interrupts_them_and_synthesizes_their_messages() -> None:
+def test_stop_while_tools_run_interrupts_them_and_ends_the_turn_once_each_has_reported() -> None:
     rules, _ = new()
     step(rules)
     respond(rules, ("c1", "safe", False), ("c2", "gated", True))
     out = rules.handle(StopTurn(turn_id="t", reason="user"))
+    assert kinds(out) == ["persist", "interrupt", "settimer"]  # no ToolFinished, no Finish yet
+    assert (out[1].message.call_id, out[1].message.mode, out[1].message.reason) == ("c1", "stop", "user")
+    assert out[2] == SetTimer("stop_backstop:c1:1", 2.0 + STOP_CONFIRM_MARGIN, 0)
+    assert rules.state.phase == "tools" and rules.state.call("c1").status == "stopping"  # type: ignore[union-attr]
+    stopped = interrupted_content("the call was stopped", "user")  # what the tool process reports
+    out = rules.handle(ToolResult(turn_id="t", call_id="c1", outcome="interrupted", content=stopped))
     assert kinds(out) == [
-        "persist",
-        "interrupt",
         "emit:tool_finished",
+        "persist",
         "emit:tool_finished",
         "emit:error",
         "emit:finish:stopped",
         "persist",
         "done",
     ]
-    assert out[1].message.mode == "stop"
-    assert tool_messages(rules) == [
-        ("c1", interrupted_content("the turn was stopped", "user")),
-        ("c2", interrupted_content("the turn was stopped", "user")),
+    assert [(e.event.call_id, e.event.outcome) for e in out if isinstance(e, Emit) and e.event.kind == "tool_finished"] == [
+        ("c1", "interrupted"),
+        ("c2", "interrupted"),
     ]
+    assert tool_messages(rules) == [("c1", stopped), ("c2", interrupted_content("the turn was stopped", "user"))]
     assert rules.handle(result("c1")) == []
 
 
@@ -318,9 +323,14 @@ def test_stop_and_cancel_are_idempotent_and_the_first_reason_wins() -> None:
     assert kinds(out) == ["persist", "interrupt"]
     assert kinds(rules.handle(CancelTurn(turn_id="t", reason="second"))) == []
     out = rules.handle(StopTurn(turn_id="t", reason="third"))
+    assert kinds(out) == ["persist", "interrupt", "settimer"]
+    assert out[1].message.reason == "first"
+    assert kinds(rules.handle(StopTurn(turn_id="t", reason="fourth", request_id="x"))) == ["reply"]
+    assert kinds(rules.handle(CancelTurn(turn_id="t", reason="fifth"))) == []
+    out = rules.handle(result("c1"))
     assert "emit:finish:cancelled" in kinds(out)
     assert rules.state.cancel.reason == "first"
-    assert kinds(rules.handle(StopTurn(turn_id="t", reason="fourth", request_id="x"))) == ["reply"]
+    assert kinds(rules.handle(StopTurn(turn_id="t", reason="sixth", request_id="y"))) == ["reply"]
 
 
 def test_cancel_lets_the_running_response_complete_then_ends() -> None:
@@ -341,15 +351,13 @@ def test_cancel_waits_for_running_tools_and_a_grace_turns_it_into_a_stop() -> No
     assert SetTimer("cancel_grace", 2.0, 0) in out
     assert step(rules) == []  # the call is still running
     out = rules.handle(TimerFired("cancel_grace", 0))
-    assert kinds(out) == [
-        "persist",
-        "interrupt",
-        "emit:tool_finished",
-        "emit:error",
-        "emit:finish:cancelled",
-        "persist",
-        "done",
-    ]
+    assert kinds(out) == ["persist", "interrupt", "settimer"]
+    assert (out[1].message.mode, out[1].message.reason, out[1].message.cause) == ("stop", "r", "user")
+    assert rules.state.stop.cause == "grace_expired"  # type: ignore[union-attr]
+    cancelled = interrupted_content("the call was cancelled", "r")
+    out = rules.handle(ToolResult(turn_id="t", call_id="c1", outcome="interrupted", content=cancelled))
+    assert kinds(out) == ["emit:tool_finished", "persist", "emit:error", "emit:finish:cancelled", "persist", "done"]
+    assert tool_messages(rules) == [("c1", cancelled)]
 
 
 def test_stop_tool_ends_one_call_and_the_turn_goes_on() -> None:
@@ -357,12 +365,13 @@ def test_stop_tool_ends_one_call_and_the_turn_goes_on() -> None:
     step(rules)
     respond(rules, ("c1", "safe", False), ("c2", "safe", False))
     out = rules.handle(StopTool(turn_id="t", call_id="c1", reason="too slow", request_id="q"))
-    assert kinds(out) == ["interrupt", "emit:tool_finished", "persist", "reply"]
-    rules.handle(result("c2"))
-    assert tool_messages(rules) == [
-        ("c1", interrupted_content("the call was stopped", "too slow")),
-        ("c2", '{"ok": true, "data": 1}'),
-    ]
+    assert kinds(out) == ["interrupt", "settimer", "persist", "reply"]  # its ToolFinished comes with its end
+    assert kinds(rules.handle(StopTool(turn_id="t", call_id="c1", reason="again", request_id="q2"))) == ["reply"]
+    assert kinds(rules.handle(result("c2"))) == ["emit:tool_finished", "persist"]  # c1 has not ended: the batch waits
+    stopped = interrupted_content("the call was stopped", "too slow")
+    out = rules.handle(ToolResult(turn_id="t", call_id="c1", outcome="interrupted", content=stopped))
+    assert kinds(out) == ["emit:tool_finished", "persist", "persist", "schedulestep"]
+    assert tool_messages(rules) == [("c1", stopped), ("c2", '{"ok": true, "data": 1}')]
     assert rules.state.phase == "idle"
 
 
@@ -424,6 +433,8 @@ def test_every_finish_leaves_a_valid_history() -> None:
     step(rules)
     respond(rules, ("c1", "safe", False), ("c2", "gated", True), ("c3", "nope", False))
     rules.handle(StopTurn(turn_id="t"))
+    rules.handle(result("c1"))
+    assert rules.state.phase == "finished"
     assert history_problems(rules.state.messages) == []
 
 

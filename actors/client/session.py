@@ -32,6 +32,8 @@ from .system import SharedSystem
 
 __all__ = ["Session"]
 
+SHUTDOWN_WAIT = 3.5  # seconds the hosts get to end their turns: a stopped call's stop_grace (2 s), and a margin
+
 
 class Session:
     """The tree of one Runtime and its connection to it."""
@@ -106,7 +108,7 @@ class Session:
         if self.hosts is not None:
             shutdown = Shutdown(keep_turns=keep_turns)
             self.endpoint.send(self.directory, shutdown)
-            self.hosts.shut_down(shutdown, min(2.0, deadline - time.monotonic() - 1.0))
+            self.hosts.shut_down(shutdown, min(SHUTDOWN_WAIT, deadline - time.monotonic() - 1.0))
         if store_path is not None and self.tree.lock_fd is not None:  # ours: we hold the lock
             remove_runtime_file(store_path)
         self.inbound.close()  # readers and callers still waiting raise RuntimeClosedError

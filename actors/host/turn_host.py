@@ -114,6 +114,7 @@ class TurnHost(Dispatcher):
         self.timers_on: set[str] = set()
         self.timers = Timers(lambda delay: self.wakeupAfter(timedelta(seconds=delay), payload=("timers",)))
         self.shutting_down: Any = None
+        self.ending_turns = False  # shutting down without a store: ShutdownDone waits for every turn's end
         self.owner: Any = None  # the Runtime's endpoint: where finished spans go
         route_stderr(lambda where, line: self.put(("mcp_stderr", where, line)))  # logged on this thread
 
@@ -334,7 +335,7 @@ class TurnHost(Dispatcher):
 
     def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
         """Stop every live turn (without a store) or leave it to recovery (with one)."""
-        self.shutting_down = sender
+        self.shutting_down, self.ending_turns = sender, not msg.keep_turns
         if msg.keep_turns and self.durable is not None:
             for turn in list(self.turns.values()):  # left to the store, for the next runtime on it
                 if not turn.ended:
@@ -342,17 +343,20 @@ class TurnHost(Dispatcher):
                         turn.trace.suspend()  # a recovered turn gets a new span
                     turn.suspend("the runtime is closing", "closing")
             self.durable.leave()  # a shared store's other hosts take the turns over at once
-        self.tools.stop_all("the runtime is closing")
+        self.tools.stop_all("the runtime is closing", end_waiting=not msg.keep_turns)
         close_mcp_sessions(lambda: self.put(("mcp_closed",)))  # wakes _maybe_shut once they are
         self.llm.close()
         if not msg.keep_turns:
             for turn in list(self.turns.values()):
                 if not turn.ended:
                     turn.tell(StopTurn(turn_id=turn.turn_id, reason="the runtime is closing", cause="shutdown"), None)
-        self.wakeupAfter(timedelta(seconds=1.0), payload=("shutdown",))
+        # a stopped turn ends once its calls have: within their stop_grace (``tools.worker``)
+        graces = [t.state.options.stop_grace for t in self.turns.values() if not t.ended and not msg.keep_turns]
+        self.wakeupAfter(timedelta(seconds=1.0 + max(graces, default=0.0)), payload=("shutdown",))
 
     def _maybe_shut(self) -> None:
-        if open_mcp_sessions() == 0 and self.outboxes.all_idle:
+        ending = self.ending_turns and any(not t.ended for t in self.turns.values())
+        if open_mcp_sessions() == 0 and self.outboxes.all_idle and not ending:
             self._shut()
 
     def _shut(self) -> None:

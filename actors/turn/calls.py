@@ -18,7 +18,7 @@ from messages import CallState, ChatMessage, RunTool, ToolCall, ToolSpec, TurnSt
 from .results import error_result
 from .sanitize import TooDeep, safe_json
 
-__all__ = ["Fails", "NeedsApproval", "Runs", "Waits", "answered_before", "classify", "run_message"]
+__all__ = ["Fails", "NeedsApproval", "Runs", "Waits", "answered_before", "classify", "run_message", "timer_call"]
 
 NeedsApproval = Callable[[ToolSpec, dict[str, Any]], bool]
 
@@ -83,3 +83,10 @@ def run_message(state: TurnState, call: CallState, spec: ToolSpec) -> RunTool:
         provider=state.provider,
         max_result_bytes=state.options.max_result_bytes,
     )
+
+
+def timer_call(name: str) -> tuple[str, str, str]:
+    """``(what, call_id, attempt)`` of a call's timer, named ``"{what}:{call_id}:{attempt}"``."""
+    what, _, rest = name.partition(":")
+    call_id, _, attempt = rest.rpartition(":")
+    return what, call_id, attempt
