@@ -206,6 +206,8 @@ class TurnHost(Dispatcher):
                 turn.tell(args[1], None)
             elif what == "linger":
                 self.registry.evict(args[0])
+            elif what == "hold_due":  # a held command's sender stops waiting soon
+                self.registry.expire_held()
         what = msg.payload[0]
         if what == "liveness":
             self.tools.check_liveness()
