@@ -91,11 +91,13 @@ def test_a_notice_teaches_nobody_but_the_sender_of_the_refused_frame() -> None:
     assert bystander.of(HOST, PORT) == UNKNOWN
 
 
-def test_a_stale_incarnation_learned_from_a_hint_is_corrected_by_the_notice_of_the_one_that_listens() -> None:
+def test_a_restarted_receiver_is_reached_again_at_the_cost_of_one_notice() -> None:
     sender, sending = process()
     receiver, receiving = process(listens=True)
-    sender.learn(HOST, PORT, os.urandom(16), sure=False)  # a hint about a process gone since
-    sender.learn(HOST, PORT, os.urandom(16), sure=False)  # a second hint fills no gap: ignored
+    gone = os.urandom(16)
+    sender.learn(HOST, PORT, gone)  # told by the process that listened there before the restart
+    sender.learn(HOST, PORT, os.urandom(16), sure=False)  # a hint from a third party fills no gap
+    assert sender.of(HOST, PORT) == gone
     with pytest.raises(ForAnother, match="another incarnation") as refused:
         receiving.open(sending.seal("hello", HOST, PORT))
     sending.open(notice_in(refused))

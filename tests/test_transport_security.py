@@ -211,6 +211,21 @@ def test_a_second_runtime_with_the_same_key_on_the_same_ports_takes_none_of_the_
     assert set(reached) <= {"notice", "refused"}
 
 
+@pytest.mark.skipif(available() is not None, reason=str(available()))
+def test_a_process_that_knows_a_runtime_only_by_its_port_is_told_its_incarnation_and_answered() -> None:
+    key = "a deployment key of some length"
+    with relayed(FaultPolicy()) as relay, Child(key=key.encode().hex(), admin_port=1900):
+        before = relay.counts["notice"]
+        nodes = subprocess.run(
+            [sys.executable, "-m", "actors.cli", "--json", "nodes", "--admin", "127.0.0.1:1900"],
+            env=dict(ENV, GREENROOM_KEY=key), cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        notices = relay.counts["notice"] - before
+    assert (nodes.returncode, nodes.stderr) == (0, "")
+    assert json.loads(nodes.stdout) == []  # the directory's answer: no member has joined
+    assert notices >= 1, "the command line's first frame, sealed for no incarnation, got a notice"
+
+
 def answer_to(port: int, data: bytes) -> str:
     """How a frame replayed on its own port was answered (straight there: the relay lets
     connections with its mark pass)."""

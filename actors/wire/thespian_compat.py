@@ -13,10 +13,10 @@ What greenroom patches or calls, and why:
   ``MAX_INCOMING_SOCKET_PERIOD``, ``_acceptNewIncoming``, ``_handlePossibleIncoming`` and
   ``_processReceivedEnvelope``: frames sealed and opened by ``frames``, lengths read within
   bounds, connections limited, a resent frame acknowledged and dropped (``transport``);
-- ``TCPTransport._addedDataToIncoming``, ``_check_XMIT_4_done``, the ``_XMITStep*`` stages
-  and ``_safeSocketShutdown``: a frame for another incarnation of its endpoint answered
-  with a notice, and a notice making its message sealed again and sent at once
-  (``transport``, ``incarnation``);
+- ``TCPTransport._addedDataToIncoming``, ``_check_XMIT_4_done``, the ``_XMITStep*`` stages,
+  a transport's ``_waitingTransmits`` and ``_safeSocketShutdown``: a frame for another
+  incarnation of its endpoint answered with a notice, and a notice making its message (and
+  those queued behind it) sealed again and sent at once (``transport``, ``incarnation``);
 - ``IPActorAddress.bindArgs``: binds sockets to the configured interface; its
   ``__getstate__`` (and a ``__setstate__``): a pickled address carries its endpoint's
   incarnation (``transport``);

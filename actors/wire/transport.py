@@ -256,8 +256,9 @@ _RESEALS = 3  # notices a message may get before its send is retried as if its c
 def _learn_from_notices(check: Any) -> Any:
     """While a sent frame waits for its ACK: a notice (this process has learned from it, in
     ``FrameCodec.open``) makes the message sealed again for the incarnation it names and
-    sent at once on a new connection; an answer that cannot be read is taken as a broken
-    connection (the message is sent again later), where Thespian would drop the message."""
+    sent at once on a new connection, and the messages queued behind it for that target
+    sealed again too; an answer that cannot be read is taken as a broken connection (the
+    message is sent again later), where Thespian would drop the message."""
     from thespian.system.transport.TCPTransport import _safeSocketShutdown
 
     def check_ack(self: Any, intent: Any, rcv: Any) -> Any:
@@ -281,6 +282,10 @@ def _learn_from_notices(check: Any) -> Any:
         delattr(intent, "ackbuf")
         intent.serMsg = self.serializer(intent)  # for the incarnation just learned, with a new counter
         trace("frame sealed again", type(intent.message).__name__)
+        for queued in getattr(self, "_waitingTransmits", ()):  # sealed before the notice, unsent: sealed again
+            if queued.targetAddr == intent.targetAddr and queued.stage == self._XMITStepSendConnect:
+                if not hasattr(queued, "socket"):
+                    queued.serMsg = self.serializer(queued)
         intent.stage = self._XMITStepSendConnect
         return self._nextTransmitStep(intent)
 
