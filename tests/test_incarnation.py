@@ -148,3 +148,16 @@ def test_a_forked_process_is_a_new_incarnation_that_keeps_what_its_parent_knew()
     assert parent.me != before
     assert parent.endpoints == set()
     assert (parent.of(HOST, PORT), parent.of(*ELSEWHERE)) == (before, b"o" * 16)
+
+
+def test_a_port_this_process_left_is_sent_to_as_the_other_process_that_took_it_says() -> None:
+    owner, sending = process(listens=True)  # a transport of this process listened on HOST:PORT, then closed
+    owner.unlisten(HOST, PORT)
+    assert (HOST, PORT) not in owner.endpoints and owner.of(HOST, PORT) == UNKNOWN
+    owner.listen(HOST, PORT)  # or its close was never seen: a notice from the one there now decides
+    taker, taking = process(listens=True)
+    with pytest.raises(ForAnother, match="another incarnation") as refused:
+        taking.open(sending.seal("hello", HOST, PORT))
+    assert sending.open(notice_in(refused)) is NOTICE
+    assert (HOST, PORT) not in owner.endpoints and owner.of(HOST, PORT) == taker.me
+    assert taking.open(sending.seal("hello", HOST, PORT)) == "hello"

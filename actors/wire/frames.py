@@ -249,7 +249,7 @@ class FrameCodec:
             raise FrameRejected("a notice for another process")
         if abs(time.time() - ms / 1000) > FRESHNESS:
             raise FrameRejected("a stale notice")
-        self.incarnation.learn(data[_NOTICE.size : end].decode("ascii", "replace"), port, incarnation)
+        self.incarnation.told(data[_NOTICE.size : end].decode("ascii", "replace"), port, incarnation)
         return NOTICE
 
 

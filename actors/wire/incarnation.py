@@ -17,8 +17,8 @@ A sender learns the incarnation of the endpoint it sends to in three ways:
   it can send to;
 - **by inheritance**: a forked child keeps what its parent knew;
 - **by a notice**: a frame for an endpoint whose incarnation the sender does not know (an
-  address made from a ``host:port`` string: the admin a Runtime starts, the leader a node
-  joins, the runtime the command line steers) or knows wrongly (it restarted) is refused
+  address made from a ``host:port`` string: the leader a node joins, the runtime the
+  command line steers) or knows wrongly (it restarted; its port was another's) is refused
   with a *notice*, signed with the deployment's key, naming the incarnation that listens
   there; the sender seals the message again for it, with a new counter, and sends it at
   once (``transport``).
@@ -104,6 +104,12 @@ class Incarnation:
         self.endpoints.add((host, port))
         self.peers[(host, port)] = self.me
 
+    def unlisten(self, host: str, port: int) -> None:
+        """This process no longer listens on ``host:port`` (another process may, later)."""
+        self.endpoints.discard((host, port))
+        if self.peers.get((host, port)) == self.me:
+            del self.peers[(host, port)]
+
     def receipt(self, sender: bytes, counter: int) -> Receipt:
         """Record that frame ``counter`` of ``sender`` has passed every other check."""
         now = time.monotonic()
@@ -124,13 +130,26 @@ class Incarnation:
         return self.peers.get((host, port), UNKNOWN)
 
     def learn(self, host: str, port: int, incarnation: bytes, sure: bool = True) -> None:
-        """``incarnation`` listens on ``host:port``: told by itself (``sure``: its own
-        address, its notice), or a hint from a third party, which only fills a gap."""
+        """``incarnation`` listens on ``host:port``: said by itself (``sure``: its own
+        address), or a hint from a third party, which only fills a gap; neither changes
+        what this process knows of its own endpoints."""
         key = (host, port)
         if len(incarnation) != 16 or incarnation == UNKNOWN or key in self.endpoints:
             return
         if not sure and key in self.peers:
             return
+        self._set(key, incarnation)
+
+    def told(self, host: str, port: int, incarnation: bytes) -> None:
+        """The process listening on ``host:port`` answered, in a notice, that it is
+        ``incarnation``: so it is, whatever this process thought, even that it listened
+        there itself (a port its closed transport left, that another process took)."""
+        if len(incarnation) != 16 or incarnation == UNKNOWN or incarnation == self.me:
+            return
+        self.endpoints.discard((host, port))
+        self._set((host, port), incarnation)
+
+    def _set(self, key: tuple[str, int], incarnation: bytes) -> None:
         if len(self.peers) > _KEEP:
             self.peers.clear()  # what is forgotten is learned again, at one notice each
         self.peers[key] = incarnation

@@ -181,18 +181,29 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
         trace("frame", type(intent.message).__name__)
         return toSendBuffer((self.myAddress, intent.message), lambda obj: codec.seal(obj, host, port))  # type: ignore[no-any-return]
 
-    original_init = TCPTransport.TCPTransport.__init__
+    original_init, original_close = TCPTransport.TCPTransport.__init__, TCPTransport.TCPTransport.close
+
+    def endpoint(self: Any) -> tuple[str, int] | None:
+        connect = getattr(getattr(getattr(self, "myAddress", None), "addressDetails", None), "connectArgs", None)
+        return (connect[0][0], connect[0][1]) if connect else None
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
-        connect = getattr(getattr(getattr(self, "myAddress", None), "addressDetails", None), "connectArgs", None)
-        if connect:
-            add_endpoint(*connect[0][:2])
+        self.greenroom_endpoint = endpoint(self)
+        if self.greenroom_endpoint is not None:
+            add_endpoint(*self.greenroom_endpoint)
+
+    def close(self: Any) -> None:
+        listened, self.greenroom_endpoint = getattr(self, "greenroom_endpoint", None), None
+        original_close(self)
+        if listened is not None:  # its port is free for any process now: frames for it are not ours
+            CURRENT.unlisten(*listened)
 
     IPBase.IPActorAddress.bindArgs = property(bind_args)
     TCPTransport.serializer = _Serializer(codec)
     TCPTransport.TCPTransport.serializer = seal
     TCPTransport.TCPTransport.__init__ = init
+    TCPTransport.TCPTransport.close = close
     TCPTransport.TCPTransport._acceptNewIncoming = _accept_with_limits(config)
     TCPTransport.TCPTransport._handlePossibleIncoming = _expire_slow(TCPTransport.TCPTransport._handlePossibleIncoming)
     TCPTransport.TCPTransport._processReceivedEnvelope = _drop_markers(
