@@ -20,10 +20,10 @@ the length parser (``BoundedReceiveBuffer``):
   window of the ones below it it has seen, as IPsec does;
 - a frame for the right endpoint but another incarnation (its sender did not know this
   one, or it was recorded from an earlier process on the same address and port) is refused
-  with a ``NOTICE`` frame naming this incarnation, signed with the deployment key and bound
-  to the refused frame's sender and counter; the sender that gets it learns where to send
-  (``Incarnation.learn``) and seals its message again (``transport``); anyone else who
-  replayed the frame gets nothing they can use;
+  with a notice (a frame of its own, ``NOTICE_MAGIC``) naming this incarnation, signed with the deployment key and bound
+  to the refused frame's sender and counter; the sender that gets it, in answer to its
+  frame, learns where to send (``FrameCodec.heed``) and seals its message again
+  (``transport``); anyone else who replayed the frame gets nothing they can use;
 - a frame already accepted (its number is in the window) is opened as ``DUPLICATE``: the
   transport acknowledges it again and delivers nothing. Thespian resends the same sealed
   bytes when an ACK is lost, so the resend succeeds and the message is delivered once; a
@@ -58,11 +58,11 @@ from .incarnation import CURRENT, FRESHNESS, UNKNOWN, Incarnation
 __all__ = [
     "DUPLICATE",
     "FRESHNESS",
-    "NOTICE",
     "BoundedReceiveBuffer",
     "ForAnother",
     "FrameCodec",
     "FrameRejected",
+    "Notice",
     "add_endpoint",
     "is_marker",
     "log_rejection",
@@ -120,9 +120,17 @@ class _Marker:
         return self.name
 
 
-# in the shape of an opened frame: (sender's address, message)
-DUPLICATE: Any = (None, _Marker("DUPLICATE"))  # a frame already accepted
-NOTICE: Any = (None, _Marker("NOTICE"))  # a notice, learned from
+class Notice(_Marker):
+    """A notice, opened: ``incarnation`` listens on ``host:port``. Only the sender waiting
+    for the answer to its frame to that endpoint learns from it (``FrameCodec.heed``);
+    anywhere else it is acknowledged and dropped, having taught nothing."""
+
+    def __init__(self, host: str, port: int, incarnation: bytes) -> None:
+        super().__init__("NOTICE")
+        self.host, self.port, self.incarnation = host, port, incarnation
+
+
+DUPLICATE: Any = (None, _Marker("DUPLICATE"))  # a frame already accepted, as (sender's address, message)
 
 
 def is_marker(message: Any) -> bool:
@@ -177,8 +185,8 @@ class FrameCodec:
 
     def open(self, data: bytes) -> Any:
         """The object in a frame, once every check has passed; ``FrameRejected`` says which
-        failed (``ForAnother`` carries the notice to answer with). A notice opens as
-        ``NOTICE``, once this process has learned from it."""
+        failed (``ForAnother`` carries the notice to answer with). A notice for this process
+        opens as ``(None, Notice)``."""
         if data[:4] == NOTICE_MAGIC:
             return self._open_notice(data)
         if len(data) < _HEAD.size:
@@ -249,8 +257,11 @@ class FrameCodec:
             raise FrameRejected("a notice for another process")
         if abs(time.time() - ms / 1000) > FRESHNESS:
             raise FrameRejected("a stale notice")
-        self.incarnation.told(data[_NOTICE.size : end].decode("ascii", "replace"), port, incarnation)
-        return NOTICE
+        return None, Notice(data[_NOTICE.size : end].decode("ascii", "replace"), port, incarnation)
+
+    def heed(self, notice: Notice) -> None:
+        """Send to the incarnation ``notice`` names from now on (see ``Notice``)."""
+        self.incarnation.told(notice.host, notice.port, notice.incarnation)
 
 
 class BoundedReceiveBuffer:

@@ -44,11 +44,11 @@ from typing import Any
 from ..debug_trace import trace
 from ..errors import ConfigurationError, TransportAuthError
 from .frames import (
-    NOTICE,
     BoundedReceiveBuffer,
     ForAnother,
     FrameCodec,
     FrameRejected,
+    Notice,
     add_endpoint,
     is_marker,
     log_rejection,
@@ -212,7 +212,9 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
     TCPTransport.TCPTransport._addedDataToIncoming = _answer_with_notices(
         TCPTransport.TCPTransport._addedDataToIncoming
     )
-    TCPTransport.TCPTransport._check_XMIT_4_done = _learn_from_notices(TCPTransport.TCPTransport._check_XMIT_4_done)
+    TCPTransport.TCPTransport._check_XMIT_4_done = _learn_from_notices(
+        TCPTransport.TCPTransport._check_XMIT_4_done, codec
+    )
     _addresses_carry_incarnations(IPBase.IPActorAddress)
     TCPTransport.ReceiveBuffer = BoundedReceiveBuffer
     tune_delivery(retry_every=config.retry_every, deliver_within=config.deliver_within)
@@ -264,12 +266,13 @@ def _answer_with_notices(added: Any) -> Any:
 _RESEALS = 3  # notices a message may get before its send is retried as if its connection broke
 
 
-def _learn_from_notices(check: Any) -> Any:
-    """While a sent frame waits for its ACK: a notice (this process has learned from it, in
-    ``FrameCodec.open``) makes the message sealed again for the incarnation it names and
-    sent at once on a new connection, and the messages queued behind it for that target
-    sealed again too; an answer that cannot be read is taken as a broken connection (the
-    message is sent again later), where Thespian would drop the message."""
+def _learn_from_notices(check: Any, codec: FrameCodec) -> Any:
+    """While a sent frame waits for its ACK: a notice from its target (``frames.Notice``)
+    is heeded, and makes the message sealed again for the incarnation it names and sent at
+    once on a new connection, and the messages queued behind it for that target sealed
+    again too; an answer that cannot be read (or a notice about another endpoint) is taken
+    as a broken connection (the message is sent again later), where Thespian would drop
+    the message."""
     from thespian.system.transport.TCPTransport import _safeSocketShutdown
 
     def check_ack(self: Any, intent: Any, rcv: Any) -> Any:
@@ -280,13 +283,16 @@ def _learn_from_notices(check: Any) -> Any:
             intent.backoffPause(True)
             intent.stage = self._XMITStepRetry
             return self._nextTransmitStep(intent)
-        if opened is None or opened[0] is not NOTICE:
+        notice = opened[0][1] if opened is not None and isinstance(opened[0], tuple) else None
+        if not isinstance(notice, Notice):
             return check(self, intent, b"")  # the data is in the buffer: Thespian's own reading of it
         resealed = getattr(intent, "greenroom_reseals", 0)
-        if resealed >= _RESEALS:
+        target = intent.targetAddr.addressDetails.connectArgs[0][:2]
+        if resealed >= _RESEALS or (notice.host, notice.port) != tuple(target):
             intent.backoffPause(True)
             intent.stage = self._XMITStepRetry
             return self._nextTransmitStep(intent)
+        codec.heed(notice)
         intent.greenroom_reseals = resealed + 1
         _safeSocketShutdown(intent)
         delattr(intent, "socket")
