@@ -180,7 +180,10 @@ def _ask_runtime(info: dict[str, Any], command: Message, timeout: float) -> Any:
 
 
 def _send_to_runtime(info: dict[str, Any], command: Message, timeout: float) -> ControlReply:
-    """Send ``command`` to the running runtime and wait for the turn's reply."""
+    """Send ``command`` to the running runtime and wait for the turn's reply (a host that
+    does not know the turn answers before ``timeout``: ``answer_within``)."""
+    if "answer_within" in type(command).model_fields:
+        command = command.model_copy(update={"answer_within": timeout})
     reply = _ask_runtime(info, command, timeout)
     if not isinstance(reply, ControlReply):
         raise CliError(f"the runtime (pid {info.get('pid', '?')}) did not answer within {timeout} s")

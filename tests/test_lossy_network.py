@@ -211,6 +211,45 @@ def test_a_stop_that_overtakes_its_start_by_seconds_still_stops_the_turn() -> No
         assert (getattr(reply, "ok", reply), seen[-1]) == (True, ("finish", "stopped"))
 
 
+# issue 30: a command was held 30 s whatever its sender waited: the stop's sender could time out first
+def test_a_stop_that_overtakes_its_start_by_less_than_its_senders_wait_stops_the_turn() -> None:
+    rule = Rule(carries("StartTurn", outbound=True), delay(2500))
+    with relayed_runtime(rule) as (rt, provider, relay):
+        provider.add(say("done"))
+        turn = rt.run("hello")
+        planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "StartTurn is held by the relay")
+        stop = StopTurn(turn_id=turn.turn_id, reason="overtaking", request_id="overtaking", answer_within=10)
+        reply = rt.actor_system.ask(rt.directory, stop, 10)  # another sender, waiting 10 s: held up to 7.5 s
+        seen = summary(events_of(turn, timeout=10))
+        assert (getattr(reply, "ok", reply), seen[-1]) == (True, ("finish", "stopped"))
+
+
+# issue 30: a command was held 30 s whatever its sender waited: the sender timed out with no answer
+def test_a_stop_whose_sender_stops_waiting_before_its_turn_starts_is_answered_in_time_and_not_applied() -> None:
+    rule = Rule(carries("StartTurn", outbound=True), delay(4500))
+    with relayed_runtime(rule) as (rt, provider, relay):
+        provider.add(say("done"))
+        turn = rt.run("hello")
+        planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "StartTurn is held by the relay")
+        stop = StopTurn(turn_id=turn.turn_id, reason="too late", request_id="too late", answer_within=2)
+        reply = rt.actor_system.ask(rt.directory, stop, 2)  # None if no answer came within its wait
+        seen = summary(events_of(turn, timeout=10))
+        assert (getattr(reply, "code", reply), seen[-1]) == ("unknown_turn", ("finish", "stop"))
+
+
+# issue 30: a host that is slow to answer a Locate kept an attach waiting 5 s, past its 3 s timeout
+def test_attaching_to_an_unknown_turn_is_refused_within_the_attach_timeout_while_another_host_is_slow() -> None:
+    with relayed(FaultPolicy()) as relay, ScriptedProvider() as provider:
+        rt = Runtime(provider.provider(retry=FAST), hosts=2, tool_processes=0).start()
+        try:
+            relay.policy.add(Rule(carries("Locate"), delay(6000), times=None))
+            raised = attempt(lambda: rt.attach("turn_nobody", timeout=3))
+            planned(relay.counts["delay"] >= 1, "the other host's Locate was held by the relay")
+            assert raised == "ControlRejected: no turn turn_nobody"
+        finally:
+            rt.close()
+
+
 # issue 23 fixed: a cancel of a call still waiting for a tool process is dropped; the call runs to its end
 def test_a_cancel_reaches_calls_still_waiting_for_a_tool_process(tmp_path: Path) -> None:
     """Three parallel calls, one idle tool process: the relay holds the pool's answer (the

@@ -38,6 +38,7 @@ from messages import (
 )
 
 from ..errors import ControlRejected, TurnTimeout
+from .routing import waiting
 from .stream import TurnResult, TurnStream
 
 __all__ = ["AsyncTurnHandle", "SendCommand", "TurnHandle", "TurnResult"]
@@ -149,7 +150,7 @@ class TurnHandle(_Handle):
         return found
 
     def _command(self, command: Any, timeout: float) -> ControlReply:
-        future = self._send(command)
+        future = self._send(waiting(command, timeout))
         try:
             return self._after(future.result(timeout))
         except concurrent.futures.TimeoutError:
@@ -250,7 +251,7 @@ class AsyncTurnHandle(_Handle):
         return found
 
     async def _command(self, command: Any, timeout: float) -> ControlReply:
-        future = self._send(command)
+        future = self._send(waiting(command, timeout))
         try:
             reply = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except TimeoutError:  # from wait_for only: a delivery failure raises HostUnreachable

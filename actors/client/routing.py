@@ -11,7 +11,9 @@ run it finds it (``cluster.routes``, ``host.registry``).
 - Order: Thespian does not order messages, so a command for a turn whose ``StartTurn`` has
   not been acknowledged yet is held here and sent once it is (the host then has the turn);
   it can never overtake the start, however slow the network is. The same holds while a
-  moved turn is being followed to its new host.
+  moved turn is being followed to its new host. A command that says how long its waiter
+  waits (``answer_within``: ``waiting``) leaves with what is left of that wait, so that a
+  host that does not know the turn answers before the waiter gives up.
 - A message the transport could not deliver, after its own retries, fails its waiter: a
   command's future raises ``HostUnreachable``, a starting turn's stream ends ``host_lost``,
   and so do the commands held for it. A resend after a lost acknowledgement is not a
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +48,7 @@ from .follow import Lost
 from .receiving import Inbound
 from .stream import TurnStream
 
-__all__ = ["Hosts", "addressed"]
+__all__ = ["Hosts", "addressed", "waiting"]
 
 Held = list[tuple[Any, concurrent.futures.Future[ControlReply]]]
 
@@ -55,6 +58,17 @@ def addressed(command: Any) -> None:
     refused = unaddressed(command)
     if refused is not None:
         raise ConfigurationError(f"{refused.message} to be sent through the Runtime")
+
+
+def waiting(message: Any, timeout: float | None) -> Any:
+    """``message`` (a command, a ``Subscribe``) saying that its sender waits ``timeout``
+    seconds for the answer (``answer_within``), unless it already says less."""
+    if timeout is None or timeout <= 0 or "answer_within" not in getattr(type(message), "model_fields", {}):
+        return message
+    within = message.answer_within
+    if within is not None and within <= timeout:
+        return message
+    return message.model_copy(update={"answer_within": timeout})
 
 
 class Hosts:
@@ -84,6 +98,7 @@ class Hosts:
         # request id -> a command sent to a host and not yet acknowledged, and where it went:
         # sent again at once if that host is replaced (``replaced``), not when the transport gives up
         self._in_flight: dict[str, tuple[Any, concurrent.futures.Future[ControlReply], Any]] = {}
+        self._answer_by: dict[str, float] = {}  # request id -> when its waiter stops waiting (monotonic)
 
     # -- where -----------------------------------------------------------------------------
 
@@ -177,6 +192,9 @@ class Hosts:
         rid = command.request_id
         future = self._inbound.expect(rid)
         future.add_done_callback(lambda f: self._inbound.forget(rid) if f.cancelled() else None)
+        if getattr(command, "answer_within", None) is not None:
+            self._answer_by[rid] = time.monotonic() + command.answer_within
+            future.add_done_callback(lambda f: self._answer_by.pop(rid, None))
         with self._lock:
             held = self._held.get(command.turn_id)
             if held is not None:
@@ -187,6 +205,9 @@ class Hosts:
 
     def _send(self, command: Any, future: concurrent.futures.Future[ControlReply]) -> None:
         tid, rid = command.turn_id, command.request_id
+        answer_by = self._answer_by.get(rid)
+        if answer_by is not None:  # it may have waited here (for its turn's start, its new host)
+            command = command.model_copy(update={"answer_within": max(answer_by - time.monotonic(), 0.001)})
         target = self.of(tid)
         with self._lock:
             self._in_flight[rid] = (command, future, target)
@@ -216,11 +237,13 @@ class Hosts:
 
         self._endpoint.send(target, command, lost, sent)
 
-    def subscribe(self, turn_id: str, since: int) -> tuple[TurnStream, concurrent.futures.Future[ControlReply]]:
+    def subscribe(
+        self, turn_id: str, since: int, timeout: float | None = None
+    ) -> tuple[TurnStream, concurrent.futures.Future[ControlReply]]:
         """Follow a turn started elsewhere from ``since``; the future gets the host's answer
-        (and the stream its host: whoever answered)."""
+        (and the stream its host: whoever answered), within ``timeout`` s if it says one."""
         stream = self.open(turn_id, since, fresh=False)
-        return stream, self.command(Subscribe(turn_id=turn_id, since=since, window=self.window))
+        return stream, self.command(waiting(Subscribe(turn_id=turn_id, since=since, window=self.window), timeout))
 
     def unsubscribe(self, turn_id: str) -> None:
         """Tell the turn's host to send this runtime nothing more of it."""

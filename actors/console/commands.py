@@ -133,7 +133,10 @@ class RemoteRuntimes:
                 asys = ActorSystem("multiprocTCPBase", {"Admin Port": info["admin_port"]}, transientUnique=True)
                 self._systems[key] = asys
             directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
-            answer = asys.ask(directory, command.model_copy(update={"request_id": "console"}), timeout)
+            update: dict[str, Any] = {"request_id": "console"}
+            if "answer_within" in type(command).model_fields:
+                update["answer_within"] = timeout  # a host that does not know the turn answers before then
+            answer = asys.ask(directory, command.model_copy(update=update), timeout)
         if not isinstance(answer, ControlReply):
             raise TurnTimeout(f"the runtime (pid {info.get('pid')}) did not answer within {timeout} s")
         return answer.model_copy(update={"request_id": getattr(command, "request_id", None)})

@@ -9,8 +9,9 @@ Guarantees (each message that names a turn gets exactly one of these):
   directory looks for it on the other hosts (``Find``, ``cluster.routes``): found, it is
   forwarded there; else a command waits for its turn to start or to be taken over here
   (Thespian does not order messages, not even from one sender), which gets it before its
-  first step, and is answered ``unknown_turn`` once its hold runs out (unless the store
-  names another owner by then: it is forwarded there); a ``Subscribe`` is refused at once;
+  first step, and is answered ``unknown_turn`` once its hold runs out, before its sender's
+  ``answer_within`` does (unless the store names another owner by then: it is forwarded
+  there); a ``Subscribe`` is refused at once;
 - a ``Subscribe`` or a command for a turn that has ended is answered for it (a stop or a
   cancel "no effect", anything else ``turn_finished``); a ``Subscribe`` for a stored turn
   that has left every host is answered from the store;
@@ -125,11 +126,14 @@ class TurnRegistry:
 
     def _hold(self, turn_id: str, msg: Any, sender: Any) -> None:
         """Hold a message for a turn that is not here: the store (if any) is asked where it
-        is, and the directory looks for it."""
+        is, and the directory looks for it; one whose sender says how long it waits is
+        answered before then (``held``)."""
         if turn_id not in self.finding and turn_id not in self.routing:
             self.absent.pop(turn_id, None)  # asked afresh
-        self.held.hold(turn_id, msg, sender)
+        due = self.held.hold(turn_id, msg, sender, getattr(msg, "answer_within", None))
         self.host.every("hold", min(1.0, self.held.hold_for / 2))
+        if due < self.held.hold_for:
+            self.host.timers.add(due, ("hold_due",))  # on time, not at the next second's look
         self._look_up(turn_id)
         if turn_id not in self.finding and self.host.directory is not None:
             self.finding.add(turn_id)

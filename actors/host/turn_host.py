@@ -233,6 +233,8 @@ class TurnHost(Dispatcher):
                 self.registry.evict(args[0])
             elif what == "fence" and self.keeper is not None:
                 self.keeper.fence()
+            elif what == "hold_due":  # a held command's sender stops waiting soon
+                self.registry.expire_held()
         what = msg.payload[0]
         if what == "liveness":
             self.tools.check_liveness()
