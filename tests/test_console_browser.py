@@ -194,7 +194,9 @@ def test_stopping_a_turn_from_its_page_ends_it_and_marks_the_timeline(
         browser.until(lambda d: browser.find_all('.running-call[data-call="call_1"]'))
         browser.find("#turn-reason").send_keys("the person pressed stop")
         browser.find("#stop-turn").click()
-        assert browser.wait_text("#turn-reply", lambda s: s != "sending...") == "applied"
+        assert browser.wait_text("#stop-reply", lambda s: s != "sending...") == "applied"
+        assert browser.beside("#stop-reply", "#stop-turn") and not browser.beside("#stop-reply", "#cancel-turn")
+        assert browser.text("#cancel-reply") == ""
         browser.wait_text("#turn-status", lambda s: s == "finished: stopped")
         assert (
             event_texts(browser, "error")[0].split(" ", 3)[3] == "stopped: Agent run stopped (the person pressed stop)"
@@ -216,7 +218,9 @@ def test_cancelling_with_a_grace_ends_the_turn_at_its_next_step(
         browser.until(lambda d: browser.find_all('.running-call[data-call="call_1"]'))
         browser.find("#cancel-grace").send_keys("30")
         browser.find("#cancel-turn").click()
-        assert browser.wait_text("#turn-reply", lambda s: s != "sending...") == "applied"
+        assert browser.wait_text("#cancel-reply", lambda s: s != "sending...") == "applied"
+        assert browser.beside("#cancel-reply", "#cancel-turn") and not browser.beside("#cancel-reply", "#stop-turn")
+        assert browser.text("#stop-reply") == ""
         browser.wait_text("#turn-status", lambda s: s == "finished: cancelled")
         assert browser.text("#timeline .tl-mark-label") == "cancelled (user)"
     assert not (tmp_path / "done").exists()
@@ -317,9 +321,9 @@ def test_a_durable_turn_is_approved_from_the_console_after_its_owner_was_killed(
         browser.find(pending("call_1", "button.approve")).click()
         reply = browser.wait_text(pending("call_1", ".reply"), lambda s: s != "sending...")
         assert reply == (
-            "applied (no host is running: written to the store, applied when a host takes the turn)"
+            "queued (no host is running: queued in the store's inbox, applied when a host takes the turn)"
             if shared
-            else "applied (no runtime is running on the store: written to the store, "
+            else "queued (no runtime is running on the store: queued in the store's inbox, "
             "applied when a runtime loads the turn again)"
         )
         provider.add(say("Written."))
