@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -339,3 +340,54 @@ def test_a_durable_turn_is_approved_from_the_console_after_its_owner_was_killed(
     assert console.returncode == 0, err
     assert shared or os.path.exists(store)
     assert PASSWORD not in err
+
+
+IDLE = """
+import json, sys
+from actors import Runtime
+rt = Runtime(store=sys.argv[1], hosts=1).start()
+print(json.dumps({"node": f"127.0.0.1:{rt.admin_port}", "sid": rt.admin_sid}), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.postgres
+def test_the_header_and_the_nodes_follow_a_host_that_dies_though_no_turn_changes(
+    browser: Browser, postgres: Any
+) -> None:
+    from .helpers import wait_until
+
+    url = postgres.create_database("hosts_followed")
+    idle = [
+        subprocess.Popen([sys.executable, "-c", IDLE, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         cwd=ROOT, env=ENV)  # fmt: skip
+        for _ in range(2)
+    ]
+    console = None
+    try:
+        nodes = [json.loads(p.stdout.readline()) for p in idle]  # type: ignore[union-attr]
+        cmd = [sys.executable, "-m", "actors.cli", "console", "--store", url, "--port", "0"]
+        console = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+        line = console.stdout.readline()  # type: ignore[union-attr]
+        browser.open(line.split(": ", 1)[1].strip())
+        browser.wait_text("#where", lambda s: s.endswith("2 host(s) live"))
+        def listed() -> list[list[str]]:
+            cells = browser.texts("#node-rows tr[data-node] td")
+            return [cells[i : i + 3] for i in range(0, len(cells), 3)]
+
+        browser.until(lambda d: len(listed()) == 2, message="both nodes listed")
+        assert sorted(listed()) == sorted([n["node"], "1", "0"] for n in nodes)  # each: 1 live host, no turn
+        os.kill(idle[0].pid, signal.SIGKILL)  # no turn changes: only the host's lease runs out
+        idle[0].wait(10)
+        assert wait_until(lambda: session_processes(nodes[0]["sid"]) == [])
+        browser.wait_text("#where", lambda s: s.endswith("1 host(s) live"), timeout=20)  # its lease (5 s), then 1 s
+        assert listed() == [[nodes[1]["node"], "1", "0"]]
+    finally:
+        for p in idle:
+            p.kill()  # SIGKILL: its whole tree ends with it (the lifeline)
+            p.wait(10)
+        if console is not None:
+            console.terminate()
+            console.communicate(timeout=20)
+    assert console.returncode == 0
+    assert wait_until(lambda: all(session_processes(n["sid"]) == [] for n in nodes))
