@@ -1,0 +1,188 @@
+"""Issue 34 across machines: what a newcomer runs on each machine of a cluster, in network
+namespaces on one bridge (``tests.cluster_harness``), with PostgreSQL as the store.
+
+- every ``greenroom`` command on any machine (a member's, one with no node at all) works or
+  says in one line what is wrong, exit status 2, never a traceback; ``greenroom nodes``
+  lists the leader beside the members;
+- ``turns list``, ``turns show`` and the console say on which host and node each turn runs,
+  and how many turns each node runs, before and after a node is lost.
+
+Each test proves at its end that nothing of the cluster is left (``leftovers``).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from actors.testing import call, say, use_tools
+from actors.testing.netns import available
+from actors.testing.postgres import binaries
+from actors.wire.placement import rendezvous
+
+from .cluster_harness import PORT, ROOT, Cluster, leftovers
+from .test_cluster_turns import boot, polled, stored
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(available() is not None, reason=str(available())),
+    pytest.mark.skipif(binaries() is None, reason="PostgreSQL is not installed (initdb, pg_ctl)"),
+]
+
+KEY = "a-console-key-of-this-test-" + secrets.token_hex(8)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with Cluster(4, tmp_path) as c:
+        yield c
+    assert leftovers(c) == []
+
+
+def one_line(done: Any) -> str:
+    """The stderr of a command that failed as bad input must: exit status 2, one line, no traceback."""
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and done.stderr.endswith("\n"), done.stderr
+    return str(done.stderr.splitlines()[-1])
+
+
+def test_greenroom_nodes_lists_the_leader_and_its_members_from_any_machine_and_bad_input_is_one_line(
+    cluster: Cluster,
+) -> None:
+    c = cluster
+    boot(c, [1])  # node 2 and node 3 run no node: machines on the network, nothing more
+    leader, member = c.nodes[0].name, c.nodes[1].name
+    expected = [
+        {"node": leader, "capabilities": {}, "leader": True, "hosts": 1},
+        {"node": member, "capabilities": {"name": "m1", "member": True}, "leader": False, "hosts": 1},
+    ]
+    assert [{k: v for k, v in n.items() if k != "kind"} for n in c.ask(op="nodes")["nodes"]] == expected
+    for i in (0, 1, 2):  # the leader's machine, a member's, one with no node
+        listed = c.cli(i, "nodes", "--admin", leader, "--json")
+        assert (listed.returncode, listed.stderr) == (0, ""), listed.stderr
+        assert json.loads(listed.stdout) == expected
+    human = c.cli(2, "nodes", "--admin", member)  # a member's admin answers for the deployment too
+    assert (human.returncode, human.stderr) == (0, "")
+    assert human.stdout.splitlines() == [
+        f"{'NODE':<{len(leader)}}  ROLE    HOSTS  CAPABILITIES",
+        f"{leader}  leader      1  {{}}",
+        f"{member}  member      1  {json.dumps(expected[1]['capabilities'])}",
+    ]
+    assert c.nodes[2].ns.processes() == []  # and nothing of it runs on after: no admin was started there
+    nobody = f"{c.nodes[3].address}:{PORT}"
+    assert one_line(c.cli(2, "nodes", "--admin", nobody)) == f"greenroom: nothing listens at {nobody} (connection refused)"
+    wrong_key = subprocess.run(
+        ["ip", "netns", "exec", c.nodes[2].ns.name, sys.executable, "-m", "actors.cli", "nodes", "--admin", leader,
+         "--timeout", "3"],
+        capture_output=True, text=True, cwd=ROOT, env={**c.env(), "GREENROOM_KEY": secrets.token_hex(32)}, timeout=60,
+    )  # fmt: skip
+    assert one_line(wrong_key) == (
+        f"greenroom: the admin at {leader} did not answer within 3 s: another deployment key ($GREENROOM_KEY), "
+        "not a greenroom runtime or node, or it cannot connect back to this machine"
+    )
+    assert c.nodes[2].ns.processes() == []
+    elsewhere = c.cli(2, "node", "--leader", leader, "--listen", c.nodes[0].address, "--hosts", "0")
+    assert one_line(elsewhere) == (
+        f"greenroom node: --listen {c.nodes[0].address} is not an address of this machine (Cannot assign requested "
+        "address): give the address of this machine that the other nodes reach"
+    )
+    taken = c.cli(1, "node", "--leader", leader, "--listen", c.nodes[1].address, "--hosts", "0")
+    assert one_line(taken) == (
+        f"greenroom node: {member} is in use (Address already in use): another node or runtime runs there, "
+        "or give another --admin-port"
+    )
+    assert one_line(c.cli(2, "turns", "list", "--store", "/nonexistent.db")) == (
+        "greenroom: no turn store at /nonexistent.db (use --store or $GREENROOM_STORE)"
+    )
+    stray = c.cli(2, "console", "--store", str(c.store_url), "--host", c.nodes[0].address, "--port", "0")
+    assert one_line(stray).startswith(f"greenroom: the console cannot listen on {c.nodes[0].address}:0: ")
+    assert c.nodes[2].ns.processes() == []
+
+
+def turn_on_each(hosts: list[str]) -> dict[str, str]:
+    """A turn id for each host: the first that rendezvous hashing sends there."""
+    chosen: dict[str, str] = {}
+    for n in range(1000):
+        host = rendezvous(f"t_where{n}", hosts)
+        assert host is not None
+        chosen.setdefault(host, f"t_where{n}")
+    return chosen
+
+
+def console_listing(console: Any) -> dict[str, Any]:
+    answer = httpx.get(f"http://127.0.0.1:{console.port}/api/turns", headers={"Authorization": f"Bearer {KEY}"})
+    assert answer.status_code == 200
+    data: dict[str, Any] = answer.json()
+    return data
+
+
+def where(data: dict[str, Any]) -> dict[str, tuple[str, str, bool]]:
+    return {r["turn_id"]: (r["owner"], r["owner_node"], r["held"]) for r in data["turns"]}
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(400)
+def test_turns_list_show_and_the_console_say_where_each_turn_runs_and_follow_a_lost_node(cluster: Cluster) -> None:
+    from actors.console.server import Console
+
+    c = cluster
+    boot(c, [1, 2])
+    url = c.store_url
+    assert url is not None
+    hosts = sorted(h.host_id for h in c.store().live_hosts())
+    chosen = turn_on_each(hosts)
+    assert len(chosen) == 3
+    for host, turn_id in chosen.items():
+        c.scripts.add(turn_id, use_tools(call("delete_file", {"path": "/nonexistent"})), say(f"{turn_id} done"))
+        c.ask(op="run", turn_id=turn_id, prompt=turn_id, tools=["delete_file"])
+        c.ask(op="wait_event", turn_id=turn_id, kind="finish")  # paused, waiting for a decision
+        assert c.ask(op="host", turn_id=turn_id)["host"] == host
+    nodes = {n.name: n.index for n in c.nodes[:3]}
+    rows = json.loads(c.cli(1, "turns", "list", "--store", url, "--json").stdout)
+    assert {r["turn_id"]: (r["owner"], r["owner_node"], r["held"]) for r in rows} == {
+        t: (h, h.split("/")[0], True) for h, t in chosen.items()
+    }
+    listed = c.cli(2, "turns", "list", "--store", url).stdout.splitlines()
+    assert listed[-4:] == [f"{'NODE':<{len(c.nodes[0].name)}}  HOSTS  TURNS", *[f"{n}      1      1" for n in sorted(nodes)]]
+    for host, turn_id in chosen.items():
+        line = c.cli(2, "turns", "show", turn_id, "--store", url).stdout.splitlines()[0]
+        assert line == f"turn {turn_id}: awaiting_approval, on host {host} (node {host.split('/')[0]})"
+    console = Console(store=url, port=0, key=KEY).start()  # in this namespace: the bridge reaches the store
+    try:
+        data = console_listing(console)
+        assert where(data) == {t: (h, h.split("/")[0], True) for h, t in chosen.items()}
+        assert (data["nodes"], data["unheld"]) == ([{"node": n, "hosts": 1, "turns": 1} for n in sorted(nodes)], 0)
+        assert data["where"].endswith("3 host(s) live")
+        lost = next(h for h in chosen if c.node_of(h) == 2)
+        moved = chosen[lost]
+        c.kill(2)
+        approved = c.cli(1, "approve", moved, "call_1", "--store", url, "--json")  # at once: its owner's lease holds
+        assert (approved.returncode, approved.stderr) == (0, "")
+        assert json.loads(approved.stdout)["ok"] is True  # applied by the host that took it over, or queued for it
+        assert polled(lambda: c.node_of(c.store().route(moved).host_id) != 2, timeout=60)
+        assert polled(lambda: stored(c, moved)[-1][1:] == ["finish", "stop"], timeout=60)
+        started = [e for e in stored(c, moved) if e[1] == "tool_call_started"]
+        assert len(started) == 1  # approved once, run once
+        after = c.store().route(moved).host_id
+        assert polled(lambda: console_listing(console)["where"].endswith("2 host(s) live"), timeout=30)
+        data = console_listing(console)
+        assert where(data)[moved] == (after, after.split("/")[0], None)  # finished, where it went on
+        live = sorted(n for n, i in nodes.items() if i != 2)
+        assert data["nodes"] == [
+            {"node": n, "hosts": 1, "turns": sum(1 for h, t in chosen.items() if t != moved and h.startswith(n + "/"))}
+            for n in live
+        ]
+        listed = c.cli(1, "turns", "list", "--store", url).stdout.splitlines()
+        assert listed[-3:] == [f"{'NODE':<{len(live[0])}}  HOSTS  TURNS", *[f"{n}      1      1" for n in live]]
+        line = c.cli(1, "turns", "show", moved, "--store", url).stdout.splitlines()[0]
+        assert line == f"turn {moved}: finished (stop), ran on host {after} (node {after.split('/')[0]})"
+    finally:
+        console.close()
