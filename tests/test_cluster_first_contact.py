@@ -13,6 +13,8 @@ Each test proves at its end that nothing of the cluster is left (``leftovers``).
 from __future__ import annotations
 
 import json
+import os
+import re
 import secrets
 import subprocess
 import sys
@@ -28,7 +30,7 @@ from actors.testing.netns import available
 from actors.testing.postgres import binaries
 from actors.wire.placement import rendezvous
 
-from .cluster_harness import PORT, ROOT, Cluster, leftovers
+from .cluster_harness import PORT, ROOT, Cluster, _Lines, leftovers
 from .test_cluster_turns import boot, polled, stored
 
 pytestmark = [
@@ -186,3 +188,138 @@ def test_turns_list_show_and_the_console_say_where_each_turn_runs_and_follow_a_l
         assert line == f"turn {moved}: finished (stop), ran on host {after} (node {after.split('/')[0]})"
     finally:
         console.close()
+
+
+# -- the cluster page's walkthrough, as it is written ---------------------------------------------
+
+WALKTHROUGH = "## Try it on two machines"
+PAGE_URL = "postgresql://greenroom@10.0.0.9/greenroom"
+
+
+def walkthrough() -> tuple[list[tuple[str, str]], str]:
+    """The section's ``sh`` blocks as ``(who, code)`` (who: ``A``, ``B`` or ``A and B``, from
+    each block's first line, ``# on ...``), and the command it ends with (in its text)."""
+    text = (ROOT / "docs" / "cluster.md").read_text()
+    section = text.split(WALKTHROUGH, 1)[1].split("\n## ", 1)[0]
+    blocks = []
+    for code in re.findall(r"^```sh\n(.*?)^```$", section, re.MULTILINE | re.DOTALL):
+        who = re.match(r"# on (A and on B|A|B)\b", code)
+        assert who is not None, f"a block of the walkthrough that does not say where it runs:\n{code}"
+        blocks.append(("A and B" if who[1] == "A and on B" else who[1], code))
+    end = re.search(r'`(kill "\$\(cat leader\.pid\)" "\$\(cat model\.pid\)")`', section)
+    assert end is not None
+    return blocks, end[1]
+
+
+class Shell:
+    """One person's shell on one machine: a bash in the node's namespace, fed commands, each
+    answered with its output and exit status."""
+
+    def __init__(self, c: Cluster, index: int, cwd: Path) -> None:
+        node = c.nodes[index]
+        env = {**c.env(), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # the venv, activated
+        self.proc = node.ns.popen(
+            ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, cwd=cwd, env=env,
+        )  # fmt: skip
+        node.procs.append(self.proc)  # ended with the node's namespace, whatever happens
+        assert self.proc.stdout is not None
+        self.lines = _Lines(self.proc.stdout.fileno())
+
+    def run(self, command: str, timeout: float = 120) -> tuple[int, str]:
+        marker = f"__done_{secrets.token_hex(6)}__"
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{command}\necho {marker} $?\n".encode())
+        self.proc.stdin.flush()
+        out = []
+        while (line := self.lines.readline(timeout)) is not None:
+            if line.startswith(marker):
+                return int(line.split()[1]), "\n".join(out)
+            out.append(line)
+        raise AssertionError(f"the shell ended during {command!r}:\n" + "\n".join(out))
+
+
+def commands(code: str) -> list[str]:
+    """A block as the commands a person pastes: the whole block when it holds a heredoc, else
+    each line that is not a comment."""
+    if "<<'EOF'" in code:
+        return [code]
+    return [line for line in code.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def lines_of(path: Path, prefix: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if prefix in line] if path.exists() else []
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(400)
+def test_the_cluster_pages_walkthrough_runs_as_written_from_the_model_to_a_failover(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    c = cluster
+    blocks, end = walkthrough()
+    url = c.store_url
+    assert url is not None
+    a, b = c.nodes[0], c.nodes[1]
+
+    def local(code: str) -> str:  # the page's addresses are these machines'
+        return code.replace(PAGE_URL, url).replace("10.0.0.1", a.address).replace("10.0.0.2", b.address)
+
+    homes = {"A": tmp_path / "A", "B": tmp_path / "B"}
+    for home in homes.values():
+        home.mkdir()
+    shells = {"A": Shell(c, 0, homes["A"]), "B": Shell(c, 1, homes["B"])}
+    install, *steps = blocks
+    assert install[0] == "A and B" and "pip install -e '.[postgres]'" in install[1]  # done: this checkout's venv
+    outputs: list[tuple[str, str, str]] = []
+    on_b: list[str] = []
+    for who, code in steps:
+        if "kill -9" in code:  # B fails: which turns it held
+            on_b = sorted(s.turn_id for s in c.store().summaries() if c.node_of(s.owner) == 1)
+            assert {"try-0", "try-1", "try-2", "try-3"} <= set(on_b)  # those that require B's capability
+        if "greenroom approve TURN" in code:
+            code = code.replace("TURN", on_b[0])
+        for machine in ("A", "B") if who == "A and B" else (who,):
+            for command in commands(local(code)):
+                status, out = shells[machine].run(command)
+                assert status == 0, f"on {machine}: {command}\n{out}"
+                outputs.append((machine, command, out))
+        if "greenroom node " in code:  # the leader places its turns once the node has joined
+            log = homes["A"] / "leader.log"
+            assert polled(lambda: len(lines_of(log, " runs on ")) == 8, timeout=120), log.read_text()
+            assert polled(lambda: {s.status for s in c.store().summaries()} == {"awaiting_approval"}, timeout=60)
+    looked = {cmd: out for machine, cmd, out in outputs if machine == "B" and cmd.startswith("greenroom ")}
+    nodes = looked[f"greenroom nodes --admin {a.name}"].splitlines()
+    assert nodes == [
+        f"{'NODE':<{len(a.name)}}  ROLE    HOSTS  CAPABILITIES",
+        f"{a.name}  leader      2  {{}}",
+        f"{b.name}  member      2  {{\"machine\": \"b\"}}",
+    ]
+    listed = looked["greenroom turns list"].splitlines()
+    assert sorted(line.split()[0] for line in listed[1:9]) == [f"try-{n}" for n in range(8)]
+    assert {line.split()[1] for line in listed[1:9]} == {"awaiting_approval"}
+    counts = {line.split()[0]: line.split()[1:] for line in listed[-2:]}
+    assert set(counts) == {a.name, b.name} and {v[0] for v in counts.values()} == {"2"}
+    assert sum(int(v[1]) for v in counts.values()) == 8 and int(counts[b.name][1]) == len(on_b)
+    approved = next(out for machine, cmd, out in outputs if cmd.startswith("greenroom approve"))
+    assert re.fullmatch(
+        rf"approved: (done by host {re.escape(a.name)}/[01]|no host answered within 10 s: queued in the store's inbox, "
+        r"applied when the turn's host takes it \(a lost host's turns are taken over by a live host once its lease "
+        r"runs out\))",
+        approved,
+    ), approved
+    moved = on_b[0]
+    assert polled(lambda: c.store().route(moved).status == "finished", timeout=60)
+    assert [e[1:] for e in stored(c, moved) if e[1] == "tool_call_started"] == [
+        ["tool_call_started", "call_1"], ["tool_call_started", "call_2"], ["tool_call_started", "call_3"],
+    ]  # fmt: skip
+    assert polled(lambda: all(c.node_of(c.store().route(t).host_id) == 0 for t in on_b), timeout=60)
+    status, shown = shells["A"].run(f"greenroom turns show {moved}")
+    after = c.store().route(moved).host_id
+    assert (status, shown.splitlines()[0]) == (0, f"turn {moved}: finished (stop), ran on host {after} (node {a.name})")
+    status, listed_after = shells["A"].run("greenroom turns list")
+    assert listed_after.splitlines()[-2:] == [f"{'NODE':<{len(a.name)}}  HOSTS  TURNS", f"{a.name}      2      7"]
+    status, out = shells["A"].run(end)  # the page's last step: SIGTERM closes the leader and the model
+    assert status == 0, out
+    assert polled(lambda: a.ns.processes() == [shells["A"].proc.pid], timeout=30)  # all gone but the shell
+    assert "Traceback" not in (homes["A"] / "leader.log").read_text()

@@ -85,9 +85,14 @@ def test_a_person_watches_a_turn_stream_from_the_list_to_its_end(provider: Scrip
         browser.open(rt._console.url)
         turn = rt.run("What is the capital of France?")
         browser.wait_text(f"{row(turn.turn_id)} td.status", lambda s: s == "running")
+        host = turn.host
+        assert host == f"127.0.0.1:{rt.admin_port}/0"
+        assert browser.wait_text(f"{row(turn.turn_id)} td.host", lambda s: s != "-") == host
+        browser.until(lambda d: browser.texts("#node-rows tr[data-node] td") == [f"127.0.0.1:{rt.admin_port}", "-", "1"])
         browser.find(f"{row(turn.turn_id)} a").click()
         assert browser.wait_text("#text", lambda s: s == "Paris is the capit") == "Paris is the capit"
         assert browser.text("#turn-status") == "running"
+        assert browser.text("#turn-host") == f"on host {host} (node 127.0.0.1:{rt.admin_port})"
         go.set()
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
         assert browser.text("#text") == "Paris is the capital of France."
@@ -319,6 +324,7 @@ def test_a_durable_turn_is_approved_from_the_console_after_its_owner_was_killed(
         browser.open(line.split(": ", 1)[1].strip() + "#/turn/turn_orphan")
         browser.wait_text("#turn-status", lambda s: s == "awaiting_approval")
         assert browser.text("#where").endswith("no host running on it" if shared else "no runtime running on it")
+        assert browser.text("#turn-host").startswith("no live host holds it (last on host 127.0.0.1:")
         browser.find(pending("call_1", "button.approve")).click()
         reply = browser.wait_text(pending("call_1", ".reply"), lambda s: s != "sending...")
         assert reply == (
@@ -331,6 +337,7 @@ def test_a_durable_turn_is_approved_from_the_console_after_its_owner_was_killed(
         with Runtime(provider.provider(retry=RetryPolicy(max_attempts=1)), store=store, hosts=1) as rt:
             assert recovered(store, rt, ["turn_orphan"])
             browser.wait_text("#turn-status", lambda s: s == "finished: stop")
+            assert browser.text("#turn-host") == f"ran on host 127.0.0.1:{rt.admin_port}/0 (node 127.0.0.1:{rt.admin_port})"
             if not shared:
                 browser.screenshot("durable-turn-approved")
         assert browser.text("#text").endswith("Written.")
