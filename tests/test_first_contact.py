@@ -214,3 +214,32 @@ def test_an_approval_right_after_its_owner_was_sigkilled_is_queued_with_exit_0_a
     finally:
         store.close()
     assert len(provider.requests) == 2
+
+
+# -- greenroom nodes ----------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_greenroom_nodes_reaches_a_running_runtime_and_starts_no_admin_where_none_listens(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    from actors.lifecycle.processes import free_port
+
+    store = str(tmp_path / "turns.db")
+    with Runtime(provider.provider(retry=ONCE), store=store, hosts=1, capabilities={"region": "eu"}) as rt:
+        out = greenroom("nodes", "--store", store, "--json")  # the key from the runtime's file
+        assert (out.returncode, out.stderr) == (0, "")
+        assert json.loads(out.stdout) == [
+            {"node": f"127.0.0.1:{rt.admin_port}", "capabilities": {"region": "eu"}, "leader": True, "hosts": 1}
+        ]
+    port = free_port("127.0.0.1")
+    keyed = {**ENV, "GREENROOM_KEY": "a-deployment-key-for-this-test"}
+    done = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "nodes", "--admin", f"127.0.0.1:{port}"],
+        capture_output=True, text=True, cwd=ROOT, env=keyed, timeout=60,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"greenroom: nothing listens at 127.0.0.1:{port} (connection refused)\n",
+    )  # fmt: skip
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # no admin was started there (one used to be, and ran on)
