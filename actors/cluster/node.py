@@ -140,7 +140,7 @@ def _count(least: int) -> Any:
     return parse
 
 
-def check_addresses(leader: tuple[str, int], listen: str, admin_port: int) -> str:
+def _check_addresses(leader: tuple[str, int], listen: str, admin_port: int) -> str:
     """Refuse, saying why, a leader whose name does not resolve, a ``listen`` address this
     machine does not have, or an admin port already taken here (by another node or runtime,
     whose admin Thespian would otherwise join); the leader as ``host:port`` of its address."""
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         if key is None:
             raise ConfigurationError("a node needs the deployment key: set $GREENROOM_KEY or pass --key-file")
         capabilities = dict(parse_capability(c) for c in args.capability)
-        leader = check_addresses(args.leader, args.listen, args.admin_port)
+        leader = _check_addresses(args.leader, args.listen, args.admin_port)
         asys, _ = start_node(
             leader, args.listen, capabilities, args.admin_port, key, args.timeout,
             hosts, args.store, args.tool_processes, args.max_tool_processes,
