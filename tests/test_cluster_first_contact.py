@@ -167,7 +167,7 @@ def test_turns_list_show_and_the_console_say_where_each_turn_runs_and_follow_a_l
         moved = chosen[lost]
         c.kill(2)
         approved = c.cli(1, "approve", moved, "call_1", "--store", url, "--json")  # at once: its owner's lease holds
-        assert (approved.returncode, approved.stderr) == (0, "")
+        assert (approved.returncode, approved.stderr) == (0, ""), approved.stderr
         assert json.loads(approved.stdout)["ok"] is True  # applied by the host that took it over, or queued for it
         assert polled(lambda: c.node_of(c.store().route(moved).host_id) != 2, timeout=60)
         assert polled(lambda: stored(c, moved)[-1][1:] == ["finish", "stop"], timeout=60)
