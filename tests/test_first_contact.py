@@ -135,9 +135,9 @@ def test_turns_list_and_show_name_the_host_of_a_turn_and_say_when_no_live_host_h
 ) -> None:
     store = store_location
     shared = is_url(store)
-    provider.add(use_tools(call("wait_for_stop", {"marker": str(tmp_path / "stopped")})), say("Went on."))
+    provider.add(use_tools(call("wait_for_file", {"path": str(tmp_path / "never")})))  # a call that never returns
     with Runtime(provider.provider(retry=ONCE), store=store, hosts=1) as rt:
-        turn = rt.run("wait", tools=[T.wait_for_stop], turn_id="turn_held")
+        turn = rt.run("wait", tools=[T.wait_for_file], turn_id="turn_held")
         turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=60)
         host, node = turn.host, f"127.0.0.1:{rt.admin_port}"
         assert host == f"{node}/0"
@@ -162,6 +162,7 @@ def test_turns_list_and_show_name_the_host_of_a_turn_and_say_when_no_live_host_h
     }  # fmt: skip
     first = greenroom("turns", "show", "turn_held", "--store", store).stdout.splitlines()[0]
     assert first.endswith(f" (no live host; last held by host {host})")  # its phase: the call's, or after it
+    provider.add(say("Went on."))
     with Runtime(provider.provider(retry=ONCE), store=store, hosts=1) as rt:
         assert rt.attach("turn_held").result(60, final=True).text == "Went on."
         shown = greenroom("turns", "show", "turn_held", "--store", store)
