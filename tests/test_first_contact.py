@@ -244,3 +244,37 @@ def test_greenroom_nodes_reaches_a_running_runtime_and_starts_no_admin_where_non
     )  # fmt: skip
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
         pass  # no admin was started there (one used to be, and ran on)
+
+
+@pytest.mark.integration
+@pytest.mark.postgres
+def test_the_consoles_decision_no_live_host_answers_in_time_is_shown_queued_with_status_200(
+    postgres: ThrowawayPostgres,
+) -> None:
+    from starlette.testclient import TestClient
+
+    from actors.console.app import build_app
+    from actors.console.sources import StoreSource
+
+    from .test_cli import paused_turn, store_with
+
+    url = store_with(postgres.create_database("console_queued"), paused_turn("turn_1"))
+    store = open_store(url)
+    store.renew_host("hung/0", "hung", b"", 60.0)  # a host whose lease holds, and which answers nothing
+    source = StoreSource(url)
+    source.timeout = 1.0
+    key = "a-console-key-for-this-test-0123456789"
+    with TestClient(build_app(source, key), base_url="http://127.0.0.1") as client:
+        client.get(f"/?token={key}")
+        csrf = client.get("/api/session").json()["csrf"]
+        headers = {"Origin": "http://127.0.0.1", "X-Greenroom-CSRF": csrf}
+        body = {"decisions": [{"turn_id": "turn_1", "call_id": "call_1", "approved": True}]}
+        answer = client.post("/api/turns/turn_1/decide", headers=headers, json=body)
+    assert (answer.status_code, answer.json()["ok"], answer.json()["message"]) == (
+        200, True,
+        "queued (no host answered within 1 s: queued in the store's inbox, applied when the turn's host takes it "
+        "(a lost host's turns are taken over by a live host once its lease runs out))",
+    )  # fmt: skip
+    assert [c.kind for c in store.pending_commands("turn_1")] == ["respond_to_approvals"]
+    source.close()
+    store.close()
