@@ -131,6 +131,13 @@ def _address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _port(text: str) -> int:
+    """A TCP port from 1 to 65535 (an argparse type)."""
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, not {text!r}")
+    return int(text)
+
+
 def _count(least: int) -> Any:
     def parse(text: str) -> int:
         if not text.lstrip("-").isdigit() or int(text) < least:
@@ -157,6 +164,7 @@ def _check_addresses(leader: tuple[str, int], listen: str, admin_port: int) -> s
                 "give the address of this machine that the other nodes reach"
             ) from None
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Thespian binds: only a listener is in the way
         try:
             probe.bind((listen, admin_port))
         except OSError as exc:
@@ -171,21 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="greenroom node", description="Join a greenroom deployment as a node.")
     parser.add_argument("--leader", type=_address, required=True, help="HOST:PORT of the leader's admin")
     parser.add_argument("--listen", required=True, help="the address this node binds and advertises")
-    parser.add_argument("--admin-port", type=_count(1), default=DEFAULT_ADMIN_PORT)
+    parser.add_argument("--admin-port", type=_port, default=DEFAULT_ADMIN_PORT)
     parser.add_argument("--capability", action="append", default=[], help="NAME or NAME=VALUE (JSON), repeatable")
     parser.add_argument(
         "--key-file", default=None, help="the deployment key (else $GREENROOM_KEY or $GREENROOM_KEY_FILE)"
     )
-    parser.add_argument(
-        "--hosts", type=_count(0), default=None, help="TurnHosts on this node (default: one per core)"
-    )
+    parser.add_argument("--hosts", type=_count(0), default=None, help="TurnHosts on this node (default: one per core)")
     parser.add_argument("--store", default=None, help="a PostgreSQL URL every node reaches: durable turns here")
     parser.add_argument("--tool-processes", type=_count(0), default=2, help="idle tool processes kept forked")
     parser.add_argument("--max-tool-processes", type=_count(1), default=16)
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
-    if args.admin_port > 65535:
-        parser.error(f"argument --admin-port: must be a port from 1 to 65535, not {args.admin_port}")
     hosts = args.hosts if args.hosts is not None else max(1, os.cpu_count() or 1)
     try:
         key = transport.load_key(key_file=args.key_file)

@@ -5,13 +5,15 @@
   ``TurnStore.summaries``, with each turn's host and whether a live host holds it
   (``cluster.holders``, read again at most every ``HOSTS_EVERY`` seconds, so a host that
   dies shows within that of its lease running out), each turn's events with the time each
-  was written, its snapshot for what waits for a decision. Commands go to the Runtime given, else (a SQLite
-  file) to the runtime running on the store, else to the store's inbox; a PostgreSQL store's
-  inbox wakes the turn's host, whose reply is waited for (``commands``).
+  was written, its snapshot for what waits for a decision. Commands go to the Runtime
+  given, else (a SQLite file) to the runtime running on the store, else to the store's
+  inbox; a PostgreSQL store's inbox wakes the turn's host, whose reply is waited for
+  (``commands``).
 - ``RuntimeSource``: a Runtime without a store: the turns started or attached through it
   (it sees each stream as it opens) and their sub-agents (whose events reach the parent's
-  stream), with the time each event reached this process and the host each stream comes from. It keeps the last ``KEEP``
-  turns. A turn it has not seen is attached on first request.
+  stream), with the time each event reached this process and the host each stream comes
+  from. It keeps the last ``KEEP`` turns. A turn it has not seen is attached on first
+  request.
 
 Both are thread-safe and raise ``UnknownTurn`` for a turn they cannot find.
 """
@@ -135,8 +137,10 @@ class StoreSource(Source):
     def nodes(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         with self._lock:
             summaries = self._summaries[1]
-        loads, unheld = self.holders().loads(summaries)
-        return {"nodes": [{"node": n.node, "hosts": n.hosts, "turns": n.turns} for n in loads], "unheld": unheld}
+        holders = self.holders()
+        loads, unheld = holders.loads(summaries)
+        nodes = [{"node": n.node, "hosts": n.hosts if holders.shared else None, "turns": n.turns} for n in loads]
+        return {"nodes": nodes, "unheld": unheld}  # SQLite keeps no leases: its hosts are not counted
 
     def turn_version(self, turn_id: str) -> Any:
         version = self.store.version(turn_id)
