@@ -1,25 +1,29 @@
 """``greenroom``: see and steer turns from a shell.
 
-    greenroom turns list                       id, status, waiting since, pending approvals
-    greenroom turns show ID [--since N]        history, pending approvals, events
+    greenroom turns list                       id, status, host, waiting since, pending approvals; turns per node
+    greenroom turns show ID [--since N]        status and host, history, pending approvals, events
     greenroom approve ID CALL [--reason R]
     greenroom deny ID CALL [--reason R]
     greenroom stop ID [--reason R]
     greenroom cancel ID [--reason R] [--grace S]
-    greenroom nodes [--admin HOST:PORT]        the nodes of a running runtime's deployment
+    greenroom nodes [--admin HOST:PORT]        the nodes of a running runtime's deployment, from any machine
     greenroom demo [--yes | --no]
     greenroom console ...                      a web page over the store (``greenroom console --help``)
     greenroom node ...                         (see ``greenroom node --help``)
 
 The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``: a SQLite
 file, or a PostgreSQL URL (``postgresql://user@db:5432/greenroom``; a password in it is
-never printed). With a SQLite file, when a runtime is running on it the command is sent to
-it and its answer printed; when none is, the command is checked against the stored turn and
-written to the store's inbox, to be applied when the turn is loaded again. With PostgreSQL,
-the command is checked, written to the store's inbox (which wakes the turn's host), and,
-while any host is live, the reply that host records is waited for (``--timeout`` seconds,
-then an error that says the command stays queued). ``--json`` prints machine-readable
-output. ``--store``, ``--json`` and ``--timeout`` go before or after the command.
+never printed). A turn's host is its owner in the store; an unfinished turn no live host
+holds is listed as ``running (no live host)`` (``cluster.holders``). With a SQLite file, when
+a runtime is running on it the command is sent to it and its answer printed; when none is,
+the command is checked against the stored turn and queued in the store's inbox, to be
+applied when the turn is loaded again. With PostgreSQL, the command is checked, queued in
+the store's inbox (which wakes the turn's host), and, while any host is live, the reply that
+host records is waited for, ``--timeout`` seconds. A command queued and not yet applied
+(no host live, or none answered in time: its owner may just have been lost) is reported
+as queued, with exit status 0 (``"queued": true``): it is applied once, when a host takes
+the turn. ``--json`` prints machine-readable output. ``--store``, ``--json`` and
+``--timeout`` go before or after the command.
 
 Bad input (unknown turn or call, a turn that has ended, a bad option, a file that is not a
 readable greenroom store) prints one line ``greenroom: <message>`` to stderr and exits with
@@ -39,21 +43,16 @@ import sqlite3
 import sys
 from typing import Any, NoReturn
 
-from messages import (
-    CancelTurn,
-    ControlReply,
-    Message,
-    RespondToApprovals,
-    StopTurn,
-    ToolApprovalResponse,
-    TurnState,
-)
+from messages import CancelTurn, ControlReply, Message, RespondToApprovals, StopTurn, ToolApprovalResponse, TurnState
 from messages.codec import CodecError
 
-from .errors import StoreError, TurnTimeout
+from .cluster.holders import NO_LIVE_HOST, Holders, node_of
+from .console.commands import OFFLINE, refusal, through_store
+from .errors import ConfigurationError, StoreError
 from .store import TurnStore, open_store
 from .store.base import is_url
 from .store.files import running_runtime
+from .store.ownership import host_of
 from .store.urls import redacted
 
 __all__ = ["main"]
@@ -100,17 +99,33 @@ def _print(args: argparse.Namespace, data: Any, human: str) -> None:
 # -- reading ---------------------------------------------------------------------------------
 
 
+def _table(rows: list[list[str]]) -> list[str]:
+    """``rows`` (the first is the header) in columns as wide as their widest cell, counts to the right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = [h in ("ROUND", "HOSTS", "TURNS") for h in rows[0]]
+    return ["  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right)).rstrip() for row in rows]
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    summaries = _open_store(args).log.summaries()
-    rows = [s.model_dump() for s in summaries]
-    lines = [f"{'TURN':<24} {'STATUS':<18} {'ROUND':>5}  {'WAITING SINCE':<19}  PENDING APPROVALS"]
+    store = _open_store(args)
+    summaries = store.log.summaries()
+    holders = Holders.of(store, _store_path(args))
+    rows = [{**s.model_dump(), **holders.fields(s)} for s in summaries]
+    table = [["TURN", "STATUS", "ROUND", "HOST", "WAITING SINCE", "PENDING APPROVALS"]]
     for s in summaries:
-        status = s.status if s.status != "finished" else f"finished:{s.finish_reason}"
-        lines.append(
-            f"{s.turn_id:<24} {status:<18} {s.round:>5}  {_when(s.waiting_since):<19}  {', '.join(s.pending_approvals) or '-'}"
-            + (f"  ({s.error})" if s.error else "")
-        )
-    _print(args, rows, "\n".join(lines) if summaries else "no turns")
+        status = holders.status(s) if s.status != "finished" else f"finished:{s.finish_reason}"
+        pending = ", ".join(s.pending_approvals) or "-"
+        table.append([s.turn_id, status, str(s.round), host_of(s.owner) if s.owner else "-", _when(s.waiting_since), pending])
+        if s.error:
+            table[-1][-1] += f"  ({s.error})"
+    lines = _table(table) if summaries else ["no turns"]
+    loads, orphans = holders.loads(summaries)
+    if holders.shared and (loads or orphans):  # a SQLite store is one machine's: no nodes to compare
+        nodes = [["NODE", "HOSTS", "TURNS"], *[[n.node, str(n.hosts), str(n.turns)] for n in loads]]
+        if orphans:
+            nodes.append([f"({NO_LIVE_HOST})", "-", str(orphans)])
+        lines += ["", *_table(nodes)]
+    _print(args, rows, "\n".join(lines))
     return 0
 
 
@@ -130,16 +145,27 @@ def cmd_show(args: argparse.Namespace) -> int:
         for c in state.batch or ()
         if c.status == "pending_approval"
     ]
+    route = store.owners.route(args.turn_id)
+    owner = route.host_id if route is not None else None
+    held = Holders.of(store, _store_path(args)).held(owner) if state.phase != "finished" else None
     data = {
         "turn_id": state.turn_id,
         "status": "finished" if state.phase == "finished" else state.phase,
         "finish_reason": state.finish_reason,
         "round": state.round,
+        "owner": owner,
+        "owner_host": host_of(owner) if owner else None,
+        "owner_node": node_of(owner),
+        "held": held,
         "messages": [m.model_dump(exclude={"kind"}, exclude_none=True) for m in state.messages],
         "pending_approvals": pending,
         "events": [e.model_dump(mode="json") for e in events],
     }
     lines = [f"turn {state.turn_id}: {data['status']}" + (f" ({state.finish_reason})" if state.finish_reason else "")]
+    if held is False:
+        lines[0] += f" ({NO_LIVE_HOST}" + (f"; last held by host {host_of(owner)})" if owner else ")")
+    elif owner is not None:
+        lines[0] += f", {'on' if held else 'ran on'} host {host_of(owner)} (node {node_of(owner)})"
     lines.append("history:")
     for m in state.messages:
         extra = f" -> {', '.join(c.name + c.arguments for c in m.tool_calls)}" if m.tool_calls else ""
@@ -160,34 +186,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _ask_runtime(info: dict[str, Any], command: Message, timeout: float) -> Any:
-    """Send ``command`` to the running runtime's directory and return its answer (or None).
+    """Send ``command`` to the directory of the runtime or leader whose admin ``info`` names,
+    from any machine (``cluster.remote``); its answer. The key comes from the runtime file,
+    else from ``$GREENROOM_KEY``/``$GREENROOM_KEY_FILE``."""
+    from .cluster.remote import Unreachable, ask_once
 
-    The key comes from the runtime file, else from ``$GREENROOM_KEY``/``$GREENROOM_KEY_FILE``.
-    """
-    from thespian.actors import ActorSystem
-
-    from .cluster.directory import DirectoryActor
-    from .cluster.names import DIRECTORY_NAME
-    from .wire import transport
-
-    key = bytes.fromhex(info["key"]) if info.get("key") else transport.load_key()
-    if key is None:
-        raise CliError("no key to talk to the runtime: set $GREENROOM_KEY or $GREENROOM_KEY_FILE")
-    transport.install(info["host"], key)
-    asys = ActorSystem("multiprocTCPBase", {"Admin Port": info["admin_port"]}, transientUnique=True)
-    directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
-    return asys.ask(directory, command, timeout)  # n.b. no shutdown(): that would stop the runtime
-
-
-def _send_to_runtime(info: dict[str, Any], command: Message, timeout: float) -> ControlReply:
-    """Send ``command`` to the running runtime and wait for the turn's reply (a host that
-    does not know the turn answers before ``timeout``: ``answer_within``)."""
-    if "answer_within" in type(command).model_fields:
+    if "answer_within" in type(command).model_fields:  # a host that does not know the turn answers before then
         command = command.model_copy(update={"answer_within": timeout})
-    reply = _ask_runtime(info, command, timeout)
-    if not isinstance(reply, ControlReply):
-        raise CliError(f"the runtime (pid {info.get('pid', '?')}) did not answer within {timeout} s")
-    return reply
+    try:
+        key = bytes.fromhex(info["key"]) if info.get("key") else None
+        return ask_once(info["host"], info["admin_port"], key, command, timeout)
+    except (Unreachable, ValueError) as exc:
+        raise CliError(str(exc)) from None
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
@@ -198,68 +208,57 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         raise CliError("no running runtime: give --admin HOST:PORT, or --store of a running runtime")
     answer = _ask_runtime(info, ListNodes(request_id="cli"), args.timeout)
     if not isinstance(answer, NodeList):
-        raise CliError(f"the runtime did not answer within {args.timeout} s")
+        raise CliError(f"the runtime at {info['host']}:{info['admin_port']} answered {type(answer).__name__}")
     rows = [n.model_dump(exclude={"kind"}) for n in answer.nodes]
-    lines = [f"{n.node:<24} {json.dumps(n.capabilities)}" for n in answer.nodes]
-    _print(args, rows, "\n".join(lines) if lines else "no nodes have joined")
+    table = [["NODE", "ROLE", "HOSTS", "CAPABILITIES"]]
+    table += [[n.node, "leader" if n.leader else "member", str(n.hosts), json.dumps(n.capabilities)] for n in answer.nodes]
+    _print(args, rows, "\n".join(_table(table)) if answer.nodes else "no nodes")
     return 0
 
 
-def _check_offline(store: TurnStore, command: Message) -> None:
-    """Validate ``command`` against the stored turn with the turn's own rules."""
-    from .console.commands import refusal
-
-    refused = refusal(store, command)
-    if refused is not None:
-        raise CliError(refused.message)
-
-
 def _steer(args: argparse.Namespace, command: Message, verb: str) -> int:
+    """Send a command to its turn; print what became of it: applied (by whom), or queued in the
+    store's inbox (exit status 0 either way: a queued command is applied once, when its turn's
+    host or the next runtime takes it)."""
     path = _store_path(args)
     store = _open_store(args)
     state = _load(store, args.turn_id)
     if state.phase == "finished":
         raise CliError(f"turn {args.turn_id} has already finished ({state.finish_reason})")
+    base = {"turn_id": args.turn_id, "ok": True}
     if is_url(path):
         return _steer_shared(args, store, command, verb)
     info = running_runtime(path)  # None for a stale runtime file: its pid is dead or its lock free
     if info is not None:
-        reply = _send_to_runtime(info, command, args.timeout)
+        reply = _ask_runtime(info, command, args.timeout)
+        if not isinstance(reply, ControlReply):
+            raise CliError(f"the runtime (pid {info.get('pid', '?')}) answered {type(reply).__name__}")
         if not reply.ok:
             raise CliError(reply.message)
-        _print(
-            args,
-            {"turn_id": args.turn_id, "sent_to": "runtime", "pid": info["pid"], "ok": True, "message": reply.message},
-            f"{verb}: done by the running runtime (pid {info['pid']})",
-        )
+        data = {**base, "sent_to": "runtime", "queued": False, "pid": info["pid"], "message": reply.message}
+        _print(args, data, f"{verb}: done by the running runtime (pid {info['pid']})")
         return 0
-    _check_offline(store, command)
+    refused = refusal(store, command)  # the stored turn's own rules
+    if refused is not None:
+        raise CliError(refused.message)
     command_id = store.inbox.add(args.turn_id, command)
-    _print(
-        args,
-        {"turn_id": args.turn_id, "sent_to": "store", "command_id": command_id, "ok": True},
-        f"{verb}: no runtime is running; written to the store, applied when the turn is loaded again",
-    )
+    data = {**base, "sent_to": "store", "queued": True, "command_id": command_id, "message": OFFLINE}
+    _print(args, data, f"{verb}: {OFFLINE}")
     return 0
 
 
 def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Message, verb: str) -> int:
     """Through a store every node reaches: queued, its host woken, its reply waited for."""
-    from .console.commands import through_store
-
-    try:
-        reply, command_id, by_host = through_store(store, command, args.timeout)
-    except TurnTimeout as exc:
-        raise CliError(str(exc)) from None
+    reply, command_id, by_host = through_store(store, command, args.timeout)
     if not reply.ok:
         raise CliError(reply.message)
     data = {"turn_id": args.turn_id, "command_id": command_id, "ok": True, "message": reply.message}
     if not by_host:
-        _print(args, {**data, "sent_to": "store"}, f"{verb}: {reply.message}")
+        _print(args, {**data, "sent_to": "store", "queued": True}, f"{verb}: {reply.message}")
         return 0
     route = store.owners.route(args.turn_id)
     host = route.host_id if route is not None else None
-    _print(args, {**data, "sent_to": "host", "host": host}, f"{verb}: done by host {host}")
+    _print(args, {**data, "sent_to": "host", "queued": False, "host": host}, f"{verb}: done by host {host}")
     return 0
 
 
@@ -366,9 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.set_defaults(fn=cmd_nodes)
     sub.add_parser("demo", help="run the demo turn (greenroom demo --help)").set_defaults(fn=cmd_own_options)
     sub.add_parser("console", help="serve the console page (greenroom console --help)").set_defaults(fn=cmd_own_options)
-    sub.add_parser("node", help="run a node that joins a leader (greenroom node --help)").set_defaults(
-        fn=cmd_own_options
-    )
+    sub.add_parser("node", help="run a node that joins a leader (greenroom node --help)").set_defaults(fn=cmd_own_options)
     return parser
 
 
@@ -384,8 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except (CliError, StoreError, CodecError) as exc:  # StoreError covers SnapshotError: one unreadable record
+    except (CliError, StoreError, CodecError, ConfigurationError) as exc:  # StoreError covers SnapshotError
         error = str(exc)
+    except OSError as exc:  # a file that cannot be read, an address that cannot be reached
+        error = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
     except sqlite3.Error as exc:  # damage that the checks at opening did not see
         error = f"cannot use the turn store {redacted(_store_path(args))}: {exc}"
     if args.json:

@@ -309,8 +309,9 @@ def test_a_stale_runtime_file_is_ignored_and_the_command_is_written_to_the_store
     write_runtime_file(str(path), {"pid": pid, "host": "127.0.0.1", "admin_port": 1, "key": "00" * 32})
     out = greenroom("approve", "turn_1", "call_1", "--store", str(path), "--timeout", "5")
     assert (out.returncode, out.stderr) == (0, "")
-    assert (
-        out.stdout == "approved: no runtime is running; written to the store, applied when the turn is loaded again\n"
+    assert out.stdout == (
+        "approved: no runtime is running on the store: queued in the store's inbox, applied when a runtime "
+        "loads the turn again\n"
     )
     assert [c for _, c in SQLiteStore(path).inbox.pending("turn_1")] == [
         RespondToApprovals(

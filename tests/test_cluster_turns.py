@@ -342,8 +342,8 @@ def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_
     assert wait_until(lambda: group_members(pgid) == [])
     assert marker.read_text() == "stopped\n"
     cluster.start_leader(hosts=1)  # a new leader: the members join it again
-    members = sorted([cluster.nodes[1].name, cluster.nodes[2].name])
-    assert polled(lambda: sorted(n["node"] for n in cluster.ask(op="nodes")["nodes"]) == members, timeout=60)
+    nodes = [cluster.nodes[0].name, cluster.nodes[1].name, cluster.nodes[2].name]  # the new leader, its members
+    assert polled(lambda: [n["node"] for n in cluster.ask(op="nodes")["nodes"]] == nodes, timeout=60)
     cluster.ask(op="attach", turn_id="t_later")  # a turn still running on a member, found from the new leader
     later_held.set()
     later = cluster.ask(op="result", turn_id="t_later")

@@ -142,9 +142,10 @@ def test_a_cancel_written_while_no_runtime_runs_ends_the_turn_cancelled_at_the_n
     out = greenroom("cancel", "turn_crash3", "--store", str(store), "--reason", "abandoned")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        "cancelled: no host is running: written to the store, applied when a host takes the turn"
+        "cancelled: no host is running: queued in the store's inbox, applied when a host takes the turn"
         if is_url(store)
-        else "cancelled: no runtime is running; written to the store, applied when the turn is loaded again"
+        else "cancelled: no runtime is running on the store: queued in the store's inbox, applied when a runtime "
+        "loads the turn again"
     )
     with Runtime(config(provider), store=store) as rt:
         assert recovered(store, rt, ["turn_crash3"])
@@ -278,7 +279,7 @@ def test_the_command_line_against_a_stopped_runtime(provider: ScriptedProvider, 
     with Runtime(config(provider), store=store) as rt:
         assert rt.run("w", tools=[T.write_file], turn_id="turn_cli2").result(30).finish_reason == "awaiting_approval"
     listed = greenroom("turns", "list", "--store", str(store))
-    assert listed.stdout.splitlines()[1].split()[:3] == ["turn_cli2", "awaiting_approval", "0"]
+    assert listed.stdout.splitlines()[1].split()[:5] == ["turn_cli2", "awaiting_approval", "(no", "live", "host)"]
     assert greenroom("approve", "turn_cli2", "call_1", "--store", str(store)).returncode == 0
     dup = greenroom("approve", "turn_cli2", "call_1", "--store", str(store))
     assert (dup.returncode, dup.stderr.strip()) == (2, "greenroom: call 'call_1' was already approved")

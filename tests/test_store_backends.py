@@ -11,6 +11,8 @@ when PostgreSQL's server is missing.
 
 from __future__ import annotations
 
+import json
+
 import contextlib
 import os
 import subprocess
@@ -179,20 +181,26 @@ def test_a_wrong_password_or_a_database_without_a_store_is_refused_clearly(postg
 
 
 @pytest.mark.postgres
-def test_a_command_a_live_host_does_not_answer_times_out_and_stays_queued(postgres: ThrowawayPostgres) -> None:
+def test_a_command_no_live_host_answers_is_reported_queued_with_exit_0_and_stays_in_the_inbox(
+    postgres: ThrowawayPostgres,
+) -> None:
     from .test_cli import paused_turn, store_with
 
     url = store_with(postgres.create_database("hung_host"), paused_turn("turn_1"))
     store = open_store(url)
     store.hosts.renew("hung/0", "hung", b"", 60.0)  # a host whose lease holds, and which answers nothing
-    out = greenroom("approve", "turn_1", "call_1", "--store", url, "--timeout", "1")
-    assert (out.returncode, out.stdout, out.stderr) == (
-        2,
-        "",
-        "greenroom: no host answered within 1 s (turn turn_1, command 1); the command stays in the store's inbox, "
-        "applied when the turn's host takes it\n",
+    queued = (
+        "no host answered within 1 s: queued in the store's inbox, applied when the turn's host takes it "
+        "(a lost host's turns are taken over by a live host once its lease runs out)"
     )
-    assert [c.kind for _, c in store.inbox.pending("turn_1")] == ["respond_to_approvals"]
+    out = greenroom("approve", "turn_1", "call_1", "--store", url, "--timeout", "1")
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"approved: {queued}\n", "")
+    out = greenroom("stop", "turn_1", "--store", url, "--timeout", "1", "--json")
+    assert (out.returncode, out.stderr) == (0, "")
+    assert json.loads(out.stdout) == {
+        "turn_id": "turn_1", "command_id": 2, "ok": True, "message": queued, "sent_to": "store", "queued": True,
+    }  # fmt: skip
+    assert [c.kind for _, c in store.inbox.pending("turn_1")] == ["respond_to_approvals", "stop_turn"]
 
 
 # -- the password goes nowhere ------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """What a Runtime answers about its cluster and its store, without touching a turn.
 
-A base of ``Runtime``: the nodes of its convention as its directory sees them, the joins and
-leaves it has seen, and the turns and events of its store (opened in this process, after
-the tree was forked, on first use).
+A base of ``Runtime``: the nodes of its deployment (its own first) as its directory sees
+them, the joins and leaves it has seen, and the turns and events of its store (opened in
+this process, after the tree was forked, on first use).
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ class Queries:
     # -- nodes ----------------------------------------------------------------------------
 
     def nodes(self, timeout: float = 10.0) -> list[NodeInfo]:
-        """The nodes that joined this runtime's convention, as its directory sees them."""
+        """The nodes of this runtime's deployment, as its directory sees them: its own node
+        first (``leader=True``: it runs hosts and a pool as the members do), then each member
+        that joined, each with its capabilities and its number of TurnHosts."""
         self._running()
         assert self._session is not None
         return self._inbound.nodes(self._session.endpoint.send, self._session.directory, timeout)
