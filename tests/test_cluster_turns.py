@@ -193,7 +193,7 @@ def test_a_node_killed_mid_turn_with_ten_durable_turns_each_resumed_elsewhere_no
         ], turn_id
         assert [e[0] for e in result["events"]] == list(range(len(result["events"])))  # no gap, no duplicate
         assert result["messages"][2]["content"] == INTERRUPTED
-        assert (tmp_path / turn_id).read_text().splitlines() == [f"{turn_id}:call_1"]  # run once
+        assert (tmp_path / turn_id).read_text().splitlines() == [f"{turn_id}:0:call_1"]  # run once
         assert not (tmp_path / f"{turn_id}.stopped").exists()
         route = cluster.store().owners.route(turn_id)
         assert cluster.node_of(route.host_id) != 2 and route.epoch >= 2
@@ -228,7 +228,7 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
     # its host finds out that it lost its lease (cut off from the store, or back) and stops the call
     stopped = Path(f"{effect}.stopped")
     assert wait_until(lambda: stopped.exists() and stopped.read_text().endswith("\n"), timeout=60)
-    assert Path(f"{effect}.stopped").read_text() == "t_cut:call_1\n"
+    assert Path(f"{effect}.stopped").read_text() == "t_cut:0:call_1\n"
     result = cluster.ask(op="result", turn_id="t_cut", timeout=120)  # meanwhile a live host took it over
     if heal == "after_its_host_stopped":
         cluster.heal(cut)
@@ -252,7 +252,7 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
     assert merged(cluster.ask(op="result", turn_id="t_back")["events"])[-1] == ["finish", "stop"]
     assert stored(cluster, "t_cut") == result["events"]  # nothing written by the fenced host
     assert cluster.store().owners.route("t_cut") == owner
-    assert effect.read_text().splitlines() == ["t_cut:call_1"]
+    assert effect.read_text().splitlines() == ["t_cut:0:call_1"]
     assert (cluster.scripts.asked[("t_cut", 0)], cluster.scripts.asked[("t_cut", 1)]) == (1, 1)
 
 

@@ -255,7 +255,7 @@ def test_a_sub_agents_approval_is_decided_from_its_parents_page(
         browser.find("#children a.child").click()
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
         assert browser.find("#parent").text == parent.turn_id
-    assert keys.read_text() == f"{child}:call_1\n"
+    assert keys.read_text() == f"{child}:0:call_1\n"
 
 
 class _Forger(http.server.BaseHTTPRequestHandler):

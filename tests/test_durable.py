@@ -119,7 +119,7 @@ def test_a_recorded_side_effect_is_not_repeated_unless_the_tool_is_safe_to_retry
         turn = rt.attach("turn_crash2")
         finish = turn.wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
     assert finish.finish_reason == "stop"
-    assert keys.read_text().splitlines() == ["turn_crash2:call_1"] * runs
+    assert keys.read_text().splitlines() == ["turn_crash2:0:call_1"] * runs
     tool_message = finish.messages[2].content
     if runs == 1:
         assert tool_message == json.dumps(

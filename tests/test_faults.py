@@ -405,5 +405,5 @@ def test_a_host_killed_under_a_paused_durable_turn_is_replaced_and_the_turn_runs
             assert approved.returncode == 0, approved.stderr
         result = turn.result(30, final=True)
     assert (result.finish_reason, result.text) == ("stop", "Done.")
-    assert keys.read_text().splitlines() == ["turn_host_killed:call_2"]
+    assert keys.read_text().splitlines() == ["turn_host_killed:0:call_2"]
     assert history_problems(result.messages) == []

@@ -212,7 +212,7 @@ def test_sigterm_to_the_owner_closes_gracefully_and_the_paused_turn_resumes_late
         turn = rt.attach("turn_term")
         turn.approve("call_1")
         assert turn.result(30).finish_reason == "stop"
-    assert keys.read_text() == "turn_term:call_1\n"
+    assert keys.read_text() == "turn_term:0:call_1\n"
 
 
 def test_a_command_line_approval_while_the_owner_is_dead_is_kept_and_runs_the_call_once(
@@ -240,7 +240,7 @@ def test_a_command_line_approval_while_the_owner_is_dead_is_kept_and_runs_the_ca
     with Runtime(provider.provider(), store=store) as rt:
         finish = rt.attach("turn_dead").wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
     assert finish.finish_reason == "stop"
-    assert keys.read_text() == "turn_dead:call_1\n"
+    assert keys.read_text() == "turn_dead:0:call_1\n"
 
 
 # -- a child that is not ours to watch ---------------------------------------------------------

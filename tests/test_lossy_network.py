@@ -378,4 +378,4 @@ def test_a_command_sent_to_a_host_that_died_goes_to_its_replacement_at_once(tmp_
         finally:
             rt.close()
         assert (raised, result.finish_reason, result.text) == (None, "stop", "Done.")
-        assert keys.read_text().splitlines() == [f"{turn.turn_id}:call_2"]
+        assert keys.read_text().splitlines() == [f"{turn.turn_id}:0:call_2"]

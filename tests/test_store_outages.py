@@ -66,7 +66,7 @@ def ended_as_without_an_outage(turn: TurnHandle, effects: Path) -> None:
     seqs = [e.seq for e in turn.all_events]
     assert (result.finish_reason, result.text, seqs) == ("stop", ANSWER, list(range(len(seqs))))
     assert history_problems(result.messages) == []
-    assert effects.read_text().splitlines().count(f"{turn.turn_id}:call_1") == 1, "its call ran once"
+    assert effects.read_text().splitlines().count(f"{turn.turn_id}:0:call_1") == 1, "its call ran once"
 
 
 def streaming(turns: list[TurnHandle]) -> None:

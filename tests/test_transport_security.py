@@ -184,7 +184,7 @@ def test_frames_captured_on_the_loopback_and_sent_again_are_acknowledged_and_do_
     for port, data in runs + starts:  # accepted before: acknowledged again (a resend), delivered to nobody
         assert send_raw(port, data) == ACK
     still_serving(runtime, provider, tree(runtime))
-    assert keys.read_text() == f"{turn.turn_id}:call_1\n", "a replayed RunTool ran the tool again"
+    assert keys.read_text() == f"{turn.turn_id}:0:call_1\n", "a replayed RunTool ran the tool again"
     assert len(provider.requests) == requests + 1, "a replayed StartTurn started a turn again"
 
 

@@ -27,6 +27,7 @@ from messages import (
     LLMDeltas,
     LLMFailed,
     ProviderConfig,
+    ReportProgress,
     RespondToApprovals,
     StartTurn,
     StopTool,
@@ -459,6 +460,35 @@ def test_recovery_reruns_only_retry_safe_calls_and_keeps_recorded_results() -> N
     rules.handle(result("c3", '"done before the crash"'))
     out = TurnRules(rules.state.model_copy(deep=True)).recover()
     spawned = [d.run for d in out if isinstance(d, Spawn)]
-    assert [(r.call.id, r.attempt, r.idempotency_key) for r in spawned] == [("c2", 2, "t:c2")]
+    assert [(r.call.id, r.attempt, r.idempotency_key) for r in spawned] == [("c2", 2, "t:0:c2")]  # its first key
     finished = [d.event for d in out if isinstance(d, Emit) and d.event.kind == "tool_finished"]
     assert [(e.call_id, e.outcome) for e in finished] == [("c1", "interrupted")]
+
+
+# -- stale results and keys (issue 30) ------------------------------------------------------------
+
+
+def test_a_result_or_progress_of_an_earlier_run_of_a_call_is_dropped_and_never_recorded() -> None:
+    safe_retry = ToolSpec(name="again", ref="x:again", retry_safe=True)
+    rules, _ = new(tools=[SAFE, safe_retry])
+    step(rules)
+    respond(rules, ("c1", "again", False))
+    recovered = TurnRules(rules.state.model_copy(deep=True))  # the host died; the call runs again
+    recovered.recover()
+    assert recovered.state.call("c1").attempt == 2  # type: ignore[union-attr]
+    late = result("c1", '{"ok": true, "data": "from the first run"}').model_copy(update={"attempt": 1})
+    progress = ReportProgress(turn_id="t", call_id="c1", seq=0, data={"page": 1}, attempt=1)
+    assert (recovered.handle(late), recovered.handle(progress)) == ([], [])
+    assert recovered.state.call("c1").status == "running"  # type: ignore[union-attr]
+    now = result("c1", '{"ok": true, "data": "from this run"}').model_copy(update={"attempt": 2})
+    assert "emit:tool_finished" in kinds(recovered.handle(now))
+
+
+def test_an_idempotency_key_is_unique_per_call_across_rounds_and_the_same_on_every_attempt() -> None:
+    rules, _ = new()
+    step(rules)
+    first = [d.run for d in respond(rules, ("call_1", "safe", False)) if isinstance(d, Spawn)]
+    rules.handle(result("call_1"))
+    step(rules)
+    second = [d.run for d in respond(rules, ("call_1", "safe", False)) if isinstance(d, Spawn)]  # the same id again
+    assert [r.idempotency_key for r in first + second] == ["t:0:call_1", "t:1:call_1"]

@@ -243,7 +243,7 @@ class ToolRunner:
             return
         if kind == "progress":
             if not busy.worker.stopping:
-                self.host.progress(busy.turn, key[1], payload)
+                self.host.progress(busy.turn, busy.run, payload)
         elif kind == "result":
             del self.calls[key]
             busy.turn.tell(_as_result(busy.run, payload))
@@ -336,4 +336,7 @@ class ToolRunner:
 def _as_result(run: RunTool, outcome: tuple[str, str]) -> Any:
     from messages import ToolResult
 
-    return ToolResult(turn_id=run.turn_id, call_id=run.call.id, outcome=outcome[0], content=outcome[1])  # type: ignore[arg-type]
+    return ToolResult(
+        turn_id=run.turn_id, call_id=run.call.id, outcome=outcome[0], content=outcome[1],  # type: ignore[arg-type]
+        attempt=run.attempt, epoch=run.epoch,
+    )  # fmt: skip

@@ -201,7 +201,12 @@ class TurnActor(LocalActor):
         self._apply(self.rules.handle(message), sender, message)
 
     def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
-        """Everything else is the rules' (stream messages, tool results, timers, losses)."""
+        """Everything else is the rules' (stream messages, tool results, timers, losses); a
+        tool's result or progress from a run at another epoch (this host's before a lapse, or
+        another host's) is dropped, never recorded."""
+        epoch = getattr(message, "epoch", None)
+        if epoch is not None and self.owner is not None and epoch != self.owner.epoch:
+            return
         self._apply(self.rules.handle(message), sender)
 
     def _take_stored_commands(self, then: Any = None) -> None:
@@ -277,8 +282,8 @@ class TurnActor(LocalActor):
                 host.llm.tell(d.request, self)
             elif isinstance(d, Abort):
                 host.llm.tell(AbortStream(stream_id=d.stream_id, reason=d.reason), self)
-            elif isinstance(d, Spawn):
-                host.tools.run(self, d.run)
+            elif isinstance(d, Spawn):  # the run names the epoch it is for: its results are matched by it
+                host.tools.run(self, d.run if self.owner is None else d.run.model_copy(update={"epoch": self.owner.epoch}))
             elif isinstance(d, Interrupt):
                 host.tools.interrupt(d.message)
             elif isinstance(d, ScheduleStep):

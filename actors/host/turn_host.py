@@ -38,6 +38,7 @@ from thespian.system.transport import TransmitIntent
 
 from messages import (
     Consumed,
+    RunTool,
     ControlReply,
     ReportProgress,
     StartTurn,
@@ -270,9 +271,11 @@ class TurnHost(Dispatcher):
     def receiveMsg_ToolAlive(self, msg: ToolAlive, sender: Any) -> None:
         self.tools.on_alive(msg.turn_id, msg.call_id, msg.node)
 
-    def progress(self, turn: TurnActor, call_id: str, data: Any) -> None:
+    def progress(self, turn: TurnActor, run: RunTool, data: Any) -> None:
         """Progress of an inline tool: the same path as a tool process's ``ReportProgress``."""
-        turn.tell(ReportProgress(turn_id=turn.turn_id, call_id=call_id, seq=0, data=data), None)
+        report = ReportProgress(turn_id=turn.turn_id, call_id=run.call.id, seq=0, data=data, attempt=run.attempt,
+                                epoch=run.epoch)  # fmt: skip
+        turn.tell(report, None)
 
     def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
         llm: list[Any] = []

@@ -262,6 +262,7 @@ class ToolContext:
         tool_name: str,
         idempotency_key: str,
         attempt: int = 1,
+        epoch: int = 0,
         stop_grace: float = 2.0,
         cancellation: Cancellation | None = None,
         progress: Callable[[Any], None] | None = None,
@@ -274,7 +275,8 @@ class ToolContext:
         self.call_id = call_id
         self.tool_name = tool_name
         self.idempotency_key = idempotency_key
-        self.attempt = attempt
+        self.attempt = attempt  # which run of the call this is (a retry_safe call may run again)
+        self.epoch = epoch  # the epoch its turn's host holds the turn at in the store (0: no store)
         self.stop_grace = stop_grace
         self.cancellation = cancellation or Cancellation(stop_grace / 2)
         self.provider = provider

@@ -139,6 +139,7 @@ class ToolActor(LocalActor):
             tool_name=run.spec.name,
             idempotency_key=run.idempotency_key,
             attempt=run.attempt,
+            epoch=run.epoch,
             stop_grace=run.stop_grace,
             progress=self._progress,
             provider=run.provider,

@@ -175,8 +175,9 @@ class ToolWorker(Dispatcher):
         if not call.stopping:
             run = call.run
             report = ReportProgress(
-                turn_id=run.turn_id, call_id=run.call.id, seq=self._progress_seq, data=data, approval=approval
-            )
+                turn_id=run.turn_id, call_id=run.call.id, seq=self._progress_seq, data=data, approval=approval,
+                attempt=run.attempt, epoch=run.epoch,
+            )  # fmt: skip
             self.send(self._host, report)
             self._progress_seq += 1
 
@@ -284,4 +285,8 @@ class ToolWorker(Dispatcher):
 
 
 def _result(run: RunTool, outcome: str, content: str) -> ToolResult:
-    return ToolResult(turn_id=run.turn_id, call_id=run.call.id, outcome=outcome, content=content)  # type: ignore[arg-type]
+    """The call's one result, naming the run it reports (its attempt, its turn's epoch)."""
+    return ToolResult(
+        turn_id=run.turn_id, call_id=run.call.id, outcome=outcome, content=content,  # type: ignore[arg-type]
+        attempt=run.attempt, epoch=run.epoch,
+    )  # fmt: skip

@@ -388,6 +388,8 @@ class TurnRules:
         s.approval_deadline = s.waiting_since = None
 
     def _on_tool_result(self, msg: ToolResult) -> list[Decision]:
+        if _stale(self.state.call(msg.call_id), msg.attempt):
+            return []  # an earlier run's: never recorded
         return self._call_ended(msg.call_id, msg.outcome, safe_text(msg.content))
 
     def _on_tool_lost(self, msg: ToolLost) -> list[Decision]:
@@ -430,7 +432,7 @@ class TurnRules:
 
     def _on_progress(self, msg: ReportProgress) -> list[Decision]:
         cs = self.state.call(msg.call_id)
-        if cs is None or cs.status != "running" or self.state.phase == "finished":
+        if cs is None or cs.status != "running" or self.state.phase == "finished" or _stale(cs, msg.attempt):
             return []
         if msg.approval is not None:  # a child turn's call waits for a human: say so here
             a = msg.approval
@@ -651,3 +653,8 @@ _HANDLERS: dict[type, Callable[[TurnRules, Any], list[Decision]]] = {
     StopTool: TurnRules._on_stop_tool,
 }
 """Which handler takes each input: every message the rules know, in one place."""
+
+
+def _stale(cs: CallState | None, attempt: int | None) -> bool:
+    """A result or progress report from another run of the call than its current one."""
+    return cs is not None and attempt is not None and attempt != cs.attempt
