@@ -257,7 +257,7 @@ def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Message, 
         _print(args, {**data, "sent_to": "store", "queued": True}, f"{verb}: {reply.message}")
         return 0
     route = store.owners.route(args.turn_id)
-    host = route.host_id if route is not None else None
+    host = host_of(route.host_id) if route is not None and route.host_id else None
     _print(args, {**data, "sent_to": "host", "queued": False, "host": host}, f"{verb}: done by host {host}")
     return 0
 

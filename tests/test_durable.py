@@ -23,6 +23,7 @@ from actors.lifecycle.processes import session_processes
 from actors.store import open_store
 from actors.store.base import is_url
 from actors.store.files import running_runtime, store_in_use
+from actors.store.ownership import host_of
 from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy
 
@@ -259,7 +260,7 @@ def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, 
         assert ok.returncode == 0, ok.stderr
         if is_url(store):  # through the store's inbox, answered by the turn's host
             owner = open_store(store).owners.route("turn_cli1")
-            assert owner is not None and ok.stdout.strip() == f"approved: done by host {owner.host_id}"
+            assert owner is not None and ok.stdout.strip() == f"approved: done by host {host_of(owner.host_id or '')}"
         else:
             assert ok.stdout.startswith("approved: done by the running runtime (pid ")
         assert turn.result(30, final=True).finish_reason == "stop"
