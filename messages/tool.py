@@ -139,3 +139,4 @@ class InterruptTool(Message):
     reason: str
     cause: str = "user"
     attempt: int | None = None
+    grace: float | None = None  # a stop ends the call within this, if shorter than its stop_grace

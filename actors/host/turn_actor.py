@@ -60,6 +60,7 @@ from ..errors import Fenced, StoreError
 from ..logs import logger
 from ..mailbox import LocalActor
 from ..store.base import Owner
+from ..store.ownership import STOP_WITHIN
 from ..telemetry.metrics import TurnMeter
 from ..telemetry.turn_spans import TurnTrace
 from ..tools.loading import needs_approval
@@ -306,7 +307,8 @@ class TurnActor(LocalActor):
         self.gone = True
         if kind != "closing":
             log().warning("turn %s: %s; its work here stops", self.turn_id, why)
-        self._carry_out(self.rules.stop_work("the turn moved to another host" if kind == "moved" else why), [], None)
+        why_here = "the turn moved to another host" if kind == "moved" else why
+        self._carry_out(self.rules.stop_work(why_here, grace=STOP_WITHIN), [], None)
         unstarted = self.start is not None and self.ahead is not None and not self.ahead.stored_once
         unanswered = self.ahead.stop() if self.ahead is not None else []
         owner = self.owner

@@ -16,7 +16,8 @@ are the rules, all of them here; the SQL of the store uses the two texts below (
   stops the work of every turn it runs (streams aborted, calls interrupted), whatever its
   threads are doing (``Lease.must_fence``, checked on its actor thread, which never waits
   for the store), so its calls have ``LEASE - FENCE_AFTER`` seconds to end before any other
-  host may claim them. Every write of a turn holds only while the writer is its owner at
+  host may claim them: they are stopped with a grace of ``STOP_WITHIN`` at most, whatever
+  their ``stop_grace``. Every write of a turn holds only while the writer is its owner at
   its epoch (``HELD``): a host that was cut off and replaced can never write it again.
 - **claim**: a host takes an unfinished turn whose owner is nobody, itself, or a host whose
   lease has run out (``CLAIMABLE``); never one whose owner's lease is live, whatever its
@@ -48,6 +49,7 @@ __all__ = [
     "FENCE_AFTER",
     "HELD",
     "LEASE",
+    "STOP_WITHIN",
     "TICK",
     "Lease",
     "Reconciled",
@@ -61,6 +63,7 @@ __all__ = [
 LEASE = 5.0  # seconds a renewal keeps a host's lease, on the database's clock
 TICK = 1.0  # seconds between two renewals
 FENCE_AFTER = LEASE / 2  # seconds after a confirmed renewal's start at which a host stops its turns' work
+STOP_WITHIN = LEASE - FENCE_AFTER - 0.5  # seconds a fenced host's calls have to end (their stop grace, at most)
 
 HELD = "turn_id = ? AND owner = ? AND epoch = ?"
 """The fencing condition, the one text of it: the row of a turn its writer still holds

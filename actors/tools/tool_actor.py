@@ -121,7 +121,7 @@ class ToolActor(LocalActor):
 
     def receiveMsg_InterruptTool(self, message: InterruptTool, sender: Any) -> None:
         if message.call_id == self.call_id:
-            self.interrupt(message.mode, message.reason)
+            self.interrupt(message.mode, message.reason, message.grace)
 
     def start(self) -> None:
         run = self.run
@@ -227,10 +227,14 @@ class ToolActor(LocalActor):
             data = {"dropped": f"a progress report of {size:,} bytes, over the limit of {self.run.max_result_bytes:,}"}
         self._report("progress", data)
 
-    def interrupt(self, mode: str, reason: str) -> None:
-        """Cancel (cooperative) or stop (callbacks now; then the flag and the async task) this call."""
+    def interrupt(self, mode: str, reason: str, grace: float | None = None) -> None:
+        """Cancel (cooperative) or stop (callbacks now; then the flag and the async task) this
+        call; with ``grace``, the stop's callbacks have half of it, if that is less."""
         if self.ctx is None or self.finished:
             return
+        if grace is not None:
+            cancellation = self.ctx.cancellation
+            cancellation.callback_deadline = min(cancellation.callback_deadline, grace / 2)
         if mode == "cancel":
             self.ctx.cancellation._request("cancel", reason)
             return

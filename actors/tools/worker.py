@@ -82,6 +82,7 @@ class ToolWorker(Dispatcher):
         self._exiting = False
         self._retiring = False  # its last result is on its way: it exits once that is acknowledged
         self._generation = 0  # which call a timer belongs to
+        self._grace = 0.0  # the stop grace of the call being stopped
         self._initialized = False
         self._early: list[tuple[Any, Any]] = []  # (message, sender) that overtook WorkerInit
         self._tombstones: dict[tuple[str, str, int], tuple[str, str, float]] = {}  # interrupts ahead of their call
@@ -193,7 +194,8 @@ class ToolWorker(Dispatcher):
         self._steer_children(msg.mode, msg.reason)
         if msg.mode == "stop":
             signal_all(descendants(os.getpid()), signal.SIGTERM)
-            self.wakeupAfter(timedelta(seconds=call.run.stop_grace), payload=("grace", self._generation))
+            self._grace = min(call.run.stop_grace, msg.grace if msg.grace is not None else call.run.stop_grace)
+            self.wakeupAfter(timedelta(seconds=self._grace), payload=("grace", self._generation))
 
     def _tombstone(self, msg: InterruptTool) -> None:
         """Keep an interrupt for a call this process has not been given yet (Thespian does not
@@ -218,7 +220,7 @@ class ToolWorker(Dispatcher):
             call = self._call
             if call is not None:  # the call ignored its stop: it ends with this process
                 log().warning("tool call %s did not stop within its grace; its process exits", call.call_id)
-                grace = f"its stop grace ({call.run.stop_grace:g} s)"
+                grace = f"its stop grace ({self._grace:g} s)"
                 outcome = call.abandon(f"the tool did not return within {grace} and its process was ended")
                 if outcome is None:  # its own result came just now
                     self.receiveMsg_WatchMessage(None, None)

@@ -517,16 +517,17 @@ class TurnRules:
             out.append(SetTimer("cancel_grace", msg.grace, 0))
         return out + self._advance() + ok
 
-    def stop_work(self, reason: str, cause: StopCause = "user") -> list[Decision]:
+    def stop_work(self, reason: str, cause: StopCause = "user", grace: float | None = None) -> list[Decision]:
         """What stops the turn's work now without ending it or changing it: an ``Abort`` of
         its stream in flight and a stop of every running call. The TurnActor's one path to
         stop a turn's work on its host, whatever the reason (another host took the turn, its
         store did not answer in time, the runtime is closing, the store refused its write); a
         stop or cancel of the turn itself stops the same work in ``_halt``, then ends the turn
-        once its calls have."""
+        once its calls have. ``grace``: the calls end within it, if it is shorter than their
+        ``stop_grace`` (a host whose lease lapses has that long before another may claim)."""
         s = self.state
         abort: list[Decision] = [Abort(s.stream_id, reason, cause)] if s.phase == "streaming" and s.stream_id else []
-        return abort + self._interrupt_running("stop", reason, cause)
+        return abort + self._interrupt_running("stop", reason, cause, grace)
 
     def _halt(self) -> list[Decision]:
         """Stop now: abort the stream, interrupt every running call (it ends later: rows 2 to 4)."""
@@ -548,13 +549,12 @@ class TurnRules:
         self._keep_partial_text()
         return [abort]
 
-    def _interrupt_running(self, mode: Mode, reason: str, cause: StopCause = "user") -> list[Decision]:
-        return [self._interrupt(cs, mode, reason, cause) for cs in self.state.batch or () if cs.status == "running"]
+    def _interrupt_running(self, mode: Mode, reason: str, cause: StopCause = "user", grace: float | None = None) -> list[Decision]:
+        return [self._interrupt(cs, mode, reason, cause, grace) for cs in self.state.batch or () if cs.status == "running"]
 
-    def _interrupt(self, cs: CallState, mode: Mode, reason: str, cause: StopCause) -> Interrupt:
-        turn, call = self.state.turn_id, cs.call.id
-        message = InterruptTool(turn_id=turn, call_id=call, mode=mode, reason=reason, cause=cause, attempt=cs.attempt)
-        return Interrupt(message)
+    def _interrupt(self, cs: CallState, mode: Mode, reason: str, cause: StopCause, grace: float | None = None) -> Interrupt:
+        t, c = self.state.turn_id, cs.call.id
+        return Interrupt(InterruptTool(turn_id=t, call_id=c, mode=mode, reason=reason, cause=cause, attempt=cs.attempt, grace=grace))
 
     def _on_stop_tool(self, msg: StopTool) -> list[Decision]:
         s = self.state
