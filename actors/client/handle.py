@@ -86,6 +86,14 @@ class _Handle:
         where ``node`` is that node's ``host:port``); None until it is known."""
         return self._stream.host_id
 
+    @property
+    def moving(self) -> str | None:
+        """Why the turn's events have paused while the Runtime follows it to where it goes on
+        (its host could not reach the store and stopped its work, or was lost, or another
+        host took it over: ``docs/durable.md``); None while its host is known. Commands sent
+        meanwhile wait, and are sent once the turn is found."""
+        return self._stream.moving
+
     def received_at(self, seq: int) -> float | None:
         """When (``time.monotonic()``) this process received event ``seq``, for latency figures."""
         return self._stream.received_at(seq)

@@ -133,7 +133,7 @@ class Hosts:
         return None
 
     def _at(self, stream: TurnStream, address: Any) -> None:
-        stream.host, stream.host_id = address, self.host_id(address)
+        stream.host, stream.host_id, stream.moving = address, self.host_id(address), None
 
     def of(self, turn_id: str) -> Any:
         """Where to send a message for ``turn_id``: its host if this Runtime knows it, else
@@ -266,7 +266,7 @@ class Hosts:
             return
         with self._lock:
             self._held.setdefault(turn_id, [])
-        stream.host = None
+        stream.host, stream.moving = None, detail
         self._follow(turn_id, stream, lost_owner, epoch)
 
     def found(self, turn_id: str, stream: TurnStream, host: Any) -> None:

@@ -129,6 +129,7 @@ class TurnStream:
         self._waiters: list[Waiter] = []
         self.host: Any = None  # the address of the turn's host, where known (``routing``)
         self.host_id: str | None = None  # and its id, ``node/slot``
+        self.moving: str | None = None  # why its host let it go, while it is followed to where it goes on
         self.rejection: ControlReply | None = None  # the turn's StartTurn was refused
         self.rejections: list[ControlReply] = []
 

@@ -292,7 +292,9 @@ class RuntimeSource(Source):
         with self._lock:
             stream = self._streams.get(turn_id)
         owner = getattr(stream, "host_id", None)  # a sub-agent's: not known here
-        return {**line, "owner": owner, "owner_host": owner, "owner_node": node_of(owner), "held": None}
+        moving = getattr(stream, "moving", None)  # its host let it go: it is being found again
+        status = f"{line['status']} (moving: {moving})" if moving and line["status"] != "finished" else line["status"]
+        return {**line, "status": status, "owner": owner, "owner_host": owner, "owner_node": node_of(owner), "held": None}
 
     def nodes(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         turns: dict[str, int] = {}

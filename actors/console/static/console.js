@@ -92,7 +92,7 @@ function showList() {
   // the list updates under the pointer.
   const kept = new Map();
   const render = (data) => {
-    const rows = data.turns.filter((t) => filter === "all" || t.status === filter);
+    const rows = data.turns.filter((t) => filter === "all" || t.status.split(" ")[0] === filter);
     const trs = rows.map((t) => {
       let tr = kept.get(t.turn_id);
       if (!tr) {
