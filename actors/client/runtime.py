@@ -44,7 +44,7 @@ from messages import (
 )
 
 from ..console import NO_CONSOLE, start_console
-from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
+from ..errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from ..lifecycle import owner
 from ..lifecycle.processes import free_port
 from ..store import TurnStore
@@ -55,7 +55,7 @@ from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
 from ..wire.protocol import Configure, HostReplaced, NodesChanged
 from ..wire.transport import TransportConfig
-from .follow import Follower
+from .follow import STORE_WAIT, Follower
 from .handle import TurnHandle
 from .inputs import History, checked_provider, checked_tools, history
 from .queries import Queries
@@ -124,6 +124,7 @@ class Runtime(Queries):
         command_hold: float | None = None,
         meter_provider: Any = None,
         console: Any = None,
+        store_wait: float = STORE_WAIT,
     ) -> None:
         self.provider = provider
         self.event_window = event_window
@@ -155,7 +156,9 @@ class Runtime(Queries):
         self._inbound.on_moved = lambda turn_id, stream, why, owner, epoch: self._running().moved(
             turn_id, stream, why, owner, epoch
         )
-        self._follower = Follower(self._need_store, lambda tid, stream, at: self._running().found(tid, stream, at))
+        if store_wait <= 0:
+            raise ConfigurationError(f"store_wait must be a number of seconds > 0, not {store_wait!r}")
+        self._follower = Follower(self._need_store, lambda t, stream, at: self._running().found(t, stream, at), store_wait)
         self._console_config, self._console = console, NO_CONSOLE
         self._closed = False
         self._started = False
