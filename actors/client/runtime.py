@@ -96,9 +96,8 @@ class Runtime(Queries):
 
     Starting a Runtime changes Thespian in this process and every process it forks: frames
     are signed and sockets bound to ``host`` (``transport``), a lost node is noticed in
-    seconds (``thespian_compat.tune_convention``), and a few internals are used for
-    ACK-clocked batches and the non-blocking endpoint. ``thespian_compat`` lists each of
-    them and refuses, at start, a Thespian version they were not tested with.
+    seconds, and a few internals are used for ACK-clocked batches and the non-blocking
+    endpoint: ``thespian_compat`` lists them, and refuses an untested Thespian version.
     """
 
     def __init__(
