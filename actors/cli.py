@@ -41,6 +41,7 @@ import os
 import re
 import sqlite3
 import sys
+import uuid
 from typing import Any, NoReturn
 
 from messages import CancelTurn, ControlReply, Message, RespondToApprovals, StopTurn, ToolApprovalResponse, TurnState
@@ -265,23 +266,28 @@ def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Message, 
 def cmd_decide(args: argparse.Namespace) -> int:
     approved = args.command == "approve"
     response = ToolApprovalResponse(call_id=args.call_id, approved=approved, reason=args.reason)
-    command = RespondToApprovals(turn_id=args.turn_id, responses=[response], request_id="cli")
+    command = RespondToApprovals(turn_id=args.turn_id, responses=[response], request_id=_request_id())
     return _steer(args, command, "approved" if approved else "denied")
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    return _steer(args, StopTurn(turn_id=args.turn_id, reason=args.reason, request_id="cli"), "stopped")
+    return _steer(args, StopTurn(turn_id=args.turn_id, reason=args.reason, request_id=_request_id()), "stopped")
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     return _steer(
-        args, CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, request_id="cli"), "cancelled"
+        args, CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, request_id=_request_id()), "cancelled"
     )
 
 
 def cmd_own_options(args: argparse.Namespace) -> int:
     """``demo`` and ``node`` read their own options, so an option before them is refused."""
     raise CliError(f"{args.command} takes only its own options, after it (see greenroom {args.command} --help)")
+
+
+def _request_id() -> str:
+    """A command's own id: a turn that gets it twice (sent again after an outage) applies it once."""
+    return f"cli-{uuid.uuid4().hex[:16]}"
 
 
 def _seconds(text: str) -> float:

@@ -44,10 +44,8 @@ def append(store: TurnStore, turn_id: str, events: Iterable[EncodedEvent], owner
 
 
 def leases_run_out(location: str) -> None:
-    """A PostgreSQL store: wait until no host holds a lease (a killed runtime's hosts hold
-    theirs ``LEASE`` s more; their turns are taken over only then). SQLite: nothing to wait for."""
-    if not is_url(location):
-        return
+    """Wait until no host holds a lease in the store (a killed runtime's hosts hold theirs
+    ``LEASE`` s more, in a SQLite file as on PostgreSQL; their turns are taken over then)."""
     store = open_store(location)
     try:
         assert wait_until(lambda: not store.hosts.live(), timeout=LEASE + 5), "a host still holds a lease"

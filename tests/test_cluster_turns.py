@@ -34,7 +34,7 @@ pytestmark = [
 ]
 
 INTERRUPTED = json.dumps(
-    {"ok": False, "error": "Interrupted: the runtime stopped while the call ran (recovered after a restart)", "data": None}
+    {"ok": False, "error": "Interrupted: its host was lost while the call ran (another host took the turn over)", "data": None}
 )
 
 
@@ -223,7 +223,7 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
     assert cut in (1, 2)
     cluster.partition(cut)
     if heal == "once_taken_over":  # back as soon as another host has it: before the cut-off one may find out
-        assert polled(lambda: cluster.store().owners.route("t_cut").host_id != first, timeout=60)
+        assert polled(lambda: host_of(cluster.store().owners.route("t_cut").host_id) != first, timeout=60)
         cluster.heal(cut)
     # its host finds out that it lost its lease (cut off from the store, or back) and stops the call
     stopped = Path(f"{effect}.stopped")

@@ -207,9 +207,9 @@ def test_an_approval_right_after_its_owner_was_sigkilled_is_queued_with_exit_0_a
         assert result.text == "Written."
     store = open_store(url)
     try:
-        started = [e.call_id for e in store.events("turn_killed") if isinstance(e, ToolCallStarted)]
+        started = [e.call_id for e in store.log.events("turn_killed") if isinstance(e, ToolCallStarted)]
         assert started == ["call_1"]  # approved once, run once
-        assert store.pending_commands("turn_killed") == []
+        assert store.inbox.pending("turn_killed") == []
         reply = store.reply_to(1)
         assert reply is not None and reply.ok
     finally:
@@ -260,7 +260,7 @@ def test_the_consoles_decision_no_live_host_answers_in_time_is_shown_queued_with
 
     url = store_with(postgres.create_database("console_queued"), paused_turn("turn_1"))
     store = open_store(url)
-    store.renew_host("hung/0", "hung", b"", 60.0)  # a host whose lease holds, and which answers nothing
+    store.hosts.renew("hung/0", "hung", b"", 60.0)  # a host whose lease holds, and which answers nothing
     source = StoreSource(url)
     source.timeout = 1.0
     key = "a-console-key-for-this-test-0123456789"
@@ -275,6 +275,6 @@ def test_the_consoles_decision_no_live_host_answers_in_time_is_shown_queued_with
         "queued (no host answered within 1 s: queued in the store's inbox, applied when the turn's host takes it "
         "(a lost host's turns are taken over by a live host once its lease runs out))",
     )  # fmt: skip
-    assert [c.kind for c in store.pending_commands("turn_1")] == ["respond_to_approvals"]
+    assert [c.kind for _, c in store.inbox.pending("turn_1")] == ["respond_to_approvals"]
     source.close()
     store.close()

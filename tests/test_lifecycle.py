@@ -234,7 +234,7 @@ def test_a_command_line_approval_while_the_owner_is_dead_is_kept_and_runs_the_ca
         timeout=60,
     )
     assert cli.returncode == 0, cli.stderr
-    assert "written to the store" in cli.stdout
+    assert "queued in the store's inbox" in cli.stdout
     assert not keys.exists()
     provider.add(say("Appended."))
     with Runtime(provider.provider(), store=store) as rt:

@@ -161,7 +161,7 @@ def test_an_approval_whose_ack_is_lost_returns_and_the_call_runs_once(tmp_path: 
         planned(relay.wait_for(lambda: relay.counts["ack_dropped"] == 1), "the approval's ACK was dropped")
         result = turn.result(timeout=10, final=True)
         assert (raised, result.finish_reason) == (None, "stop")
-        assert keys.read_text().splitlines() == [f"{turn.turn_id}:{request.call_id}"]
+        assert keys.read_text().splitlines() == [f"{turn.turn_id}:0:{request.call_id}"]
 
 
 # -- order between processes ------------------------------------------------------------------

@@ -222,7 +222,7 @@ def test_a_process_that_knows_a_runtime_only_by_its_port_is_told_its_incarnation
         )  # fmt: skip
         notices = relay.counts["notice"] - before
     assert (nodes.returncode, nodes.stderr) == (0, "")
-    assert json.loads(nodes.stdout) == []  # the directory's answer: no member has joined
+    assert [(n["node"], n["leader"]) for n in json.loads(nodes.stdout)] == [("127.0.0.1:1900", True)]  # no member
     assert notices >= 1, "the command line's first frame, sealed for no incarnation, got a notice"
 
 

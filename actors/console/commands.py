@@ -26,6 +26,7 @@ refusal that says so, never as applied (``TurnTimeout``): its command was not qu
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any, NamedTuple
 
 from messages import ControlReply, Message, reply_for
@@ -107,7 +108,7 @@ def through_store(store: TurnStore, command: Message, timeout: float) -> Through
         return Through(refused, None, False)
     asked = getattr(command, "request_id", None)
     turn_id = getattr(command, "turn_id", "")
-    command_id = store.inbox.add(turn_id, command.model_copy(update={"request_id": asked or "store"}))
+    command_id = store.inbox.add(turn_id, command.model_copy(update={"request_id": asked or f"store-{uuid.uuid4().hex[:16]}"}))
     if not store.hosts.live():
         return Through(reply_for(command, True, None, HOSTLESS), command_id, False)
     reply = store.inbox.wait_reply(command_id, timeout)
@@ -145,7 +146,7 @@ class RemoteRuntimes:
                     self._remotes[key] = remote
             except (Unreachable, ConfigurationError, KeyError, ValueError) as exc:
                 return reply_for(command, False, "invalid", f"cannot reach {where}: {exc}")
-            update: dict[str, Any] = {"request_id": "console"}
+            update: dict[str, Any] = {"request_id": f"console-{uuid.uuid4().hex[:16]}"}
             if "answer_within" in type(command).model_fields:
                 update["answer_within"] = timeout  # a host that does not know the turn answers before then
             try:
