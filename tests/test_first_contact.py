@@ -210,7 +210,7 @@ def test_an_approval_right_after_its_owner_was_sigkilled_is_queued_with_exit_0_a
         started = [e.call_id for e in store.log.events("turn_killed") if isinstance(e, ToolCallStarted)]
         assert started == ["call_1"]  # approved once, run once
         assert store.inbox.pending("turn_killed") == []
-        reply = store.reply_to(1)
+        reply = store.inbox.reply_to(1)
         assert reply is not None and reply.ok
     finally:
         store.close()
