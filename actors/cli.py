@@ -34,23 +34,18 @@ status 2. Human output escapes control characters, so model text cannot drive th
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import math
-import os
 import re
 import sqlite3
 import sys
-import uuid
 from typing import Any, NoReturn
 
-from messages import CancelTurn, ControlReply, Message, RespondToApprovals, StopTurn, ToolApprovalResponse, TurnState
 from messages.codec import CodecError
 
+from .cli_base import CliError, ask_runtime, columns, load, open_named_store, printable, say, seconds, store_path, when
+from .cli_steer import add_steering
 from .cluster.holders import NO_LIVE_HOST, Holders, node_of
-from .console.commands import OFFLINE, refusal, through_store
 from .errors import ConfigurationError, StoreError
-from .store import TurnStore, open_store
 from .store.base import is_url
 from .store.files import running_runtime
 from .store.ownership import host_of
@@ -61,85 +56,35 @@ __all__ = ["main"]
 EXIT_BAD_INPUT = 2
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # Unicode category Cc but newline and tab
-
-
-class CliError(Exception):
-    """Bad input: printed to stderr, exit status 2."""
-
-
-def _printable(text: str) -> str:
-    """``text`` with every control character but newline and tab escaped (ESC as ``\\x1b``): it cannot drive a terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def _store_path(args: argparse.Namespace) -> str:
-    return args.store or os.environ.get("GREENROOM_STORE") or "greenroom.db"
-
-
-def _open_store(args: argparse.Namespace) -> TurnStore:
-    """The store the command names, which must already be a readable greenroom store; else it fails here, naming it
-    (a URL without its password)."""
-    path = _store_path(args)
-    if not is_url(path) and not os.path.exists(path):
-        raise CliError(f"no turn store at {path} (use --store or $GREENROOM_STORE)")
-    return open_store(path, create=False)
-
-
-def _when(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _print(args: argparse.Namespace, data: Any, human: str) -> None:
-    """Print ``data`` as exact JSON with ``--json``, else ``human`` with its control characters escaped."""
-    print(json.dumps(data, indent=2, default=str) if args.json else _printable(human))
-
-
 # -- reading ---------------------------------------------------------------------------------
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    """``rows`` (the first is the header) in columns as wide as their widest cell, counts to the right."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    right = [h in ("ROUND", "HOSTS", "TURNS") for h in rows[0]]
-    return ["  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right)).rstrip() for row in rows]
-
-
 def cmd_list(args: argparse.Namespace) -> int:
-    store = _open_store(args)
+    store = open_named_store(args)
     summaries = store.log.summaries()
-    holders = Holders.of(store, _store_path(args))
+    holders = Holders.of(store, store_path(args))
     rows = [{**s.model_dump(), **holders.fields(s)} for s in summaries]
     table = [["TURN", "STATUS", "ROUND", "HOST", "WAITING SINCE", "PENDING APPROVALS"]]
     for s in summaries:
         status = holders.status(s) if s.status != "finished" else f"finished:{s.finish_reason}"
         pending = ", ".join(s.pending_approvals) or "-"
-        table.append([s.turn_id, status, str(s.round), host_of(s.owner) if s.owner else "-", _when(s.waiting_since), pending])
+        table.append([s.turn_id, status, str(s.round), host_of(s.owner) if s.owner else "-", when(s.waiting_since), pending])
         if s.error:
             table[-1][-1] += f"  ({s.error})"
-    lines = _table(table) if summaries else ["no turns"]
+    lines = columns(table) if summaries else ["no turns"]
     loads, orphans = holders.loads(summaries)
     if holders.shared and (loads or orphans):  # a SQLite store is one machine's: no nodes to compare
         nodes = [["NODE", "HOSTS", "TURNS"], *[[n.node, str(n.hosts), str(n.turns)] for n in loads]]
         if orphans:
             nodes.append([f"({NO_LIVE_HOST})", "-", str(orphans)])
-        lines += ["", *_table(nodes)]
-    _print(args, rows, "\n".join(lines))
+        lines += ["", *columns(nodes)]
+    say(args, rows, "\n".join(lines))
     return 0
 
 
-def _load(store: TurnStore, turn_id: str) -> TurnState:
-    try:
-        return store.log.load(turn_id)
-    except KeyError:
-        raise CliError(f"unknown turn {turn_id}") from None
-
-
 def cmd_show(args: argparse.Namespace) -> int:
-    store = _open_store(args)
-    state = _load(store, args.turn_id)
+    store = open_named_store(args)
+    state = load(store, args.turn_id)
     events = store.log.events(args.turn_id, args.since)
     pending = [
         {"call_id": c.call.id, "name": c.call.name, "arguments": c.arguments}
@@ -148,7 +93,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     ]
     route = store.owners.route(args.turn_id)
     owner = route.host_id if route is not None else None
-    held = Holders.of(store, _store_path(args)).held(owner) if state.phase != "finished" else None
+    held = Holders.of(store, store_path(args)).held(owner) if state.phase != "finished" else None
     data = {
         "turn_id": state.turn_id,
         "status": "finished" if state.phase == "finished" else state.phase,
@@ -179,105 +124,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     for e in events:
         detail = getattr(e, "text", None) or getattr(e, "finish_reason", None) or getattr(e, "call_id", None) or ""
         lines.append(f"  #{e.seq} {e.kind} {detail}")
-    _print(args, data, "\n".join(lines))
+    say(args, data, "\n".join(lines))
     return 0
 
 
 # -- steering --------------------------------------------------------------------------------
 
 
-def _ask_runtime(info: dict[str, Any], command: Message, timeout: float) -> Any:
-    """Send ``command`` to the directory of the runtime or leader whose admin ``info`` names,
-    from any machine (``cluster.remote``); its answer. The key comes from the runtime file,
-    else from ``$GREENROOM_KEY``/``$GREENROOM_KEY_FILE``."""
-    from .cluster.remote import Unreachable, ask_once
-
-    if "answer_within" in type(command).model_fields:  # a host that does not know the turn answers before then
-        command = command.model_copy(update={"answer_within": timeout})
-    try:
-        key = bytes.fromhex(info["key"]) if info.get("key") else None
-        return ask_once(info["host"], info["admin_port"], key, command, timeout)
-    except (Unreachable, ValueError) as exc:
-        raise CliError(str(exc)) from None
-
-
 def cmd_nodes(args: argparse.Namespace) -> int:
     from messages import ListNodes, NodeList
 
-    info = args.admin or (None if is_url(_store_path(args)) else running_runtime(_store_path(args)))
+    info = args.admin or (None if is_url(store_path(args)) else running_runtime(store_path(args)))
     if info is None:
         raise CliError("no running runtime: give --admin HOST:PORT, or --store of a running runtime")
-    answer = _ask_runtime(info, ListNodes(request_id="cli"), args.timeout)
+    answer = ask_runtime(info, ListNodes(request_id="cli"), args.timeout)
     if not isinstance(answer, NodeList):
         raise CliError(f"the runtime at {info['host']}:{info['admin_port']} answered {type(answer).__name__}")
     rows = [n.model_dump(exclude={"kind"}) for n in answer.nodes]
     table = [["NODE", "ROLE", "HOSTS", "CAPABILITIES"]]
     table += [[n.node, "leader" if n.leader else "member", str(n.hosts), json.dumps(n.capabilities)] for n in answer.nodes]
-    _print(args, rows, "\n".join(_table(table)) if answer.nodes else "no nodes")
+    say(args, rows, "\n".join(columns(table)) if answer.nodes else "no nodes")
     return 0
-
-
-def _steer(args: argparse.Namespace, command: Message, verb: str) -> int:
-    """Send a command to its turn; print what became of it: applied (by whom), or queued in the
-    store's inbox (exit status 0 either way: a queued command is applied once, when its turn's
-    host or the next runtime takes it)."""
-    path = _store_path(args)
-    store = _open_store(args)
-    state = _load(store, args.turn_id)
-    if state.phase == "finished":
-        raise CliError(f"turn {args.turn_id} has already finished ({state.finish_reason})")
-    base = {"turn_id": args.turn_id, "ok": True}
-    if is_url(path):
-        return _steer_shared(args, store, command, verb)
-    info = running_runtime(path)  # None for a stale runtime file: its pid is dead or its lock free
-    if info is not None:
-        reply = _ask_runtime(info, command, args.timeout)
-        if not isinstance(reply, ControlReply):
-            raise CliError(f"the runtime (pid {info.get('pid', '?')}) answered {type(reply).__name__}")
-        if not reply.ok:
-            raise CliError(reply.message)
-        data = {**base, "sent_to": "runtime", "queued": False, "pid": info["pid"], "message": reply.message}
-        _print(args, data, f"{verb}: done by the running runtime (pid {info['pid']})")
-        return 0
-    refused = refusal(store, command)  # the stored turn's own rules
-    if refused is not None:
-        raise CliError(refused.message)
-    command_id = store.inbox.add(args.turn_id, command)
-    data = {**base, "sent_to": "store", "queued": True, "command_id": command_id, "message": OFFLINE}
-    _print(args, data, f"{verb}: {OFFLINE}")
-    return 0
-
-
-def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Message, verb: str) -> int:
-    """Through a store every node reaches: queued, its host woken, its reply waited for."""
-    reply, command_id, by_host = through_store(store, command, args.timeout)
-    if not reply.ok:
-        raise CliError(reply.message)
-    data = {"turn_id": args.turn_id, "command_id": command_id, "ok": True, "message": reply.message}
-    if not by_host:
-        _print(args, {**data, "sent_to": "store", "queued": True}, f"{verb}: {reply.message}")
-        return 0
-    route = store.owners.route(args.turn_id)
-    host = host_of(route.host_id) if route is not None and route.host_id else None
-    _print(args, {**data, "sent_to": "host", "queued": False, "host": host}, f"{verb}: done by host {host}")
-    return 0
-
-
-def cmd_decide(args: argparse.Namespace) -> int:
-    approved = args.command == "approve"
-    response = ToolApprovalResponse(call_id=args.call_id, approved=approved, reason=args.reason)
-    command = RespondToApprovals(turn_id=args.turn_id, responses=[response], request_id=_request_id())
-    return _steer(args, command, "approved" if approved else "denied")
-
-
-def cmd_stop(args: argparse.Namespace) -> int:
-    return _steer(args, StopTurn(turn_id=args.turn_id, reason=args.reason, request_id=_request_id()), "stopped")
-
-
-def cmd_cancel(args: argparse.Namespace) -> int:
-    return _steer(
-        args, CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, request_id=_request_id()), "cancelled"
-    )
 
 
 def cmd_own_options(args: argparse.Namespace) -> int:
@@ -285,24 +152,8 @@ def cmd_own_options(args: argparse.Namespace) -> int:
     raise CliError(f"{args.command} takes only its own options, after it (see greenroom {args.command} --help)")
 
 
-def _request_id() -> str:
-    """A command's own id: a turn that gets it twice (sent again after an outage) applies it once."""
-    return f"cli-{uuid.uuid4().hex[:16]}"
-
-
-def _seconds(text: str) -> float:
-    """A number of seconds, at least 0 (an argparse type: anything else is a usage error)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value >= 0:  # refuses nan too
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}")
-    return value
-
-
 def _admin_address(text: str) -> dict[str, Any]:
-    """``HOST:PORT`` with a numeric port, as the runtime info ``_ask_runtime`` takes (an argparse type)."""
+    """``HOST:PORT`` with a numeric port, as the runtime info ``ask_runtime`` takes (an argparse type)."""
     host, _, port = text.rpartition(":")
     if not host or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"must be HOST:PORT with a numeric port from 1 to 65535, not {text!r}")
@@ -329,7 +180,7 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
     parser.add_argument("--json", action="store_true", default=default["json"], help="print JSON")
     parser.add_argument(
-        "--timeout", type=_seconds, default=default["timeout"], help="seconds to wait for a running runtime"
+        "--timeout", type=seconds, default=default["timeout"], help="seconds to wait for a running runtime"
     )
 
 
@@ -349,21 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--since", type=int, default=0, help="events from this seq on")
     show.set_defaults(fn=cmd_show)
 
-    for verb in ("approve", "deny"):
-        p = sub.add_parser(verb, parents=[common], help=f"{verb} a pending tool call")
-        p.add_argument("turn_id")
-        p.add_argument("call_id")
-        p.add_argument("--reason", default=None)
-        p.set_defaults(fn=cmd_decide)
-    stop = sub.add_parser("stop", parents=[common], help="stop a turn now")
-    stop.add_argument("turn_id")
-    stop.add_argument("--reason", default="stopped from the command line")
-    stop.set_defaults(fn=cmd_stop)
-    cancel = sub.add_parser("cancel", parents=[common], help="cancel a turn at its next step")
-    cancel.add_argument("turn_id")
-    cancel.add_argument("--reason", default="cancelled from the command line")
-    cancel.add_argument("--grace", type=_seconds, default=None, help="seconds before the cancel becomes a stop")
-    cancel.set_defaults(fn=cmd_cancel)
+    add_steering(sub, common)
     nodes = sub.add_parser("nodes", parents=[common], help="the nodes of a running runtime's deployment")
     nodes.add_argument(
         "--admin", type=_admin_address, default=None, help="HOST:PORT of the runtime's admin (key from $GREENROOM_KEY)"
@@ -392,10 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a file that cannot be read, an address that cannot be reached
         error = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
     except sqlite3.Error as exc:  # damage that the checks at opening did not see
-        error = f"cannot use the turn store {redacted(_store_path(args))}: {exc}"
+        error = f"cannot use the turn store {redacted(store_path(args))}: {exc}"
     if args.json:
         print(json.dumps({"ok": False, "error": error}))
-    print(f"greenroom: {' '.join(_printable(error).split())}", file=sys.stderr)
+    print(f"greenroom: {' '.join(printable(error).split())}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 

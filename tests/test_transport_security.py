@@ -182,7 +182,10 @@ def test_frames_captured_on_the_loopback_and_sent_again_are_acknowledged_and_do_
     assert runs and starts, "the capture saw the turn's frames"
     requests = len(provider.requests)
     for port, data in runs + starts:  # accepted before: acknowledged again (a resend), delivered to nobody
-        assert send_raw(port, data) == ACK
+        answer = send_raw(port, data)
+        # or, for a frame the sender had sealed for an earlier incarnation on that port (a port
+        # reused by this runtime in a long test session): a notice, also delivered to nobody
+        assert answer == ACK or answer.split(b">", 1)[1].startswith(b"GRn1"), answer[:16]
     still_serving(runtime, provider, tree(runtime))
     assert keys.read_text() == f"{turn.turn_id}:0:call_1\n", "a replayed RunTool ran the tool again"
     assert len(provider.requests) == requests + 1, "a replayed StartTurn started a turn again"
