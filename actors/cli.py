@@ -1,25 +1,29 @@
 """``greenroom``: see and steer turns from a shell.
 
-    greenroom turns list                       id, status, waiting since, pending approvals
-    greenroom turns show ID [--since N]        history, pending approvals, events
+    greenroom turns list                       id, status, host, waiting since, pending approvals; turns per node
+    greenroom turns show ID [--since N]        status and host, history, pending approvals, events
     greenroom approve ID CALL [--reason R]
     greenroom deny ID CALL [--reason R]
     greenroom stop ID [--reason R]
     greenroom cancel ID [--reason R] [--grace S]
-    greenroom nodes [--admin HOST:PORT]        the nodes of a running runtime's deployment
+    greenroom nodes [--admin HOST:PORT]        the nodes of a running runtime's deployment, from any machine
     greenroom demo [--yes | --no]
     greenroom console ...                      a web page over the store (``greenroom console --help``)
     greenroom node ...                         (see ``greenroom node --help``)
 
 The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``: a SQLite
 file, or a PostgreSQL URL (``postgresql://user@db:5432/greenroom``; a password in it is
-never printed). With a SQLite file, when a runtime is running on it the command is sent to
-it and its answer printed; when none is, the command is checked against the stored turn and
-written to the store's inbox, to be applied when the turn is loaded again. With PostgreSQL,
-the command is checked, written to the store's inbox (which wakes the turn's host), and,
-while any host is live, the reply that host records is waited for (``--timeout`` seconds,
-then an error that says the command stays queued). ``--json`` prints machine-readable
-output. ``--store``, ``--json`` and ``--timeout`` go before or after the command.
+never printed). A turn's host is its owner in the store; an unfinished turn no live host
+holds is listed as ``running (no live host)`` (``cluster.holders``). With a SQLite file, when
+a runtime is running on it the command is sent to it and its answer printed; when none is,
+the command is checked against the stored turn and queued in the store's inbox, to be
+applied when the turn is loaded again. With PostgreSQL, the command is checked, queued in
+the store's inbox (which wakes the turn's host), and, while any host is live, the reply that
+host records is waited for, ``--timeout`` seconds. A command queued and not yet applied
+(no host live, or none answered in time: its owner may just have been lost) is reported
+as queued, with exit status 0 (``"queued": true``): it is applied once, when a host takes
+the turn. ``--json`` prints machine-readable output. ``--store``, ``--json`` and
+``--timeout`` go before or after the command.
 
 Bad input (unknown turn or call, a turn that has ended, a bad option, a file that is not a
 readable greenroom store) prints one line ``greenroom: <message>`` to stderr and exits with
@@ -30,30 +34,21 @@ status 2. Human output escapes control characters, so model text cannot drive th
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import math
-import os
 import re
 import sqlite3
 import sys
 from typing import Any, NoReturn
 
-from messages import (
-    CancelTurn,
-    ControlReply,
-    Message,
-    RespondToApprovals,
-    StopTurn,
-    ToolApprovalResponse,
-    TurnState,
-)
 from messages.codec import CodecError
 
-from .errors import StoreError, TurnTimeout
-from .store import TurnStore, open_store
+from .cli_base import CliError, ask_runtime, columns, load, open_named_store, printable, say, seconds, store_path, when
+from .cli_steer import add_steering
+from .cluster.holders import NO_LIVE_HOST, Holders, node_of
+from .errors import ConfigurationError, StoreError
 from .store.base import is_url
 from .store.files import running_runtime
+from .store.ownership import host_of
 from .store.urls import redacted
 
 __all__ = ["main"]
@@ -61,85 +56,62 @@ __all__ = ["main"]
 EXIT_BAD_INPUT = 2
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # Unicode category Cc but newline and tab
-
-
-class CliError(Exception):
-    """Bad input: printed to stderr, exit status 2."""
-
-
-def _printable(text: str) -> str:
-    """``text`` with every control character but newline and tab escaped (ESC as ``\\x1b``): it cannot drive a terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def _store_path(args: argparse.Namespace) -> str:
-    return args.store or os.environ.get("GREENROOM_STORE") or "greenroom.db"
-
-
-def _open_store(args: argparse.Namespace) -> TurnStore:
-    """The store the command names, which must already be a readable greenroom store; else it fails here, naming it
-    (a URL without its password)."""
-    path = _store_path(args)
-    if not is_url(path) and not os.path.exists(path):
-        raise CliError(f"no turn store at {path} (use --store or $GREENROOM_STORE)")
-    return open_store(path, create=False)
-
-
-def _when(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _print(args: argparse.Namespace, data: Any, human: str) -> None:
-    """Print ``data`` as exact JSON with ``--json``, else ``human`` with its control characters escaped."""
-    print(json.dumps(data, indent=2, default=str) if args.json else _printable(human))
-
-
 # -- reading ---------------------------------------------------------------------------------
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    summaries = _open_store(args).summaries()
-    rows = [s.model_dump() for s in summaries]
-    lines = [f"{'TURN':<24} {'STATUS':<18} {'ROUND':>5}  {'WAITING SINCE':<19}  PENDING APPROVALS"]
+    store = open_named_store(args)
+    summaries = store.log.summaries()
+    holders = Holders.of(store, store_path(args))
+    rows = [{**s.model_dump(), **holders.fields(s)} for s in summaries]
+    table = [["TURN", "STATUS", "ROUND", "HOST", "WAITING SINCE", "PENDING APPROVALS"]]
     for s in summaries:
-        status = s.status if s.status != "finished" else f"finished:{s.finish_reason}"
-        lines.append(
-            f"{s.turn_id:<24} {status:<18} {s.round:>5}  {_when(s.waiting_since):<19}  {', '.join(s.pending_approvals) or '-'}"
-            + (f"  ({s.error})" if s.error else "")
-        )
-    _print(args, rows, "\n".join(lines) if summaries else "no turns")
+        status = holders.status(s) if s.status != "finished" else f"finished:{s.finish_reason}"
+        pending = ", ".join(s.pending_approvals) or "-"
+        table.append([s.turn_id, status, str(s.round), host_of(s.owner) if s.owner else "-", when(s.waiting_since), pending])
+        if s.error:
+            table[-1][-1] += f"  ({s.error})"
+    lines = columns(table) if summaries else ["no turns"]
+    loads, orphans = holders.loads(summaries)
+    if holders.shared and (loads or orphans):  # a SQLite store is one machine's: no nodes to compare
+        nodes = [["NODE", "HOSTS", "TURNS"], *[[n.node, str(n.hosts), str(n.turns)] for n in loads]]
+        if orphans:
+            nodes.append([f"({NO_LIVE_HOST})", "-", str(orphans)])
+        lines += ["", *columns(nodes)]
+    say(args, rows, "\n".join(lines))
     return 0
 
 
-def _load(store: TurnStore, turn_id: str) -> TurnState:
-    try:
-        return store.load(turn_id)
-    except KeyError:
-        raise CliError(f"unknown turn {turn_id}") from None
-
-
 def cmd_show(args: argparse.Namespace) -> int:
-    store = _open_store(args)
-    state = _load(store, args.turn_id)
-    events = store.events(args.turn_id, args.since)
+    store = open_named_store(args)
+    state = load(store, args.turn_id)
+    events = store.log.events(args.turn_id, args.since)
     pending = [
         {"call_id": c.call.id, "name": c.call.name, "arguments": c.arguments}
         for c in state.batch or ()
         if c.status == "pending_approval"
     ]
+    route = store.owners.route(args.turn_id)
+    owner = route.host_id if route is not None else None
+    held = Holders.of(store, store_path(args)).held(owner) if state.phase != "finished" else None
     data = {
         "turn_id": state.turn_id,
         "status": "finished" if state.phase == "finished" else state.phase,
         "finish_reason": state.finish_reason,
         "round": state.round,
+        "owner": owner,
+        "owner_host": host_of(owner) if owner else None,
+        "owner_node": node_of(owner),
+        "held": held,
         "messages": [m.model_dump(exclude={"kind"}, exclude_none=True) for m in state.messages],
         "pending_approvals": pending,
         "events": [e.model_dump(mode="json") for e in events],
     }
     lines = [f"turn {state.turn_id}: {data['status']}" + (f" ({state.finish_reason})" if state.finish_reason else "")]
+    if held is False:
+        lines[0] += f" ({NO_LIVE_HOST}" + (f"; last held by host {host_of(owner)})" if owner else ")")
+    elif owner is not None:
+        lines[0] += f", {'on' if held else 'ran on'} host {host_of(owner)} (node {node_of(owner)})"
     lines.append("history:")
     for m in state.messages:
         extra = f" -> {', '.join(c.name + c.arguments for c in m.tool_calls)}" if m.tool_calls else ""
@@ -152,129 +124,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     for e in events:
         detail = getattr(e, "text", None) or getattr(e, "finish_reason", None) or getattr(e, "call_id", None) or ""
         lines.append(f"  #{e.seq} {e.kind} {detail}")
-    _print(args, data, "\n".join(lines))
+    say(args, data, "\n".join(lines))
     return 0
 
 
 # -- steering --------------------------------------------------------------------------------
 
 
-def _ask_runtime(info: dict[str, Any], command: Message, timeout: float) -> Any:
-    """Send ``command`` to the running runtime's directory and return its answer (or None).
-
-    The key comes from the runtime file, else from ``$GREENROOM_KEY``/``$GREENROOM_KEY_FILE``.
-    """
-    from thespian.actors import ActorSystem
-
-    from .cluster.directory import DirectoryActor
-    from .cluster.names import DIRECTORY_NAME
-    from .wire import transport
-
-    key = bytes.fromhex(info["key"]) if info.get("key") else transport.load_key()
-    if key is None:
-        raise CliError("no key to talk to the runtime: set $GREENROOM_KEY or $GREENROOM_KEY_FILE")
-    transport.install(info["host"], key)
-    asys = ActorSystem("multiprocTCPBase", {"Admin Port": info["admin_port"]}, transientUnique=True)
-    directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
-    return asys.ask(directory, command, timeout)  # n.b. no shutdown(): that would stop the runtime
-
-
-def _send_to_runtime(info: dict[str, Any], command: Message, timeout: float) -> ControlReply:
-    """Send ``command`` to the running runtime and wait for the turn's reply."""
-    reply = _ask_runtime(info, command, timeout)
-    if not isinstance(reply, ControlReply):
-        raise CliError(f"the runtime (pid {info.get('pid', '?')}) did not answer within {timeout} s")
-    return reply
-
-
 def cmd_nodes(args: argparse.Namespace) -> int:
     from messages import ListNodes, NodeList
 
-    info = args.admin or (None if is_url(_store_path(args)) else running_runtime(_store_path(args)))
+    info = args.admin or (None if is_url(store_path(args)) else running_runtime(store_path(args)))
     if info is None:
         raise CliError("no running runtime: give --admin HOST:PORT, or --store of a running runtime")
-    answer = _ask_runtime(info, ListNodes(request_id="cli"), args.timeout)
+    answer = ask_runtime(info, ListNodes(request_id="cli"), args.timeout)
     if not isinstance(answer, NodeList):
-        raise CliError(f"the runtime did not answer within {args.timeout} s")
+        raise CliError(f"the runtime at {info['host']}:{info['admin_port']} answered {type(answer).__name__}")
     rows = [n.model_dump(exclude={"kind"}) for n in answer.nodes]
-    lines = [f"{n.node:<24} {json.dumps(n.capabilities)}" for n in answer.nodes]
-    _print(args, rows, "\n".join(lines) if lines else "no nodes have joined")
+    table = [["NODE", "ROLE", "HOSTS", "CAPABILITIES"]]
+    table += [[n.node, "leader" if n.leader else "member", str(n.hosts), json.dumps(n.capabilities)] for n in answer.nodes]
+    say(args, rows, "\n".join(columns(table)) if answer.nodes else "no nodes")
     return 0
-
-
-def _check_offline(store: TurnStore, command: Message) -> None:
-    """Validate ``command`` against the stored turn with the turn's own rules."""
-    from .console.commands import refusal
-
-    refused = refusal(store, command)
-    if refused is not None:
-        raise CliError(refused.message)
-
-
-def _steer(args: argparse.Namespace, command: Message, verb: str) -> int:
-    path = _store_path(args)
-    store = _open_store(args)
-    state = _load(store, args.turn_id)
-    if state.phase == "finished":
-        raise CliError(f"turn {args.turn_id} has already finished ({state.finish_reason})")
-    if is_url(path):
-        return _steer_shared(args, store, command, verb)
-    info = running_runtime(path)  # None for a stale runtime file: its pid is dead or its lock free
-    if info is not None:
-        reply = _send_to_runtime(info, command, args.timeout)
-        if not reply.ok:
-            raise CliError(reply.message)
-        _print(
-            args,
-            {"turn_id": args.turn_id, "sent_to": "runtime", "pid": info["pid"], "ok": True, "message": reply.message},
-            f"{verb}: done by the running runtime (pid {info['pid']})",
-        )
-        return 0
-    _check_offline(store, command)
-    command_id = store.add_command(args.turn_id, command)
-    _print(
-        args,
-        {"turn_id": args.turn_id, "sent_to": "store", "command_id": command_id, "ok": True},
-        f"{verb}: no runtime is running; written to the store, applied when the turn is loaded again",
-    )
-    return 0
-
-
-def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Message, verb: str) -> int:
-    """Through a store every node reaches: queued, its host woken, its reply waited for."""
-    from .console.commands import through_store
-
-    try:
-        reply, command_id, by_host = through_store(store, command, args.timeout)
-    except TurnTimeout as exc:
-        raise CliError(str(exc)) from None
-    if not reply.ok:
-        raise CliError(reply.message)
-    data = {"turn_id": args.turn_id, "command_id": command_id, "ok": True, "message": reply.message}
-    if not by_host:
-        _print(args, {**data, "sent_to": "store"}, f"{verb}: {reply.message}")
-        return 0
-    route = store.route(args.turn_id)
-    host = route.host_id if route is not None else None
-    _print(args, {**data, "sent_to": "host", "host": host}, f"{verb}: done by host {host}")
-    return 0
-
-
-def cmd_decide(args: argparse.Namespace) -> int:
-    approved = args.command == "approve"
-    response = ToolApprovalResponse(call_id=args.call_id, approved=approved, reason=args.reason)
-    command = RespondToApprovals(turn_id=args.turn_id, responses=[response], request_id="cli")
-    return _steer(args, command, "approved" if approved else "denied")
-
-
-def cmd_stop(args: argparse.Namespace) -> int:
-    return _steer(args, StopTurn(turn_id=args.turn_id, reason=args.reason, request_id="cli"), "stopped")
-
-
-def cmd_cancel(args: argparse.Namespace) -> int:
-    return _steer(
-        args, CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, request_id="cli"), "cancelled"
-    )
 
 
 def cmd_own_options(args: argparse.Namespace) -> int:
@@ -282,19 +152,8 @@ def cmd_own_options(args: argparse.Namespace) -> int:
     raise CliError(f"{args.command} takes only its own options, after it (see greenroom {args.command} --help)")
 
 
-def _seconds(text: str) -> float:
-    """A number of seconds, at least 0 (an argparse type: anything else is a usage error)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value >= 0:  # refuses nan too
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}")
-    return value
-
-
 def _admin_address(text: str) -> dict[str, Any]:
-    """``HOST:PORT`` with a numeric port, as the runtime info ``_ask_runtime`` takes (an argparse type)."""
+    """``HOST:PORT`` with a numeric port, as the runtime info ``ask_runtime`` takes (an argparse type)."""
     host, _, port = text.rpartition(":")
     if not host or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"must be HOST:PORT with a numeric port from 1 to 65535, not {text!r}")
@@ -321,7 +180,7 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
     parser.add_argument("--json", action="store_true", default=default["json"], help="print JSON")
     parser.add_argument(
-        "--timeout", type=_seconds, default=default["timeout"], help="seconds to wait for a running runtime"
+        "--timeout", type=seconds, default=default["timeout"], help="seconds to wait for a running runtime"
     )
 
 
@@ -341,21 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--since", type=int, default=0, help="events from this seq on")
     show.set_defaults(fn=cmd_show)
 
-    for verb in ("approve", "deny"):
-        p = sub.add_parser(verb, parents=[common], help=f"{verb} a pending tool call")
-        p.add_argument("turn_id")
-        p.add_argument("call_id")
-        p.add_argument("--reason", default=None)
-        p.set_defaults(fn=cmd_decide)
-    stop = sub.add_parser("stop", parents=[common], help="stop a turn now")
-    stop.add_argument("turn_id")
-    stop.add_argument("--reason", default="stopped from the command line")
-    stop.set_defaults(fn=cmd_stop)
-    cancel = sub.add_parser("cancel", parents=[common], help="cancel a turn at its next step")
-    cancel.add_argument("turn_id")
-    cancel.add_argument("--reason", default="cancelled from the command line")
-    cancel.add_argument("--grace", type=_seconds, default=None, help="seconds before the cancel becomes a stop")
-    cancel.set_defaults(fn=cmd_cancel)
+    add_steering(sub, common)
     nodes = sub.add_parser("nodes", parents=[common], help="the nodes of a running runtime's deployment")
     nodes.add_argument(
         "--admin", type=_admin_address, default=None, help="HOST:PORT of the runtime's admin (key from $GREENROOM_KEY)"
@@ -363,9 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.set_defaults(fn=cmd_nodes)
     sub.add_parser("demo", help="run the demo turn (greenroom demo --help)").set_defaults(fn=cmd_own_options)
     sub.add_parser("console", help="serve the console page (greenroom console --help)").set_defaults(fn=cmd_own_options)
-    sub.add_parser("node", help="run a node that joins a leader (greenroom node --help)").set_defaults(
-        fn=cmd_own_options
-    )
+    sub.add_parser("node", help="run a node that joins a leader (greenroom node --help)").set_defaults(fn=cmd_own_options)
     return parser
 
 
@@ -381,13 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except (CliError, StoreError, CodecError) as exc:  # StoreError covers SnapshotError: one unreadable record
+    except (CliError, StoreError, CodecError, ConfigurationError) as exc:  # StoreError covers SnapshotError
         error = str(exc)
+    except OSError as exc:  # a file that cannot be read, an address that cannot be reached
+        error = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
     except sqlite3.Error as exc:  # damage that the checks at opening did not see
-        error = f"cannot use the turn store {redacted(_store_path(args))}: {exc}"
+        error = f"cannot use the turn store {redacted(store_path(args))}: {exc}"
     if args.json:
         print(json.dumps({"ok": False, "error": error}))
-    print(f"greenroom: {' '.join(_printable(error).split())}", file=sys.stderr)
+    print(f"greenroom: {' '.join(printable(error).split())}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 

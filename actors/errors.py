@@ -11,7 +11,8 @@ never as exception objects; these are raised in the caller's own process.
     ├── HostUnreachable             a command could not be delivered to its turn's host
     ├── ReaderDropped               the turn's host stopped sending to this handle (it fell behind)
     ├── ChildTurnFailed             run_subagent's child turn ended without an answer
-    ├── StoreError                  the turn store failed
+    ├── StoreError                  the turn store refused or failed an operation
+    │   ├── StoreUnavailable        it could not be reached or did not answer: safe to retry
     │   ├── SnapshotError           one turn's record is corrupted or of an unknown version
     │   └── Fenced                  another host has taken the turn over: this one may not write
     ├── TransportAuthError          a frame or a peer failed authentication
@@ -39,6 +40,7 @@ __all__ = [
     "RuntimeClosedError",
     "SnapshotError",
     "StoreError",
+    "StoreUnavailable",
     "ToolCancelled",
     "ToolContextError",
     "ToolDefinitionError",
@@ -98,6 +100,13 @@ class ChildTurnFailed(GreenroomError):
 
 class StoreError(GreenroomError):
     """The turn store could not read or write."""
+
+
+class StoreUnavailable(StoreError):
+    """The turn store could not be reached, or did not answer in time. A write that failed so
+    may or may not have been committed; every write of greenroom's is idempotent, so it is
+    retried. A handle raises it for a turn whose store stayed unreachable past its bound
+    (``Runtime(store_wait=...)``); the store keeps the turn's last good state."""
 
 
 class SnapshotError(StoreError):

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors import Runtime  # noqa: E402
 from actors.lifecycle.processes import descendants, session_processes  # noqa: E402
-from actors.testing import Reply, ScriptedProvider, Text, call, say, use_tools  # noqa: E402
+from actors.testing import Reply, ScriptedProvider, Text, call, use_tools  # noqa: E402
 from actors.testing.postgres import ThrowawayPostgres, binaries  # noqa: E402
 from bench.common import save, table  # noqa: E402
 from messages import RetryPolicy  # noqa: E402

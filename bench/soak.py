@@ -19,6 +19,13 @@ threshold. The relay's policy is seeded per block (``seed`` of the block's first
 but which frame a draw falls on depends on timing: a scenario replays, its network faults
 do not. Needs root, ``ip`` and ``nft``.
 
+``--store-faults``: each block's Runtime is durable, on a database of its own on a throwaway
+PostgreSQL behind a relay (``bench/soak_store.py``), while every 2-6 s the server is
+restarted, paused, or cut off from one process of the Runtime (a host or the directory),
+for 0.3-4 s; scenarios kill no process then (the store is the fault), a scenario counts as
+a hang after 30 s without an event, and a turn that ends in error for want of its store
+(``store_error``, ``store_unavailable``, ``host_lost``) counts as ended by a store fault.
+
 Part two (``--kill-owner K``, never over the relay): K times, a child process owns a
 ``Runtime(store=...)``, brings a turn to a side-effecting tool (or to a pause for approval),
 and is SIGKILLed there; a new Runtime on the same store recovers the turn and drives it to
@@ -26,7 +33,7 @@ its end. Duplicate side effects of tools that are not ``retry_safe`` must be 0, 
 turns that did not finish.
 
     python bench/soak.py --n 1000 [--seed S] [--per-runtime 100] [--network [--rates cut=0.005,...]]
-                         [--kill-owner K] [--no-kills]
+                         [--store-faults] [--kill-owner K] [--no-kills]
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from actors.lifecycle.processes import alive, session_processes
 from bench.common import pct, save, table
 from bench.soak_network import DEFAULT_RATES, NotingPolicy, available, network, owner_rss_kib, parse_rates, relay_line
 from bench.soak_owners import owners_part
+from bench.soak_store import store_faults, through
 from tests.faults import (
     CALL_WEIGHTS,
     CONTROL_WEIGHTS,
@@ -69,6 +77,7 @@ from tests.faults import (
 from tests.helpers import wait_until
 
 EVENT_TIMEOUT = 10.0  # seconds without an event before a scenario counts as a hang
+STORE_EVENT_TIMEOUT = 30.0  # the same while the store fails: an outage of 4 s, a fence, a recovery
 
 
 # -- part one: seeded scenarios -------------------------------------------------------------------
@@ -88,7 +97,12 @@ def category(violation: str) -> str:
         return "duplicate or unwanted side effects"
     if violation.startswith(("events withheld", WAITING)) or "TurnTimeout" in violation or "got no answer" in violation:
         return "callers left waiting"
+    if violation.startswith(STORE_ENDED):
+        return STORE_ENDED
     return "other violations"
+
+
+STORE_ENDED = "ended by a store fault"
 
 
 WAITING = "callers left waiting"
@@ -152,7 +166,8 @@ def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[st
             relay, policy = stack.enter_context(network(seeds[0] + 1_000_000 * attempt, args.rates))
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-"))
         provider = stack.enter_context(FaultProvider())
-        rt = Runtime(provider.provider(), hosts=2)
+        store = through(*args.faulty_store[:2], f"soak_{seeds[0]}_{attempt}") if args.store_faults else None
+        rt = Runtime(provider.provider(), hosts=2, store=store)
         try:
             try:
                 rt.start()
@@ -162,11 +177,16 @@ def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[st
                 print(f"the Runtime of seeds {seeds[0]}.. did not start: {block.start_failed}", flush=True)
                 seeds = []
             injected: list[str] = []  # the network faults drawn during the scenario just run
+            if args.store_faults:
+                args.faulty_store[2].running.set()
             for seed in seeds:
-                scenario = Scenario.generate(seed, kills=not args.no_kills)
+                scenario = Scenario.generate(seed, kills=not (args.no_kills or args.store_faults))
                 before = unanswered(rt)
-                outcome = run_scenario(rt, provider, scenario, Path(tmp), event_timeout=EVENT_TIMEOUT)
+                timeout = STORE_EVENT_TIMEOUT if args.store_faults else EVENT_TIMEOUT
+                outcome = run_scenario(rt, provider, scenario, Path(tmp), event_timeout=timeout, command_timeout=timeout)
                 violations = check(outcome)
+                if args.store_faults and outcome.error_type in ("store_error", "store_unavailable", "host_lost"):
+                    violations.append(f"{STORE_ENDED}: Error({outcome.error_type}) then Finish(error)")
                 left_waiting = sorted(unanswered(rt) - before)
                 if left_waiting:
                     violations.append(f"{WAITING}: {len(left_waiting)} request(s) never answered: {left_waiting}")
@@ -192,6 +212,8 @@ def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[st
             if still:
                 block.waiting.append(f"{WAITING} at the block's end: {sorted(still)}")
         finally:
+            if args.store_faults:
+                args.faulty_store[2].running.clear()
             started = time.monotonic()
             rt.close()
             closed_in = time.monotonic() - started
@@ -312,6 +334,7 @@ def main() -> None:
     parser.add_argument("--kill-owner", type=int, default=0, help="owners to SIGKILL mid-turn on a durable store")
     parser.add_argument("--no-kills", action="store_true", help="no scenario kills a TurnHost or a tool process")
     parser.add_argument("--network", action="store_true", help="every connection through a relay drawing faults")
+    parser.add_argument("--store-faults", action="store_true", help="durable turns on a PostgreSQL that fails")
     parser.add_argument(
         "--rates",
         type=parse_rates,
@@ -322,9 +345,13 @@ def main() -> None:
     if args.network and (why := available()) is not None:
         parser.error(f"--network: {why}")
     command = "python bench/soak.py " + " ".join(sys.argv[1:])
-    results: dict[str, Any] = {"command": command, "args": vars(args)}
+    results: dict[str, Any] = {"command": command, "args": dict(vars(args))}
     if args.n:
-        part = scenarios_part(args)
+        with contextlib.ExitStack() as faulty:
+            args.faulty_store = faulty.enter_context(store_faults(args.seed)) if args.store_faults else None
+            part = scenarios_part(args)
+            if args.store_faults:
+                part["store_faults"] = dict(args.faulty_store[2].counts)
         results["scenarios"] = part
         counts = part["counts"]
         rows: list[list[Any]] = [
@@ -337,6 +364,7 @@ def main() -> None:
             ["leaked processes (after close)", len(part["left_after_close"])],
             ["duplicate or unwanted side effects", counts.get("duplicate or unwanted side effects", 0)],
             ["callers left waiting", counts.get(WAITING, 0)],
+            [STORE_ENDED, counts.get(STORE_ENDED, 0)],
             [f"  {WAITING} at a block's end", len(part["waiting_at_block_end"])],
             ["other violations", counts.get("other violations", 0)],
             ["Runtime starts that failed (the block run again)", len(part["start_failures"])],
@@ -365,6 +393,8 @@ def main() -> None:
             print("network faults per frame:", ", ".join(f"{k} {v:.2%}" for k, v in net["rates"].items()))
             print("relay:", relay_line(net["relay"]))
             print("faults by message:", ", ".join(f"{k} {n}" for k, n in net["faults_by_message"].items()))
+        if "store_faults" in part:
+            print("store faults:", ", ".join(f"{k} {n}" for k, n in sorted(part["store_faults"].items())))
         print(memory_line(part["owner_rss_kib"]))
     if args.kill_owner:
         part = owners_part(args.seed, args.kill_owner)

@@ -1,6 +1,6 @@
 """Tracing with OpenTelemetry: a turn's spans, exported by the process that owns the Runtime.
 
-pip install 'greenroom[otel]' opentelemetry-sdk
+pip install -e '.[otel]' opentelemetry-sdk    (in a checkout of greenroom)
 python examples/07_tracing.py
 
 The TracerProvider is configured here, in this process only: the turn runs in other

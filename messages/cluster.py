@@ -12,11 +12,15 @@ __all__ = ["ListNodes", "MembershipChanged", "NodeInfo", "NodeList", "WatchMembe
 
 
 class NodeInfo(Message):
-    """A node (one Thespian admin) and the capabilities it advertises."""
+    """A node (one Thespian admin), the capabilities it advertises, whether it is the
+    leader (the node of the Runtime that started the convention) and how many TurnHosts it
+    runs."""
 
     kind: Literal["node_info"] = "node_info"
     node: str
     capabilities: dict[str, Any] = Field(default_factory=dict)
+    leader: bool = False
+    hosts: int = 0
 
 
 class MembershipChanged(Message):

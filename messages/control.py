@@ -63,7 +63,8 @@ class TurnOptions(Message):
     approval won every trial of ``bench/approval_window.py`` (5 ms: 40/40; 2 ms: 31/40).
     ``approval_timeout`` denies calls still undecided after it (``Approval timed out``).
     ``stop_grace`` is how long a stopped tool's process group gets between SIGTERM and
-    SIGKILL. ``linger`` is how long a finished TurnActor stays to answer late commands.
+    SIGKILL (a tool still running then ends with its process); its ``on_stop`` callbacks
+    get half of it before the tool sees its stop. ``linger`` is how long a finished TurnActor stays to answer late commands.
     A call placed on another node by capability sends a heartbeat every ``heartbeat``
     seconds; one silent for ``lost_after`` seconds (its host died) ends as failed.
 
@@ -97,10 +98,16 @@ class TurnCommand(Message):
 
     Each names its turn (``turn_id``) and may carry a ``request_id``; it is answered with
     one ``ControlReply`` when it carries one, and always when it is refused. Actors that
-    route commands dispatch on this class (``receiveMsg_TurnCommand``)."""
+    route commands dispatch on this class (``receiveMsg_TurnCommand``).
+
+    ``answer_within`` says how many seconds its sender waits for the answer: a host that
+    does not know the turn (yet: the command may have overtaken its start) answers
+    ``unknown_turn`` before then instead of holding it longer (``Runtime.control`` and the
+    handles set it from their ``timeout``); without it a command is held ``command_hold``."""
 
     turn_id: str | None = None
     request_id: str | None = None
+    answer_within: float | None = Field(default=None, gt=0)
 
 
 class StartTurn(Message):
@@ -191,7 +198,8 @@ class RespondToApprovals(TurnCommand):
 
 
 class StopTool(TurnCommand):
-    """Stop one call now; it ends with an interrupted tool message, the turn goes on."""
+    """Stop one call now; it ends with the interrupted result its tool process reports (the
+    reply comes first), and the turn goes on."""
 
     kind: Literal["stop_tool"] = "stop_tool"
     turn_id: str
@@ -207,13 +215,15 @@ class Subscribe(Message):
     events past the last ``Consumed`` it had from this subscriber, and holds the rest in the
     turn's log until the subscriber says it read them; ``None`` (a supervisor's default)
     sends every event as it happens. The first ``Finish`` a subscriber gets carries the
-    whole history, later ones what is new."""
+    whole history, later ones what is new. ``answer_within`` as for a ``TurnCommand``
+    (``Runtime.attach`` sets it from its ``timeout``)."""
 
     kind: Literal["subscribe"] = "subscribe"
     turn_id: str
     since: int = Field(default=0, ge=0)
     request_id: str | None = None
     window: int | None = Field(default=None, ge=1)
+    answer_within: float | None = Field(default=None, gt=0)
 
 
 class Consumed(Message):

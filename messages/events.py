@@ -120,13 +120,16 @@ class Error(TurnEvent):
     """Something went wrong; ``error_type`` is a stable code, ``message`` is for people.
 
     For a stopped or cancelled turn, ``detail`` is the first request's text and ``cause``
-    its kind (``user``, ``parent``, ``shutdown``, ``grace_expired``)."""
+    its kind (``user``, ``parent``, ``shutdown``, ``grace_expired``). For ``turn_moved``
+    (seq -1, to a subscriber: the host let the turn go), ``detail`` is that host's identity
+    in the store and ``epoch`` the epoch it held the turn at."""
 
     kind: Literal["error"] = "error"
     error_type: str
     message: str
     detail: str | None = None
     cause: str | None = None
+    epoch: int | None = None
 
 
 class Finish(TurnEvent):
@@ -188,10 +191,13 @@ TurnEventUnion = Annotated[
 ]
 
 
-def host_lost(turn_id: str, seq: int, detail: str, messages: list[ChatMessage] | None = None) -> tuple[Error, Finish]:
+def host_lost(
+    turn_id: str, seq: int, detail: str, messages: list[ChatMessage] | None = None, error_type: str = "host_lost"
+) -> tuple[Error, Finish]:
     """The end of a run whose host was lost: ``Error(host_lost)`` then ``Finish(error)``,
     numbered ``seq`` and ``seq + 1`` (``-1`` for both when the sender cannot know the turn's
-    numbering), with the history ``messages`` if the sender has one."""
-    lost = Error(turn_id=turn_id, seq=seq, error_type="host_lost", message="Agent run lost", detail=detail)
+    numbering), with the history ``messages`` if the sender has one; ``error_type`` says
+    why when it was not the host (``store_unavailable``: its store could not be reached)."""
+    lost = Error(turn_id=turn_id, seq=seq, error_type=error_type, message="Agent run lost", detail=detail)
     end = Finish(turn_id=turn_id, seq=seq + 1 if seq >= 0 else -1, finish_reason="error", messages=messages or [])
     return lost, end

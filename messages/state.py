@@ -15,18 +15,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .chat import ChatMessage, ToolCall, Usage
-from .control import StopCause, TurnOptions
+from .control import ControlReply, StopCause, TurnOptions
 from .events import FinishReason
 from .llm import ProviderConfig
 from .tool import ToolOutcome, ToolSpec
 
 __all__ = ["READABLE_VERSIONS", "CallState", "CallStatus", "Marker", "Phase", "SCHEMA_VERSION", "TurnState"]
 
-SCHEMA_VERSION = 3  # 2: trace contexts, tool configuration; 3: finish_mark
-READABLE_VERSIONS = (1, 2, 3)
+# 2: trace contexts, tool configuration; 3: finish_mark; 4: a call's "stopping" status, answered commands, call keys
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "finished"]
-CallStatus = Literal["queued", "pending_approval", "decided", "running", "done"]
+CallStatus = Literal["queued", "pending_approval", "decided", "running", "stopping", "done"]
 
 
 class _State(BaseModel):
@@ -45,7 +46,13 @@ class Marker(_State):
 
 
 class CallState(_State):
-    """One tool call of the current assistant message and where it is."""
+    """One tool call of the current assistant message and where it is.
+
+    ``stopping``: the call was stopped (the turn's stop, ``StopTool``, its time limit) and its
+    tool process has not reported its end yet; ``outcome`` and ``content`` then hold the end
+    it gets if that report never comes. A ``failed`` one (the time limit's) is its end
+    whatever the process reports; otherwise the report is.
+    """
 
     call: ToolCall
     arguments: Any = None
@@ -55,6 +62,7 @@ class CallState(_State):
     outcome: ToolOutcome | None = None
     content: str | None = None
     attempt: int = 0
+    key: str | None = None  # its idempotency key, made at its first run and kept for every attempt
 
 
 class TurnState(_State):
@@ -86,6 +94,9 @@ class TurnState(_State):
     updated_at: float = 0.0
     trace_context: dict[str, str] | None = None  # the turn's first span; a recovered turn's span is its child
     finish_mark: int = 0  # the history's length at the turn's last Finish (what the next one adds to)
+    # the answers to the last commands that changed the turn, by request id: one applied again
+    # (sent again after an outage that kept its answer from its sender) is answered the same
+    answered: dict[str, ControlReply] = Field(default_factory=dict)
 
     def call(self, call_id: str) -> CallState | None:
         for c in self.batch or ():

@@ -78,6 +78,7 @@ class RunTool(Message):
     arguments: dict[str, Any]
     idempotency_key: str
     attempt: int = 1
+    epoch: int = 0  # the epoch its turn's host holds the turn at in the store (0: no store)
     stop_grace: float = 2.0
     heartbeat: float | None = None
     provider: ProviderConfig | None = None
@@ -96,13 +97,16 @@ class ToolAlive(Message):
 
 
 class ToolResult(Message):
-    """How a call ended; ``content`` is the tool message the model will read."""
+    """How a call ended; ``content`` is the tool message the model will read. ``attempt`` and
+    ``epoch`` name the run it reports (``RunTool``'s): a turn drops a result of another."""
 
     kind: Literal["tool_result"] = "tool_result"
     turn_id: str
     call_id: str
     outcome: ToolOutcome
     content: str
+    attempt: int | None = None
+    epoch: int | None = None
 
 
 class ReportProgress(Message):
@@ -117,6 +121,8 @@ class ReportProgress(Message):
     seq: int
     data: Any = None
     approval: dict[str, Any] | None = None
+    attempt: int | None = None  # the run it is from, as ``ToolResult``'s
+    epoch: int | None = None
 
 
 class InterruptTool(Message):
@@ -133,3 +139,4 @@ class InterruptTool(Message):
     reason: str
     cause: str = "user"
     attempt: int | None = None
+    grace: float | None = None  # a stop ends the call within this, if shorter than its stop_grace

@@ -119,6 +119,17 @@ class Browser:
         )
         return [{str(k): str(v) for k, v in d.items()} for d in self.driver.execute_script(script, css, names)]
 
+    def rect(self, css: str) -> dict[str, float]:
+        """Where the first element matching ``css`` is drawn: ``left``, ``right``, ``top``, ``bottom`` (CSS pixels)."""
+        script = "const r = document.querySelector(arguments[0]).getBoundingClientRect(); return [r.left, r.right, r.top, r.bottom]"
+        return dict(zip(("left", "right", "top", "bottom"), map(float, self.driver.execute_script(script, css))))
+
+    def beside(self, css: str, button: str) -> bool:
+        """``css`` is drawn just right of ``button``, on its line."""
+        a, b = self.rect(css), self.rect(button)
+        middle = (a["top"] + a["bottom"]) / 2
+        return b["top"] <= middle <= b["bottom"] and 0 <= a["left"] - b["right"] <= 40
+
     def wait_text(self, css: str, predicate: Callable[[str], bool], timeout: float = 30.0) -> str:
         """Wait until the text of ``css`` satisfies ``predicate``; return it."""
         self.until(lambda d: predicate(self.text(css)), timeout, f"{css}: last seen {self.text(css)!r}")

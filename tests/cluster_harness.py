@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.testing import ScriptedProvider
-from actors.testing.netns import Bridge, Namespace, heal, partition
+from actors.testing.netns import Bridge, Namespace, cut_from, heal, partition
 from actors.testing.postgres import ThrowawayPostgres
 
 from .cluster_scripts import Scripts
@@ -334,6 +334,12 @@ class Cluster:
 
     def partition(self, index: int) -> None:
         partition(self.nodes[index].ns, self.nodes[index].device)
+
+    def cut_store(self, index: int) -> None:
+        """Cut node ``index`` off from the cluster's PostgreSQL alone: it still reaches the
+        leader, the other nodes and the provider."""
+        assert self.pg is not None, "this cluster has no store"
+        cut_from(self.nodes[index].ns, self.nodes[index].device, self.bridge.address, self.pg.port)
 
     def heal(self, index: int) -> None:
         heal(self.nodes[index].ns)

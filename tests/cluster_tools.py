@@ -39,6 +39,28 @@ def side_effect(path: str) -> str:
     return "released"
 
 
+@tool
+def side_effect_timed(path: str) -> str:
+    """``side_effect``, saying when: the run appends ``KEY START_TIME`` to ``path``, its
+    on_stop callback ``KEY TIME`` to ``path``.stopped, and its end ``KEY TIME`` to
+    ``path``.ended just before it returns (``time.time()``)."""
+    ctx = ToolContext.current()
+    stopped = threading.Event()
+
+    def on_stop() -> None:
+        _append(path + ".stopped", f"{ctx.idempotency_key} {time.time()!r}")
+        stopped.set()
+
+    ctx.cancellation.on_stop(on_stop)
+    _append(path, f"{ctx.idempotency_key} {time.time()!r}")
+    ctx.report_progress({"pid": os.getpid(), "netns": os.readlink("/proc/self/ns/net")})
+    release = Path(path + ".release")
+    while not release.exists() and not stopped.wait(0.05):
+        pass
+    _append(path + ".ended", f"{ctx.idempotency_key} {time.time()!r}")
+    return "stopped" if stopped.is_set() else "released"
+
+
 @tool(requires={"tools": True})
 def placed_lookup(key: str) -> dict[str, Any]:
     """Look a key up on a node that advertises ``tools``; say where it ran."""

@@ -615,6 +615,12 @@ _ALL_TOOLS: list[Tool] = [
 # -- the provider ------------------------------------------------------------------------------
 
 
+def _clean(reply: Reply) -> bool:
+    """A reply streamed whole: a request for the same round after it is a turn asking again."""
+    faulty = (reply.stall_after, reply.cut_after, reply.malformed_after, reply.error_after, reply.hold, reply.error)
+    return reply.status == 200 and all(f is None for f in faulty)
+
+
 class FaultProvider(ScriptedProvider):
     """A scripted provider shared by many scenarios: each turn is served the script registered
     under its first message (the scenario's prompt); any other request is answered ``ok``.
@@ -623,6 +629,7 @@ class FaultProvider(ScriptedProvider):
     def __init__(self) -> None:
         super().__init__(responder=self._route)
         self._scripts: dict[str, list[Reply]] = {}
+        self._served: dict[str, tuple[int, Reply]] = {}  # prompt -> the last reply served, and its history's length
         self._scripts_lock = threading.Lock()
 
     def __enter__(self) -> Self:
@@ -636,18 +643,26 @@ class FaultProvider(ScriptedProvider):
     def unregister(self, prompt: str) -> list[Reply]:
         """Forget a script; return the replies it did not play."""
         with self._scripts_lock:
+            self._served.pop(prompt, None)
             return self._scripts.pop(prompt, [])
 
     def _route(self, request: Request) -> Reply:
+        """The next reply of the turn's script; a round asked again after a clean reply (its
+        turn was recovered mid-stream: its store or host was lost) gets that reply again."""
         messages = request.messages
         first = messages[0].get("content") if messages else None
         with self._scripts_lock:
             script = self._scripts.get(first) if isinstance(first, str) else None
             if script is None:
                 return say("ok")
+            last = self._served.get(first)  # type: ignore[arg-type]
+            if last is not None and last[0] == len(messages) and _clean(last[1]):
+                return last[1]
             if not script:
                 return fail(500, f"the script of {first!r} has no reply left")
-            return script.pop(0)
+            reply = script.pop(0)
+            self._served[first] = (len(messages), reply)  # type: ignore[index]
+            return reply
 
     def requests_of(self, prompt: str) -> list[Request]:
         with self._lock:
@@ -756,6 +771,7 @@ class _Driver:
         self.workers: dict[str, int] = {}  # call id -> the tool process it reported
         self.answered: set[str] = set()
         self.fired = False
+        self.command_timeout = 10.0  # seconds a command waits for its answer
         self.halted = False  # an accepted stop or cancel
         self.unstick_timeout = 10.0
 
@@ -866,15 +882,16 @@ class _Driver:
         turn_id = self.handle.turn_id
         try:
             if c.action == "stop":
-                reply = self.rt.control(StopTurn(turn_id=turn_id, reason=c.reason), timeout=10)
+                reply = self.rt.control(StopTurn(turn_id=turn_id, reason=c.reason), timeout=self.command_timeout)
                 self._note_reply("stop", reply.ok, reply.message)
             elif c.action in ("cancel", "cancel_grace"):
-                reply = self.rt.control(CancelTurn(turn_id=turn_id, reason=c.reason, grace=c.grace), timeout=10)
+                reply = self.rt.control(CancelTurn(turn_id=turn_id, reason=c.reason, grace=c.grace), timeout=self.command_timeout)
                 self._note_reply(c.action, reply.ok, reply.message)
             elif c.action in ("approve_then_stop", "approve_then_cancel") and isinstance(e, Finish):
                 pending = list(e.pending_approvals)
                 approved_at = time.monotonic()  # the host had the approval after this, and the stop before its reply
-                self.handle.respond([ToolApprovalResponse(call_id=x, approved=True) for x in pending])
+                approvals = [ToolApprovalResponse(call_id=x, approved=True) for x in pending]
+                self.handle.respond(approvals, timeout=self.command_timeout)
                 out.decisions.update({x: (True, None) for x in pending})
                 self.answered.update(pending)
                 out.approved_then_halted = pending
@@ -882,7 +899,7 @@ class _Driver:
                     command: Any = StopTurn(turn_id=turn_id, reason=c.reason)
                 else:
                     command = CancelTurn(turn_id=turn_id, reason=c.reason)
-                reply = self.rt.control(command, timeout=10)
+                reply = self.rt.control(command, timeout=self.command_timeout)
                 out.window_gap = time.monotonic() - approved_at
                 self._note_reply(c.action, reply.ok, reply.message)
             elif c.action == "stop_tool":
@@ -946,7 +963,7 @@ class _Driver:
                     if c.action == "stop"
                     else CancelTurn(turn_id=turn_id, reason=c.reason, grace=c.grace)
                 )
-                reply = self.rt.control(command, timeout=10)
+                reply = self.rt.control(command, timeout=self.command_timeout)
                 if not reply.ok or reply.message == "":
                     out.late.append(f"a {c.action} after the end was answered {reply.ok}/{reply.message!r}")
             out.fired = f"{c.action} after the end"
@@ -989,23 +1006,24 @@ class _Driver:
             if s.approval == "deny_rest":
                 first = call_ids[0]
                 self.handle.respond(
-                    [ToolApprovalResponse(call_id=first, approved=True)], deny_rest=True, deny_reason=s.deny_reason
-                )
+                    [ToolApprovalResponse(call_id=first, approved=True)], deny_rest=True, deny_reason=s.deny_reason,
+                    timeout=self.command_timeout,
+                )  # fmt: skip
                 out.decisions[first] = (True, None)
                 for other in call_ids[1:]:
                     out.decisions[other] = (False, s.deny_reason)
             elif s.approval == "mixed":
                 decided = {c: self._decide(c) for c in call_ids}
                 responses = [ToolApprovalResponse(call_id=c, approved=a, reason=r) for c, (a, r) in decided.items()]
-                self.handle.respond(responses)
+                self.handle.respond(responses, timeout=self.command_timeout)
                 out.decisions.update(decided)
             else:
                 for c in call_ids:
                     approved, reason = self._decide(c)
                     if approved:
-                        self.handle.approve(c)
+                        self.handle.approve(c, timeout=self.command_timeout)
                     else:
-                        self.handle.deny(c, reason=reason)
+                        self.handle.deny(c, reason=reason, timeout=self.command_timeout)
                     out.decisions[c] = (approved, reason)
         except ControlRejected as exc:
             if not self.halted:
@@ -1016,7 +1034,7 @@ class _Driver:
         self.answered.update(call_ids)
         if s.double_answer and call_ids:
             try:
-                self.handle.approve(call_ids[0])
+                self.handle.approve(call_ids[0], timeout=self.command_timeout)
                 out.accepted_duplicates.append(call_ids[0])
             except ControlRejected as exc:
                 if exc.code not in ("duplicate", "not_waiting", "turn_finished"):
@@ -1071,10 +1089,14 @@ def run_scenario(
     *,
     event_timeout: float = 20.0,
     deadline: float = 60.0,
+    command_timeout: float = 10.0,
 ) -> Outcome:
     """Drive ``scenario`` to its end on ``runtime``; every wait is bounded (``event_timeout``
-    between two events, ``deadline`` in all), and one that runs out is reported as a hang."""
-    return _Driver(runtime, provider, scenario, workdir).run(event_timeout, deadline)
+    between two events, ``deadline`` in all, ``command_timeout`` for a command's answer), and
+    one that runs out is reported as a hang."""
+    driver = _Driver(runtime, provider, scenario, workdir)
+    driver.command_timeout = command_timeout
+    return driver.run(event_timeout, deadline)
 
 
 # -- checking an outcome -----------------------------------------------------------------------
@@ -1178,8 +1200,15 @@ def check(outcome: Outcome) -> list[str]:
                 v.append(f"approved call {cid} had its side effect although a {c.action} followed inside the window")
     if o.control_effective and c.action == "stop_tool" and o.control_call and not host_lost:
         ends = finished.get(o.control_call, [])
-        want = interrupted_content("the call was stopped", safe_text(c.reason))
-        if [(e.outcome, e.content) for e in ends] != [("interrupted", want)]:
+        # what its tool process reports: the tool saw its stop, or never started, or ignored
+        # it and was ended with its process at the grace
+        why = safe_text(c.reason)
+        ended = f"the tool did not return within its stop grace ({STOP_GRACE:g} s) and its process was ended"
+        wants = [
+            interrupted_content(what, why)
+            for what in ("the call was stopped", "the call was stopped before it started", ended)
+        ]
+        if [e.outcome for e in ends] != ["interrupted"] or ends[0].content not in wants:
             v.append(
                 f"stop_tool {o.control_call}: ended {[(e.outcome, e.content) for e in ends]}, expected interrupted"
             )

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.host.durable import LEASE
-from actors.store import open_store
-from actors.store.base import is_url
+from collections.abc import Iterable
+
+from actors.store import TurnStore, open_store
+from actors.store.base import EncodedEvent, Owner, Snapshot, TurnWrite, is_url
+from actors.store.ownership import LEASE
+from messages import TurnState
 
 from .helpers import wait_until
 
@@ -30,14 +33,22 @@ def sql(location: str, statement: str, params: tuple[Any, ...] = ()) -> list[tup
         conn.close()
 
 
+def save(store: TurnStore, state: TurnState, events: Iterable[EncodedEvent] = (), owner: Owner | None = None) -> None:
+    """Write ``state`` with ``events`` as a turn's transition does."""
+    store.log.write(TurnWrite(state.turn_id, tuple(events), Snapshot.of(state), owner))
+
+
+def append(store: TurnStore, turn_id: str, events: Iterable[EncodedEvent], owner: Owner | None = None) -> None:
+    """Write ``events`` alone, as a turn's text deltas are."""
+    store.log.write(TurnWrite(turn_id, tuple(events), None, owner))
+
+
 def leases_run_out(location: str) -> None:
-    """A PostgreSQL store: wait until no host holds a lease (a killed runtime's hosts hold
-    theirs ``LEASE`` s more; their turns are taken over only then). SQLite: nothing to wait for."""
-    if not is_url(location):
-        return
+    """Wait until no host holds a lease in the store (a killed runtime's hosts hold theirs
+    ``LEASE`` s more, in a SQLite file as on PostgreSQL; their turns are taken over then)."""
     store = open_store(location)
     try:
-        assert wait_until(lambda: not store.live_hosts(), timeout=LEASE + 5), "a host still holds a lease"
+        assert wait_until(lambda: not store.hosts.live(), timeout=LEASE + 5), "a host still holds a lease"
     finally:
         store.close()
 

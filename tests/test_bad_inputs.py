@@ -60,6 +60,13 @@ def test_a_command_for_a_turn_that_never_starts_is_answered_unknown_turn_once_it
     assert (reply.ok, reply.code, reply.message) == (False, "unknown_turn", "no turn turn_nobody")
 
 
+def test_control_of_a_turn_no_host_knows_answers_unknown_turn_within_its_default_timeout(runtime: Runtime) -> None:
+    # issue 30: held command_hold (30 s) for a StartTurn that may still be on its way, past
+    # control()'s own 10 s: the caller got TurnTimeout, never unknown_turn
+    reply = runtime.control(StopTurn(turn_id="turn_nobody"))
+    assert (reply.ok, reply.code, reply.message) == (False, "unknown_turn", "no turn turn_nobody")
+
+
 def test_attaching_to_an_unknown_turn_raises_at_once(runtime: Runtime) -> None:
     with pytest.raises(ControlRejected) as refused:
         runtime.attach("turn_nobody")

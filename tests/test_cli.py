@@ -37,7 +37,7 @@ from messages import (
     encode,
 )
 
-from .stores import sql
+from .stores import save, sql
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +93,7 @@ def paused_turn(turn_id: str) -> TurnState:
 def store_with(path: Path | str, state: TurnState, events: Sequence[TurnStarted | TextDelta] = ()) -> str:
     """Write ``state`` and ``events`` to a new store at ``path`` (a file or a URL), as the runtime does."""
     store = open_store(path)
-    store.save(state, [(e.seq, e.kind, encode(e)) for e in events])
+    save(store, state, [(e.seq, e.kind, encode(e)) for e in events])
     store.close()
     return str(path)
 
@@ -203,7 +203,7 @@ def test_cancel_refuses_a_negative_grace(store_location: str) -> None:
     assert out.returncode == 2
     assert out.stderr.startswith("usage: greenroom cancel ")
     assert out.stderr.splitlines()[-1] == "greenroom: argument --grace: must be a number of seconds >= 0, not '-1'"
-    assert open_store(path).pending_commands("turn_1") == []
+    assert open_store(path).inbox.pending("turn_1") == []
 
 
 def test_nodes_refuses_an_admin_address_without_a_numeric_port() -> None:
@@ -309,11 +309,12 @@ def test_a_stale_runtime_file_is_ignored_and_the_command_is_written_to_the_store
     write_runtime_file(str(path), {"pid": pid, "host": "127.0.0.1", "admin_port": 1, "key": "00" * 32})
     out = greenroom("approve", "turn_1", "call_1", "--store", str(path), "--timeout", "5")
     assert (out.returncode, out.stderr) == (0, "")
-    assert (
-        out.stdout == "approved: no runtime is running; written to the store, applied when the turn is loaded again\n"
+    assert out.stdout == (
+        "approved: no runtime is running on the store: queued in the store's inbox, applied when a runtime "
+        "loads the turn again\n"
     )
-    assert SQLiteStore(path).pending_commands("turn_1") == [
-        RespondToApprovals(
-            turn_id="turn_1", responses=[ToolApprovalResponse(call_id="call_1", approved=True)], request_id="cli"
-        )
-    ]
+    ((_, queued),) = SQLiteStore(path).inbox.pending("turn_1")
+    assert queued == RespondToApprovals(
+        turn_id="turn_1", responses=[ToolApprovalResponse(call_id="call_1", approved=True)], request_id=queued.request_id
+    )
+    assert (queued.request_id or "").startswith("cli-")  # its own: a turn that gets it twice applies it once

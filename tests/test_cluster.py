@@ -29,6 +29,7 @@ from .helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 PORT = 1900
+LEADER_HOSTS = max(1, os.cpu_count() or 1)  # the leader's Runtime's default: one TurnHost per core
 
 pytestmark = [
     pytest.mark.integration,
@@ -193,9 +194,9 @@ def joined(c: Cluster, *leader: str) -> str:
 def test_a_tool_that_needs_sandbox_runs_in_the_member_namespace(cluster: Cluster) -> None:
     node = joined(cluster)
     assert node == f"{cluster.member_ip}:{PORT}"
-    assert cluster.ask(op="nodes")["nodes"] == [
-        {"kind": "node_info", "node": node, "capabilities": {"sandbox": True, "gpu": False}}
-    ]
+    leader = {"node": f"{cluster.leader_ip}:{PORT}", "capabilities": {}, "leader": True, "hosts": LEADER_HOSTS}
+    member = {"node": node, "capabilities": {"sandbox": True, "gpu": False}, "leader": False, "hosts": 0}
+    assert cluster.ask(op="nodes")["nodes"] == [{"kind": "node_info", **leader}, {"kind": "node_info", **member}]
     cluster.ask(
         op="run",
         turn_id="t_place",
@@ -228,7 +229,7 @@ def test_a_tool_that_needs_sandbox_runs_in_the_member_namespace(cluster: Cluster
         env=cluster.env(),
         timeout=60,
     )
-    assert json.loads(listed.stdout) == [{"node": node, "capabilities": {"sandbox": True, "gpu": False}}], listed.stderr
+    assert json.loads(listed.stdout) == [leader, member], listed.stderr
     member = cluster.procs[-1]
     member.send_signal(signal.SIGTERM)  # a graceful leave is seen at once
     member.wait(30)
@@ -284,7 +285,7 @@ def test_a_node_with_the_wrong_key_cannot_join(cluster: Cluster) -> None:
     _, err = intruder.communicate(timeout=60)
     assert intruder.returncode == 2
     assert f"could not join the leader at {cluster.leader_ip}:{PORT} within 5 s (wrong key, or unreachable)" in err
-    assert cluster.ask(op="nodes")["nodes"] == []
+    assert [n["node"] for n in cluster.ask(op="nodes")["nodes"]] == [f"{cluster.leader_ip}:{PORT}"]  # the leader alone
     cluster.ask(
         op="run",
         turn_id="t_nowhere",

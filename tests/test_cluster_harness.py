@@ -71,7 +71,7 @@ def test_the_scripts_answer_by_prompt_and_round_and_refuse_what_was_not_scripted
 def test_every_node_reaches_the_shared_servers_and_a_placed_tool_runs_on_its_member(cluster: Cluster) -> None:
     assert [n.announced["node"] for n in cluster.nodes[1:]] == [n.name for n in cluster.nodes[1:]]
     nodes = cluster.ask(op="nodes")["nodes"]
-    assert sorted(n["node"] for n in nodes) == [n.name for n in cluster.nodes[1:]]
+    assert [n["node"] for n in nodes] == [n.name for n in cluster.nodes]  # the leader first, then its members
     for node in cluster.nodes:  # the store, from every namespace
         url = cluster.store_url
         code = f"import psycopg; print(psycopg.connect({url!r}).execute('select 1').fetchone()[0])"
@@ -134,7 +134,7 @@ def test_a_killed_node_is_gone_with_all_its_processes_and_the_leader_sees_it_lea
     assert victim.proc.returncode == -9
     assert not Path(f"/run/netns/{victim.ns.name}").exists()
     assert wait_until(lambda: [victim.name, False] in cluster.ask(op="membership")["membership"], timeout=30)
-    assert sorted(n["node"] for n in cluster.ask(op="nodes")["nodes"]) == [cluster.nodes[2].name]
+    assert [n["node"] for n in cluster.ask(op="nodes")["nodes"]] == [cluster.nodes[0].name, cluster.nodes[2].name]
 
 
 @pytest.mark.integration

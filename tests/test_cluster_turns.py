@@ -21,6 +21,7 @@ import pytest
 from actors.testing import call, say, use_tools
 from actors.testing.netns import available
 from actors.testing.postgres import binaries
+from actors.store.ownership import host_of
 
 from .cluster_harness import Cluster, leftovers
 from .conftest import group_members
@@ -33,7 +34,7 @@ pytestmark = [
 ]
 
 INTERRUPTED = json.dumps(
-    {"ok": False, "error": "Interrupted: the runtime stopped while the call ran (recovered after a restart)", "data": None}
+    {"ok": False, "error": "Interrupted: its host was lost while the call ran (another host took the turn over)", "data": None}
 )
 
 
@@ -73,7 +74,7 @@ def start_member(c: Cluster, i: int, store: bool = True, capabilities: dict[str,
 
 
 def live_nodes(c: Cluster) -> set[int]:
-    return {c.node_of(h.host_id) for h in c.store().live_hosts()}
+    return {c.node_of(h.host_id) for h in c.store().hosts.live()}
 
 
 def netns(c: Cluster, i: int) -> str:
@@ -93,7 +94,7 @@ def merged(events: list[list[Any]]) -> list[list[Any]]:
 
 def stored(c: Cluster, turn_id: str) -> list[list[Any]]:
     """The turn's events in the store, as the leader gives them: ``[seq, kind, ...]``."""
-    return [[e.seq, *summary([e])[0]] for e in c.store().events(turn_id)]
+    return [[e.seq, *summary([e])[0]] for e in c.store().log.events(turn_id)]
 
 
 def provider_peers(c: Cluster) -> set[str]:
@@ -111,10 +112,10 @@ def provider_peers(c: Cluster) -> set[str]:
 def test_turns_are_placed_on_every_node_by_rendezvous_over_the_live_hosts_and_stream_from_there(
     cluster: Cluster,
 ) -> None:
-    from actors.wire.placement import rendezvous
+    from actors.placement import rendezvous
 
     boot(cluster, [1, 2, 3])
-    hosts = sorted(h.host_id for h in cluster.store().live_hosts())
+    hosts = sorted(host_of(h.host_id) for h in cluster.store().hosts.live())
     assert len(hosts) == 4
     chosen: dict[str, str] = {}  # a turn id for each host: the first that rendezvous hashing sends there
     for n in range(1000):
@@ -133,7 +134,7 @@ def test_turns_are_placed_on_every_node_by_rendezvous_over_the_live_hosts_and_st
         assert merged(result["events"]) == [["turn_started"], ["text", f"hello from {turn_id}"], ["finish", "stop"]]
         assert [e[0] for e in result["events"]] == list(range(len(result["events"])))
         assert cluster.ask(op="host", turn_id=turn_id)["host"] == host
-        assert cluster.store().route(turn_id).host_id == host
+        assert host_of(cluster.store().owners.route(turn_id).host_id) == host
     assert {cluster.node_of(h) for h in chosen} == {0, 1, 2, 3}
 
 
@@ -192,9 +193,9 @@ def test_a_node_killed_mid_turn_with_ten_durable_turns_each_resumed_elsewhere_no
         ], turn_id
         assert [e[0] for e in result["events"]] == list(range(len(result["events"])))  # no gap, no duplicate
         assert result["messages"][2]["content"] == INTERRUPTED
-        assert (tmp_path / turn_id).read_text().splitlines() == [f"{turn_id}:call_1"]  # run once
+        assert (tmp_path / turn_id).read_text().splitlines() == [f"{turn_id}:0:call_1"]  # run once
         assert not (tmp_path / f"{turn_id}.stopped").exists()
-        route = cluster.store().route(turn_id)
+        route = cluster.store().owners.route(turn_id)
         assert cluster.node_of(route.host_id) != 2 and route.epoch >= 2
         assert stored(cluster, turn_id) == result["events"]
         assert (cluster.scripts.asked[(turn_id, 0)], cluster.scripts.asked[(turn_id, 1)]) == (1, 1)
@@ -222,12 +223,12 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
     assert cut in (1, 2)
     cluster.partition(cut)
     if heal == "once_taken_over":  # back as soon as another host has it: before the cut-off one may find out
-        assert polled(lambda: cluster.store().route("t_cut").host_id != first, timeout=60)
+        assert polled(lambda: host_of(cluster.store().owners.route("t_cut").host_id) != first, timeout=60)
         cluster.heal(cut)
     # its host finds out that it lost its lease (cut off from the store, or back) and stops the call
     stopped = Path(f"{effect}.stopped")
     assert wait_until(lambda: stopped.exists() and stopped.read_text().endswith("\n"), timeout=60)
-    assert Path(f"{effect}.stopped").read_text() == "t_cut:call_1\n"
+    assert Path(f"{effect}.stopped").read_text() == "t_cut:0:call_1\n"
     result = cluster.ask(op="result", turn_id="t_cut", timeout=120)  # meanwhile a live host took it over
     if heal == "after_its_host_stopped":
         cluster.heal(cut)
@@ -241,7 +242,7 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
     ]
     assert merged(result["events"]) == expected
     assert [e[0] for e in result["events"]] == list(range(len(result["events"])))
-    owner = cluster.store().route("t_cut")
+    owner = cluster.store().owners.route("t_cut")
     assert cluster.node_of(owner.host_id) != cut
     effect.with_suffix(".release").touch()  # were the call still running there, it would return now
     assert polled(lambda: cut in live_nodes(cluster), timeout=60)  # back, with a lease again
@@ -250,9 +251,45 @@ def test_a_partitioned_host_is_fenced_its_call_stopped_and_it_never_writes_the_t
     cluster.ask(op="run", turn_id="t_back", prompt="t_back", requires={"name": f"m{cut}"})
     assert merged(cluster.ask(op="result", turn_id="t_back")["events"])[-1] == ["finish", "stop"]
     assert stored(cluster, "t_cut") == result["events"]  # nothing written by the fenced host
-    assert cluster.store().route("t_cut") == owner
-    assert effect.read_text().splitlines() == ["t_cut:call_1"]
+    assert cluster.store().owners.route("t_cut") == owner
+    assert effect.read_text().splitlines() == ["t_cut:0:call_1"]
     assert (cluster.scripts.asked[("t_cut", 0)], cluster.scripts.asked[("t_cut", 1)]) == (1, 1)
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(400)
+def test_a_host_cut_off_from_the_database_alone_stops_its_call_before_another_host_may_claim_the_turn(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Issue 30: only the host's route to PostgreSQL is cut; it still reaches the leader and
+    the provider. Its call has ended (its on_stop ran, its code returned) before the other
+    host's claim, whose time is the database's own."""
+    boot(cluster, [1, 2])
+    effect = tmp_path / "t_db"
+    cluster.scripts.add("t_db", use_tools(call("side_effect_timed", {"path": str(effect)})), say("resumed"))
+    cluster.ask(op="run", turn_id="t_db", prompt="t_db", tools=["side_effect_timed"], requires={"member": True})
+    cluster.ask(op="wait_progress", turn_id="t_db", timeout=60)
+    first = cluster.ask(op="host", turn_id="t_db")["host"]
+    cut = cluster.node_of(first)
+    cluster.cut_store(cut)
+    result = cluster.ask(op="result", turn_id="t_db", timeout=120)  # a host of the other member took it over
+    route = cluster.store().owners.route("t_db")
+    assert cluster.node_of(route.host_id) != cut
+    (_, started), (_, stopped), (_, ended) = (line.split() for f in ("", ".stopped", ".ended")
+                                              for line in Path(f"{effect}{f}").read_text().splitlines())
+    assert float(started) < float(stopped) <= float(ended) < route.claimed_at, (started, stopped, ended, route)
+    assert merged(result["events"]) == [
+        ["turn_started"],
+        ["tool_call_started", "call_1"],
+        ["tool_progress", "call_1"],
+        ["tool_finished", "call_1", "interrupted"],
+        ["text", "resumed"],
+        ["finish", "stop"],
+    ]
+    assert [e[0] for e in result["events"]] == list(range(len(result["events"])))
+    cluster.heal(cut)
+    assert stored(cluster, "t_db") == result["events"]  # nothing written by the cut-off host
+    assert len(effect.read_text().splitlines()) == 1  # the call ran once
 
 
 @pytest.mark.heavy
@@ -275,14 +312,14 @@ def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_
     cluster.provider.wait_for_requests(4, timeout=60)  # type: ignore[union-attr]
     cluster.kill(0, keep=True)
     held.set()  # the stream goes on with no leader
-    assert polled(lambda: cluster.store().route("t_on").status == "finished", timeout=60)
+    assert polled(lambda: cluster.store().owners.route("t_on").status == "finished", timeout=60)
     assert merged(stored(cluster, "t_on")) == [["turn_started"], ["text", "still here"], ["finish", "stop"]]
     url = cluster.store_url
     assert url is not None
     approved = cluster.cli(1, "approve", "t_wait", "call_1", "--store", url, "--json")  # from a member: m1
     assert approved.returncode == 0, approved.stderr
     assert {k: json.loads(approved.stdout)[k] for k in ("turn_id", "ok")} == {"turn_id": "t_wait", "ok": True}
-    assert polled(lambda: cluster.store().route("t_wait").status == "finished", timeout=60)
+    assert polled(lambda: cluster.store().owners.route("t_wait").status == "finished", timeout=60)
     assert merged(stored(cluster, "t_wait"))[-4:] == [
         ["tool_call_started", "call_1"],
         ["tool_finished", "call_1", "failed"],
@@ -293,10 +330,10 @@ def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
     assert (data["status"], data["finish_reason"]) == ("finished", "stop")
-    assert data["events"] == [e.model_dump(mode="json") for e in cluster.store().events("t_wait")]
+    assert data["events"] == [e.model_dump(mode="json") for e in cluster.store().log.events("t_wait")]
     halted = cluster.cli(2, "stop", "t_halt", "--store", url, "--reason", "no leader", "--json")
     assert halted.returncode == 0, halted.stderr
-    assert polled(lambda: cluster.store().route("t_halt").status == "finished", timeout=60)
+    assert polled(lambda: cluster.store().owners.route("t_halt").status == "finished", timeout=60)
     assert merged(stored(cluster, "t_halt"))[-3:] == [
         ["tool_finished", "call_1", "interrupted"],
         ["error", "stopped", "Agent run stopped"],
@@ -305,8 +342,8 @@ def test_with_the_leader_killed_turns_on_members_go_on_the_cli_reaches_them_and_
     assert wait_until(lambda: group_members(pgid) == [])
     assert marker.read_text() == "stopped\n"
     cluster.start_leader(hosts=1)  # a new leader: the members join it again
-    members = sorted([cluster.nodes[1].name, cluster.nodes[2].name])
-    assert polled(lambda: sorted(n["node"] for n in cluster.ask(op="nodes")["nodes"]) == members, timeout=60)
+    nodes = [cluster.nodes[0].name, cluster.nodes[1].name, cluster.nodes[2].name]  # the new leader, its members
+    assert polled(lambda: [n["node"] for n in cluster.ask(op="nodes")["nodes"]] == nodes, timeout=60)
     cluster.ask(op="attach", turn_id="t_later")  # a turn still running on a member, found from the new leader
     later_held.set()
     later = cluster.ask(op="result", turn_id="t_later")

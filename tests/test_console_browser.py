@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -84,9 +85,14 @@ def test_a_person_watches_a_turn_stream_from_the_list_to_its_end(provider: Scrip
         browser.open(rt._console.url)
         turn = rt.run("What is the capital of France?")
         browser.wait_text(f"{row(turn.turn_id)} td.status", lambda s: s == "running")
+        host = turn.host
+        assert host == f"127.0.0.1:{rt.admin_port}/0"
+        assert browser.wait_text(f"{row(turn.turn_id)} td.host", lambda s: s != "-") == host
+        browser.until(lambda d: browser.texts("#node-rows tr[data-node] td") == [f"127.0.0.1:{rt.admin_port}", "-", "1"])
         browser.find(f"{row(turn.turn_id)} a").click()
         assert browser.wait_text("#text", lambda s: s == "Paris is the capit") == "Paris is the capit"
         assert browser.text("#turn-status") == "running"
+        assert browser.text("#turn-host") == f"on host {host} (node 127.0.0.1:{rt.admin_port})"
         go.set()
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
         assert browser.text("#text") == "Paris is the capital of France."
@@ -194,7 +200,9 @@ def test_stopping_a_turn_from_its_page_ends_it_and_marks_the_timeline(
         browser.until(lambda d: browser.find_all('.running-call[data-call="call_1"]'))
         browser.find("#turn-reason").send_keys("the person pressed stop")
         browser.find("#stop-turn").click()
-        assert browser.wait_text("#turn-reply", lambda s: s != "sending...") == "applied"
+        assert browser.wait_text("#stop-reply", lambda s: s != "sending...") == "applied"
+        assert browser.beside("#stop-reply", "#stop-turn") and not browser.beside("#stop-reply", "#cancel-turn")
+        assert browser.text("#cancel-reply") == ""
         browser.wait_text("#turn-status", lambda s: s == "finished: stopped")
         assert (
             event_texts(browser, "error")[0].split(" ", 3)[3] == "stopped: Agent run stopped (the person pressed stop)"
@@ -216,7 +224,9 @@ def test_cancelling_with_a_grace_ends_the_turn_at_its_next_step(
         browser.until(lambda d: browser.find_all('.running-call[data-call="call_1"]'))
         browser.find("#cancel-grace").send_keys("30")
         browser.find("#cancel-turn").click()
-        assert browser.wait_text("#turn-reply", lambda s: s != "sending...") == "applied"
+        assert browser.wait_text("#cancel-reply", lambda s: s != "sending...") == "applied"
+        assert browser.beside("#cancel-reply", "#cancel-turn") and not browser.beside("#cancel-reply", "#stop-turn")
+        assert browser.text("#stop-reply") == ""
         browser.wait_text("#turn-status", lambda s: s == "finished: cancelled")
         assert browser.text("#timeline .tl-mark-label") == "cancelled (user)"
     assert not (tmp_path / "done").exists()
@@ -245,7 +255,7 @@ def test_a_sub_agents_approval_is_decided_from_its_parents_page(
         browser.find("#children a.child").click()
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
         assert browser.find("#parent").text == parent.turn_id
-    assert keys.read_text() == f"{child}:call_1\n"
+    assert keys.read_text() == f"{child}:0:call_1\n"
 
 
 class _Forger(http.server.BaseHTTPRequestHandler):
@@ -314,18 +324,20 @@ def test_a_durable_turn_is_approved_from_the_console_after_its_owner_was_killed(
         browser.open(line.split(": ", 1)[1].strip() + "#/turn/turn_orphan")
         browser.wait_text("#turn-status", lambda s: s == "awaiting_approval")
         assert browser.text("#where").endswith("no host running on it" if shared else "no runtime running on it")
+        assert browser.text("#turn-host").startswith("no live host holds it (last on host 127.0.0.1:")
         browser.find(pending("call_1", "button.approve")).click()
         reply = browser.wait_text(pending("call_1", ".reply"), lambda s: s != "sending...")
         assert reply == (
-            "applied (no host is running: written to the store, applied when a host takes the turn)"
+            "queued (no host is running: queued in the store's inbox, applied when a host takes the turn)"
             if shared
-            else "applied (no runtime is running on the store: written to the store, "
+            else "queued (no runtime is running on the store: queued in the store's inbox, "
             "applied when a runtime loads the turn again)"
         )
         provider.add(say("Written."))
         with Runtime(provider.provider(retry=RetryPolicy(max_attempts=1)), store=store, hosts=1) as rt:
             assert recovered(store, rt, ["turn_orphan"])
             browser.wait_text("#turn-status", lambda s: s == "finished: stop")
+            assert browser.text("#turn-host") == f"ran on host 127.0.0.1:{rt.admin_port}/0 (node 127.0.0.1:{rt.admin_port})"
             if not shared:
                 browser.screenshot("durable-turn-approved")
         assert browser.text("#text").endswith("Written.")
@@ -335,3 +347,54 @@ def test_a_durable_turn_is_approved_from_the_console_after_its_owner_was_killed(
     assert console.returncode == 0, err
     assert shared or os.path.exists(store)
     assert PASSWORD not in err
+
+
+IDLE = """
+import json, sys
+from actors import Runtime
+rt = Runtime(store=sys.argv[1], hosts=1).start()
+print(json.dumps({"node": f"127.0.0.1:{rt.admin_port}", "sid": rt.admin_sid}), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.postgres
+def test_the_header_and_the_nodes_follow_a_host_that_dies_though_no_turn_changes(
+    browser: Browser, postgres: Any
+) -> None:
+    from .helpers import wait_until
+
+    url = postgres.create_database("hosts_followed")
+    idle = [
+        subprocess.Popen([sys.executable, "-c", IDLE, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         cwd=ROOT, env=ENV)  # fmt: skip
+        for _ in range(2)
+    ]
+    console = None
+    try:
+        nodes = [json.loads(p.stdout.readline()) for p in idle]  # type: ignore[union-attr]
+        cmd = [sys.executable, "-m", "actors.cli", "console", "--store", url, "--port", "0"]
+        console = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+        line = console.stdout.readline()  # type: ignore[union-attr]
+        browser.open(line.split(": ", 1)[1].strip())
+        browser.wait_text("#where", lambda s: s.endswith("2 host(s) live"))
+        def listed() -> list[list[str]]:
+            cells = browser.texts("#node-rows tr[data-node] td")
+            return [cells[i : i + 3] for i in range(0, len(cells), 3)]
+
+        browser.until(lambda d: len(listed()) == 2, message="both nodes listed")
+        assert sorted(listed()) == sorted([n["node"], "1", "0"] for n in nodes)  # each: 1 live host, no turn
+        os.kill(idle[0].pid, signal.SIGKILL)  # no turn changes: only the host's lease runs out
+        idle[0].wait(10)
+        assert wait_until(lambda: session_processes(nodes[0]["sid"]) == [])
+        browser.wait_text("#where", lambda s: s.endswith("1 host(s) live"), timeout=20)  # its lease (5 s), then 1 s
+        assert listed() == [[nodes[1]["node"], "1", "0"]]
+    finally:
+        for p in idle:
+            p.kill()  # SIGKILL: its whole tree ends with it (the lifeline)
+            p.wait(10)
+        if console is not None:
+            console.terminate()
+            console.communicate(timeout=20)
+    assert console.returncode == 0
+    assert wait_until(lambda: all(session_processes(n["sid"]) == [] for n in nodes))

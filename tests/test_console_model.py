@@ -26,6 +26,8 @@ from messages import (
     Usage,
 )
 
+from .stores import save
+
 T = "turn_a"
 
 
@@ -144,17 +146,17 @@ def test_the_store_keeps_when_each_event_was_written_and_a_version_that_changes(
     from messages import encode
 
     store = open_store(store_location)
-    assert store.version() == (0.0, 0) and store.version(T) is None
+    assert store.log.version() == (0.0, 0) and store.log.version(T) is None
     state = _state()
     state.updated_at = 50.0
     started = ev(TurnStarted, 0)
-    store.save(state, [(0, started.kind, encode(started))])
-    ((event, at),) = store.timed_events(T)
+    save(store, state, [(0, started.kind, encode(started))])
+    ((event, at),) = store.log.timed_events(T)
     assert event == started and at is not None
-    assert store.version() == (50.0, 1) and store.version(T) == (50.0, 0)
+    assert store.log.version() == (50.0, 1) and store.log.version(T) == (50.0, 0)
     state.updated_at = 51.0
-    store.save(state, [])
-    assert store.version(T) == (51.0, 0)
+    save(store, state, [])
+    assert store.log.version(T) == (51.0, 0)
 
 
 def test_a_store_written_before_events_had_times_gets_the_column_and_reads_as_none(tmp_path: Path) -> None:
@@ -170,8 +172,8 @@ def test_a_store_written_before_events_had_times_gets_the_column_and_reads_as_no
         )
         conn.execute("INSERT INTO events VALUES (?, 0, ?, ?)", (T, started.kind, encode(started)))
     store = SQLiteStore(path)
-    assert store.timed_events(T) == [(started, None)]
-    assert store.events(T) == [started]
+    assert store.log.timed_events(T) == [(started, None)]
+    assert store.log.events(T) == [started]
 
 
 def test_with_a_snapshot_the_timeline_also_marks_when_a_stop_was_asked_for() -> None:

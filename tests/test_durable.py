@@ -23,6 +23,7 @@ from actors.lifecycle.processes import session_processes
 from actors.store import open_store
 from actors.store.base import is_url
 from actors.store.files import running_runtime, store_in_use
+from actors.store.ownership import host_of
 from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import ChatMessage, Finish, ProviderConfig, RetryPolicy
 
@@ -119,7 +120,7 @@ def test_a_recorded_side_effect_is_not_repeated_unless_the_tool_is_safe_to_retry
         turn = rt.attach("turn_crash2")
         finish = turn.wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
     assert finish.finish_reason == "stop"
-    assert keys.read_text().splitlines() == ["turn_crash2:call_1"] * runs
+    assert keys.read_text().splitlines() == ["turn_crash2:0:call_1"] * runs
     tool_message = finish.messages[2].content
     if runs == 1:
         assert tool_message == json.dumps(
@@ -142,9 +143,10 @@ def test_a_cancel_written_while_no_runtime_runs_ends_the_turn_cancelled_at_the_n
     out = greenroom("cancel", "turn_crash3", "--store", str(store), "--reason", "abandoned")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        "cancelled: no host is running: written to the store, applied when a host takes the turn"
+        "cancelled: no host is running: queued in the store's inbox, applied when a host takes the turn"
         if is_url(store)
-        else "cancelled: no runtime is running; written to the store, applied when the turn is loaded again"
+        else "cancelled: no runtime is running on the store: queued in the store's inbox, applied when a runtime "
+        "loads the turn again"
     )
     with Runtime(config(provider), store=store) as rt:
         assert recovered(store, rt, ["turn_crash3"])
@@ -165,7 +167,7 @@ def test_a_cancel_in_the_store_reaches_a_running_turn_at_its_next_step(
         turn = rt.run("go", tools=[T.wait_for_file])
         turn.wait_for(lambda e: e.kind == "tool_progress", timeout=30)
         # another process writes the cancel to the store; no message is sent to the turn
-        code = f"from actors.store import open_store; from messages import CancelTurn; open_store({store!r}).add_command({turn.turn_id!r}, CancelTurn(turn_id={turn.turn_id!r}, reason='from the store'))"
+        code = f"from actors.store import open_store; from messages import CancelTurn; open_store({store!r}).inbox.add({turn.turn_id!r}, CancelTurn(turn_id={turn.turn_id!r}, reason='from the store'))"
         subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=ENV, timeout=60)
         ready.touch()  # the tool returns only now, whenever the command was written
         result = turn.result(30)
@@ -219,10 +221,10 @@ def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(
     corrupt(store, "turn_version", "version")
     s = open_store(store)
     with pytest.raises(SnapshotError, match="turn turn_version: snapshot schema version 99 is not supported"):
-        s.load("turn_version")
+        s.log.load("turn_version")
     with pytest.raises(SnapshotError, match="turn turn_bytes: malformed snapshot"):
-        s.load("turn_bytes")
-    statuses = {x.turn_id: x.status for x in s.summaries()}
+        s.log.load("turn_bytes")
+    statuses = {x.turn_id: x.status for x in s.log.summaries()}
     assert statuses == {"turn_good": "awaiting_approval", "turn_bytes": "unreadable", "turn_version": "unreadable"}
     provider.add(say("Done."))
     with Runtime(config(provider), store=store) as rt:
@@ -233,7 +235,7 @@ def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(
     assert out.returncode == 2
     assert (
         out.stderr.strip()
-        == "greenroom: turn turn_version: snapshot schema version 99 is not supported (this code reads 1, 2 and 3)"
+        == "greenroom: turn turn_version: snapshot schema version 99 is not supported (this code reads 1, 2, 3 and 4)"
     )
 
 
@@ -257,8 +259,8 @@ def test_the_command_line_against_a_running_runtime(provider: ScriptedProvider, 
         ok = greenroom("approve", "turn_cli1", "call_1", "--store", str(store))
         assert ok.returncode == 0, ok.stderr
         if is_url(store):  # through the store's inbox, answered by the turn's host
-            owner = open_store(store).route("turn_cli1")
-            assert owner is not None and ok.stdout.strip() == f"approved: done by host {owner.host_id}"
+            owner = open_store(store).owners.route("turn_cli1")
+            assert owner is not None and ok.stdout.strip() == f"approved: done by host {host_of(owner.host_id or '')}"
         else:
             assert ok.stdout.startswith("approved: done by the running runtime (pid ")
         assert turn.result(30, final=True).finish_reason == "stop"
@@ -278,7 +280,7 @@ def test_the_command_line_against_a_stopped_runtime(provider: ScriptedProvider, 
     with Runtime(config(provider), store=store) as rt:
         assert rt.run("w", tools=[T.write_file], turn_id="turn_cli2").result(30).finish_reason == "awaiting_approval"
     listed = greenroom("turns", "list", "--store", str(store))
-    assert listed.stdout.splitlines()[1].split()[:3] == ["turn_cli2", "awaiting_approval", "0"]
+    assert listed.stdout.splitlines()[1].split()[:5] == ["turn_cli2", "awaiting_approval", "(no", "live", "host)"]
     assert greenroom("approve", "turn_cli2", "call_1", "--store", str(store)).returncode == 0
     dup = greenroom("approve", "turn_cli2", "call_1", "--store", str(store))
     assert (dup.returncode, dup.stderr.strip()) == (2, "greenroom: call 'call_1' was already approved")

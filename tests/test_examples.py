@@ -39,7 +39,7 @@ def test_the_demo_shows_tools_an_approval_and_a_stop() -> None:
     assert "file still there: True" in out
     assert "!! Agent run stopped (the user pressed stop)" in out
     assert out.rstrip().endswith(
-        'tool -> {"ok": false, "error": "Interrupted: the turn was stopped (the user pressed stop)", "data": null}'
+        'tool -> {"ok": false, "error": "Interrupted: the call was stopped (the user pressed stop)", "data": null}'
     )
 
 
@@ -153,6 +153,6 @@ def test_mcp_example() -> None:
     assert '.. call_2: {"progress": 3.0, "total": 3.0, "message": "page 3/3"}' in out
     assert "== finish: stopped" in out
     assert out.rstrip().splitlines()[-2:] == [
-        'tool -> {"ok": false, "error": "Interrupted: the turn was stopped (the user pressed stop)", "data": null}',
+        'tool -> {"ok": false, "error": "Interrupted: the call was stopped (the user pressed stop)", "data": null}',
         "the server's handler was cancelled: True",
     ]

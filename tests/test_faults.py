@@ -393,7 +393,7 @@ def test_a_host_killed_under_a_paused_durable_turn_is_replaced_and_the_turn_runs
         assert turn.result(30).finish_reason == "awaiting_approval"
         host = next(e.data["pid"] for e in turn.all_events if isinstance(e, ToolProgress))
         store = open_store(store_location)
-        epoch = lambda: store.route("turn_host_killed").epoch  # type: ignore[union-attr]  # noqa: E731
+        epoch = lambda: store.owners.route("turn_host_killed").epoch  # type: ignore[union-attr]  # noqa: E731
         before = epoch()
         os.kill(host, signal.SIGKILL)
         if approver == "handle_at_once":  # sent to the dead host: held until the turn is found again
@@ -405,5 +405,5 @@ def test_a_host_killed_under_a_paused_durable_turn_is_replaced_and_the_turn_runs
             assert approved.returncode == 0, approved.stderr
         result = turn.result(30, final=True)
     assert (result.finish_reason, result.text) == ("stop", "Done.")
-    assert keys.read_text().splitlines() == ["turn_host_killed:call_2"]
+    assert keys.read_text().splitlines() == ["turn_host_killed:0:call_2"]
     assert history_problems(result.messages) == []

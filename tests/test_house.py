@@ -4,7 +4,6 @@ outgrown one reading."""
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,7 +17,7 @@ LONGER = {
     "actors/turn/rules.py": 660,
 }
 
-SHARED = {"errors", "logs", "handoff", "mailbox", "debug_trace", "legacy"}  # modules at the top of actors/
+SHARED = {"errors", "logs", "handoff", "mailbox", "debug_trace", "legacy", "placement"}  # modules at the top of actors/
 MAY_IMPORT: dict[str, set[str]] = {  # folder of actors/ -> the other folders it may import
     "turn": set(),
     "store": set(),

@@ -49,7 +49,7 @@ def copy_of_release_store(tmp_path: Path) -> Path:
 
 
 def test_the_tools_of_a_turn_stored_by_0_1_0_load_by_their_stored_names(tmp_path: Path) -> None:
-    state = SQLiteStore(copy_of_release_store(tmp_path)).load(TURN)
+    state = SQLiteStore(copy_of_release_store(tmp_path)).log.load(TURN)
     assert state.phase == "awaiting_approval"
     specs = {t.name: t for t in state.tools}
     assert specs["lookup_city"].ref == "actors.mcp:load_mcp_tool"

@@ -135,7 +135,7 @@ def test_close_with_a_store_leaves_the_turn_to_be_recovered(provider: ScriptedPr
     with Runtime(provider.provider(), store=store) as rt:
         turn = rt.run("go", tools=[T.delete_file])
         assert turn.result(30).finish_reason == "awaiting_approval"
-    assert [(s.turn_id, s.status) for s in SQLiteStore(store).summaries()] == [(turn.turn_id, "awaiting_approval")]
+    assert [(s.turn_id, s.status) for s in SQLiteStore(store).log.summaries()] == [(turn.turn_id, "awaiting_approval")]
     assert not store_in_use(str(store)) and not os.path.exists(runtime_file(str(store)))
     with Runtime(provider.provider(), store=store) as rt:
         assert rt.recovered == [turn.turn_id]
@@ -206,13 +206,13 @@ def test_sigterm_to_the_owner_closes_gracefully_and_the_paused_turn_resumes_late
     os.kill(child.pid, signal.SIGTERM)
     assert child.wait(30) == -signal.SIGTERM
     assert wait_until(lambda: none_alive(everything))
-    assert [(s.turn_id, s.status) for s in SQLiteStore(store).summaries()] == [("turn_term", "awaiting_approval")]
+    assert [(s.turn_id, s.status) for s in SQLiteStore(store).log.summaries()] == [("turn_term", "awaiting_approval")]
     provider.add(say("Appended."))
     with Runtime(provider.provider(), store=store) as rt:
         turn = rt.attach("turn_term")
         turn.approve("call_1")
         assert turn.result(30).finish_reason == "stop"
-    assert keys.read_text() == "turn_term:call_1\n"
+    assert keys.read_text() == "turn_term:0:call_1\n"
 
 
 def test_a_command_line_approval_while_the_owner_is_dead_is_kept_and_runs_the_call_once(
@@ -234,13 +234,13 @@ def test_a_command_line_approval_while_the_owner_is_dead_is_kept_and_runs_the_ca
         timeout=60,
     )
     assert cli.returncode == 0, cli.stderr
-    assert "written to the store" in cli.stdout
+    assert "queued in the store's inbox" in cli.stdout
     assert not keys.exists()
     provider.add(say("Appended."))
     with Runtime(provider.provider(), store=store) as rt:
         finish = rt.attach("turn_dead").wait_for(lambda e: isinstance(e, Finish) and e.terminal, timeout=30)
     assert finish.finish_reason == "stop"
-    assert keys.read_text() == "turn_dead:call_1\n"
+    assert keys.read_text() == "turn_dead:0:call_1\n"
 
 
 # -- a child that is not ours to watch ---------------------------------------------------------

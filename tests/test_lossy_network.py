@@ -30,6 +30,7 @@ from actors.lifecycle.processes import alive, session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.testing.netns import available, relayed
 from actors.testing.relay import CUT, PASS, RESET, FaultPolicy, FaultRelay, Frame, Rule, delay
+from actors.turn.results import interrupted_content
 from actors.wire.transport import TransportConfig
 from messages import RetryPolicy, StopTurn, ToolApprovalRequest, ToolProgress, TurnEvent
 
@@ -160,7 +161,7 @@ def test_an_approval_whose_ack_is_lost_returns_and_the_call_runs_once(tmp_path: 
         planned(relay.wait_for(lambda: relay.counts["ack_dropped"] == 1), "the approval's ACK was dropped")
         result = turn.result(timeout=10, final=True)
         assert (raised, result.finish_reason) == (None, "stop")
-        assert keys.read_text().splitlines() == [f"{turn.turn_id}:{request.call_id}"]
+        assert keys.read_text().splitlines() == [f"{turn.turn_id}:0:{request.call_id}"]
 
 
 # -- order between processes ------------------------------------------------------------------
@@ -210,6 +211,45 @@ def test_a_stop_that_overtakes_its_start_by_seconds_still_stops_the_turn() -> No
         assert (getattr(reply, "ok", reply), seen[-1]) == (True, ("finish", "stopped"))
 
 
+# issue 30: a command was held 30 s whatever its sender waited: the stop's sender could time out first
+def test_a_stop_that_overtakes_its_start_by_less_than_its_senders_wait_stops_the_turn() -> None:
+    rule = Rule(carries("StartTurn", outbound=True), delay(2500))
+    with relayed_runtime(rule) as (rt, provider, relay):
+        provider.add(say("done"))
+        turn = rt.run("hello")
+        planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "StartTurn is held by the relay")
+        stop = StopTurn(turn_id=turn.turn_id, reason="overtaking", request_id="overtaking", answer_within=10)
+        reply = rt.actor_system.ask(rt.directory, stop, 10)  # another sender, waiting 10 s: held up to 7.5 s
+        seen = summary(events_of(turn, timeout=10))
+        assert (getattr(reply, "ok", reply), seen[-1]) == (True, ("finish", "stopped"))
+
+
+# issue 30: a command was held 30 s whatever its sender waited: the sender timed out with no answer
+def test_a_stop_whose_sender_stops_waiting_before_its_turn_starts_is_answered_in_time_and_not_applied() -> None:
+    rule = Rule(carries("StartTurn", outbound=True), delay(4500))
+    with relayed_runtime(rule) as (rt, provider, relay):
+        provider.add(say("done"))
+        turn = rt.run("hello")
+        planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "StartTurn is held by the relay")
+        stop = StopTurn(turn_id=turn.turn_id, reason="too late", request_id="too late", answer_within=2)
+        reply = rt.actor_system.ask(rt.directory, stop, 2)  # None if no answer came within its wait
+        seen = summary(events_of(turn, timeout=10))
+        assert (getattr(reply, "code", reply), seen[-1]) == ("unknown_turn", ("finish", "stop"))
+
+
+# issue 30: a host that is slow to answer a Locate kept an attach waiting 5 s, past its 3 s timeout
+def test_attaching_to_an_unknown_turn_is_refused_within_the_attach_timeout_while_another_host_is_slow() -> None:
+    with relayed(FaultPolicy()) as relay, ScriptedProvider() as provider:
+        rt = Runtime(provider.provider(retry=FAST), hosts=2, tool_processes=0).start()
+        try:
+            relay.policy.add(Rule(carries("Locate"), delay(6000), times=None))
+            raised = attempt(lambda: rt.attach("turn_nobody", timeout=3))
+            planned(relay.counts["delay"] >= 1, "the other host's Locate was held by the relay")
+            assert raised == "ControlRejected: no turn turn_nobody"
+        finally:
+            rt.close()
+
+
 # issue 23 fixed: a cancel of a call still waiting for a tool process is dropped; the call runs to its end
 def test_a_cancel_reaches_calls_still_waiting_for_a_tool_process(tmp_path: Path) -> None:
     """Three parallel calls, one idle tool process: the relay holds the pool's answer (the
@@ -227,6 +267,27 @@ def test_a_cancel_reaches_calls_still_waiting_for_a_tool_process(tmp_path: Path)
         contents = [json.loads(m.content or "{}") for m in result.messages if m.role == "tool"]
         assert (raised, result.finish_reason) == (None, "cancelled")
         assert [c["ok"] for c in contents] == [False, False, False], contents
+        assert [m.name for m in markers if m.exists()] == []
+
+
+# issue 36: a stop waits for its calls' ends; one still waiting for a tool process ends at once
+def test_a_stop_ends_calls_still_waiting_for_a_tool_process_at_once_and_they_never_start(tmp_path: Path) -> None:
+    """As above, with a stop: the running call ends as its process reports, the two that
+    wait for a process end at once, never started."""
+    rule = Rule(carries("WorkersLeased"), delay(1500))
+    with relayed_runtime(rule) as (rt, provider, relay):
+        markers = [tmp_path / f"finished{i}" for i in range(3)]
+        provider.add(use_tools(*[call("cooperative", {"marker": str(m), "steps": 40}) for m in markers]))
+        turn = rt.run("work", tools=[T.cooperative])
+        running = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=10).call_id
+        planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "the pool's answer is held")
+        raised = attempt(lambda: turn.stop("enough"))
+        result = turn.result(timeout=15, final=True)
+        tool_messages = {m.tool_call_id: m.content for m in result.messages if m.role == "tool"}
+        assert (raised, result.finish_reason) == (None, "stopped")
+        before = interrupted_content("the call was stopped before it started", "enough")
+        stopped = interrupted_content("the call was stopped", "enough")
+        assert tool_messages == {c: stopped if c == running else before for c in ("call_1", "call_2", "call_3")}
         assert [m.name for m in markers if m.exists()] == []
 
 
@@ -317,4 +378,4 @@ def test_a_command_sent_to_a_host_that_died_goes_to_its_replacement_at_once(tmp_
         finally:
             rt.close()
         assert (raised, result.finish_reason, result.text) == (None, "stop", "Done.")
-        assert keys.read_text().splitlines() == [f"{turn.turn_id}:call_2"]
+        assert keys.read_text().splitlines() == [f"{turn.turn_id}:0:call_2"]

@@ -192,7 +192,7 @@ def test_stop_sends_the_cancellation_to_the_server_and_the_call_ends_interrupted
     assert wait_until(lambda: (tmp_path / "s.cancelled").exists()), "the server never saw the cancel"
     result = turn.result(30)
     assert result.finish_reason == "stopped"
-    assert tool_messages(result.messages) == [interrupted_content("the turn was stopped", "user pressed stop")]
+    assert tool_messages(result.messages) == [interrupted_content("the call was stopped", "user pressed stop")]
     assert history_problems(result.messages) == []
 
 
@@ -271,7 +271,7 @@ def test_stop_reaches_a_streamable_http_server(
     turn.stop("user pressed stop")
     assert wait_until(lambda: (tmp_path / "h.cancelled").exists()), "the server never saw the cancel"
     result = turn.result(30)
-    assert tool_messages(result.messages) == [interrupted_content("the turn was stopped", "user pressed stop")]
+    assert tool_messages(result.messages) == [interrupted_content("the call was stopped", "user pressed stop")]
 
 
 def test_an_http_server_that_crashes_mid_call_fails_the_call_and_answers_again_once_restarted(

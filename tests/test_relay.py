@@ -17,12 +17,14 @@ import pytest
 
 from actors.testing.netns import Namespace, available, interpose, main, relayed
 from actors.testing.relay import CUT, DUPLICATE, PASS, RESET, STALL, FaultPolicy, FaultRelay, Frame, Rule, delay
+from actors.wire.frames import NOTICE_MAGIC
 
 from .helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(available() is not None, reason=str(available()))]
 
 ACK = b"%d>" % len(pickle.dumps("ACK")) + pickle.dumps("ACK")
+NOTICE = NOTICE_MAGIC + b"\0" * 60  # shaped like the notice a frame for another incarnation gets
 
 
 def frame(body: bytes) -> bytes:
@@ -48,7 +50,8 @@ def read_frame(sock: socket.socket) -> bytes | None:
 
 class ToyServer:
     """Answers every frame with Thespian's ACK and records (connection number, body) in order;
-    answers ``push`` with a frame of its own, ``pushed``, on the same connection."""
+    answers ``push`` with a frame of its own, ``pushed``, on the same connection, and
+    ``stale`` with a notice instead of an ACK."""
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.sock = socket.create_server((host, 0))
@@ -76,7 +79,9 @@ class ToyServer:
                 with self.cond:
                     self.got.append((n, b"<ack>" if acked else body))
                     self.cond.notify_all()
-                if not acked:
+                if body == b"stale":
+                    conn.sendall(frame(NOTICE))
+                elif not acked:
                     conn.sendall(ACK)
                 if body == b"push":  # a frame back to the side that connected, on its connection
                     conn.sendall(frame(b"pushed"))
@@ -123,6 +128,19 @@ def test_frames_pass_in_order_and_are_counted() -> None:
         assert [(r.fault, r.frame.index, r.frame.outbound, r.frame.target) for r in relay.log] == [
             (PASS, i, True, ("127.0.0.1", server.port)) for i in range(3)
         ]
+
+
+def test_a_notice_answers_its_frame_as_an_ack_does() -> None:
+    policy = FaultPolicy([Rule(lambda f: f.data == b"stale", CUT, times=1)])
+    with toy(policy) as (relay, server), socket.create_connection(("127.0.0.1", server.port)) as c:
+        with pytest.raises(ConnectionResetError):
+            send(c, b"stale")  # cut: its answer, a notice, is dropped with the connection
+        assert relay.wait_for(lambda: relay.counts["ack_dropped"] == 1)
+        with socket.create_connection(("127.0.0.1", server.port)) as again:
+            assert send(again, b"stale") == NOTICE
+            assert send(again, b"fresh") == pickle.dumps("ACK")
+        counts = relay.counts
+        assert (counts["frames"], counts["notice"], counts["ack"]) == (3, 2, 1)  # a notice is no frame
 
 
 def test_a_cut_delivers_the_frame_and_drops_its_ack_and_the_connection() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -12,8 +13,18 @@ import pytest
 from actors import Runtime
 from actors.providers.openai import to_openai_message
 from actors.testing import ScriptedProvider, call, say, use_tools
-from actors.turn.results import interrupted_content
-from messages import ChatMessage, Error, Finish, StopTurn, TextDelta, ToolCallStarted, ToolProgress, TurnOptions
+from actors.turn.results import interrupted_content, with_note
+from messages import (
+    ChatMessage,
+    Error,
+    Finish,
+    StopTurn,
+    TextDelta,
+    ToolCallStarted,
+    ToolFinished,
+    ToolProgress,
+    TurnOptions,
+)
 
 from . import tools_for_tests as T
 from .conftest import group_members
@@ -80,8 +91,8 @@ def test_stop_ends_the_whole_process_group_of_a_tool_and_runs_its_callback_once(
     assert wait_until(lambda: group_members(pgid) == []), f"left behind: {group_members(pgid)}"
     result = turn.result(30)
     assert result.finish_reason == "stopped"
-    assert result.messages[-1] == ChatMessage.tool(
-        interrupted_content("the turn was stopped", "enough"), "call_1", name="shell"
+    assert result.messages[-1] == ChatMessage.tool(  # as its tool process reported it: run_command raised
+        interrupted_content("the call was stopped", "enough"), "call_1", name="shell"
     )
     assert marker.read_text() == "stopped\n"
     provider_accepts(provider, result.messages)
@@ -159,7 +170,8 @@ def test_cancel_with_a_grace_becomes_a_stop(runtime: Runtime, provider: Scripted
     result = turn.result(30)
     assert result.finish_reason == "cancelled"
     assert wait_until(lambda: group_members(pgid) == [])
-    assert result.messages[-1].content == interrupted_content("the turn was cancelled", "wind down")
+    # the grace made it a stop, which run_command saw once its callback had ended the command
+    assert result.messages[-1].content == interrupted_content("the call was stopped", "wind down")
 
 
 def test_stop_and_cancel_twice_and_stop_after_the_end_have_no_further_effect(
@@ -256,3 +268,80 @@ def test_an_inline_on_stop_raising_system_exit_fails_that_callback_alone(
     second = runtime.run("again", tools=[T.host_pid])
     assert second.result(30).text == "alive"
     assert json.loads(second.result().messages[2].content or "")["data"] == host, "the host process survived"
+
+
+def whole_lines(path: Path) -> list[str]:
+    """The lines of ``path`` as they are now; a line still being written is waited for (its
+    writer is between two bytes), never taken in part."""
+    text = [path.read_text() if path.exists() else ""]
+
+    def whole() -> bool:
+        if text[0] and not text[0].endswith("\n"):
+            text[0] = path.read_text()
+        return not text[0] or text[0].endswith("\n")
+
+    assert wait_until(whole, timeout=10), f"a line of {path} was never completed: {text[0]!r}"
+    return text[0].splitlines()
+
+
+@pytest.mark.parametrize("tool", [T.stop_callbacks, T.inline_stop_callbacks], ids=["pooled", "inline_async"])
+def test_every_on_stop_callback_has_run_once_when_finish_stopped_arrives_50_runs_in_a_row(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path, tool: Any
+) -> None:
+    """Issue 36: a raises, b is plain, c is closed before the stop, w is registered in the
+    ``with`` block the tool waits in, d after the stop; the turn is stopped twice."""
+    for run in range(50):
+        log = tmp_path / f"callbacks-{run}.log"
+        provider.add(use_tools(call(tool.spec.name, {"log": str(log)})))
+        turn = runtime.run("index", tools=[tool])
+        turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30)
+        turn.stop("first")
+        turn.stop("second")
+        events, lines = [], []
+        for event in turn.events(timeout=30):
+            events.append(event)
+            if isinstance(event, Finish):
+                lines = whole_lines(log)  # the moment Finish(stopped) arrives
+        # a, b and w ran before the tool saw its stop (in any order: each on a thread of its
+        # own), then d at once where it was registered, before on_stop returned; c never
+        assert (run, sorted(lines[:3]), lines[3:]) == (run, ["a", "b", "w"], ["d", "d-returned"])
+        assert summary(events)[-3:] == [
+            ("tool_finished", "call_1", "interrupted"),
+            ("error", "stopped", "Agent run stopped"),
+            ("finish", "stopped"),
+        ]
+        assert events[-2].detail == "first"
+        assert turn.result(30).messages[-1].content == interrupted_content("the call was stopped", "first")
+
+
+def test_a_call_that_returns_while_its_callback_runs_ends_after_the_callback_keeping_its_result(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    log = tmp_path / "order.log"
+    provider.add(use_tools(call("returns_during_stop", {"log": str(log)})))
+    turn = runtime.run("go", tools=[T.returns_during_stop])
+    turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30)
+    turn.stop("now")
+    lines = []
+    for event in turn.events(timeout=30):
+        if isinstance(event, ToolFinished):
+            lines = whole_lines(log)  # the call's end: its callback has returned
+            assert (event.outcome, event.content) == ("success", json.dumps({"ok": True, "data": "done"}))
+    assert lines == ["cleanup started", "tool returned", "cleanup done"]
+    assert turn.result(30).finish_reason == "stopped"
+
+
+def test_a_tool_that_ignores_its_stop_is_ended_by_its_process_which_reports_it_and_its_late_callback(
+    runtime: Runtime, provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    provider.add(use_tools(call("ignores_stop", {"release": str(release)})))
+    turn = runtime.run("go", tools=[T.ignores_stop], options=TurnOptions(stop_grace=0.4))
+    pid = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["pid"]
+    turn.stop("now")
+    result = turn.result(30)
+    assert result.finish_reason == "stopped"
+    ended = interrupted_content("the tool did not return within its stop grace (0.4 s) and its process was ended", "now")
+    assert result.messages[-1].content == with_note(ended, "on_stop callback close_index did not return within 0.2 s")
+    assert wait_until(lambda: not pid_alive(pid)), "the tool process outlived its call"
+    release.write_text("go")

@@ -11,6 +11,8 @@ when PostgreSQL's server is missing.
 
 from __future__ import annotations
 
+import json
+
 import contextlib
 import os
 import subprocess
@@ -30,7 +32,7 @@ from messages import RetryPolicy
 
 from . import tools_for_tests as T
 from .pg import PASSWORD, WHY, require_postgres
-from .stores import sql
+from .stores import append, save, sql
 from .wire import can_capture, capture
 
 pytestmark = pytest.mark.integration
@@ -179,20 +181,26 @@ def test_a_wrong_password_or_a_database_without_a_store_is_refused_clearly(postg
 
 
 @pytest.mark.postgres
-def test_a_command_a_live_host_does_not_answer_times_out_and_stays_queued(postgres: ThrowawayPostgres) -> None:
+def test_a_command_no_live_host_answers_is_reported_queued_with_exit_0_and_stays_in_the_inbox(
+    postgres: ThrowawayPostgres,
+) -> None:
     from .test_cli import paused_turn, store_with
 
     url = store_with(postgres.create_database("hung_host"), paused_turn("turn_1"))
     store = open_store(url)
-    store.renew_host("hung/0", "hung", b"", 60.0)  # a host whose lease holds, and which answers nothing
-    out = greenroom("approve", "turn_1", "call_1", "--store", url, "--timeout", "1")
-    assert (out.returncode, out.stdout, out.stderr) == (
-        2,
-        "",
-        "greenroom: no host answered within 1 s (turn turn_1, command 1); the command stays in the store's inbox, "
-        "applied when the turn's host takes it\n",
+    store.hosts.renew("hung/0", "hung", b"", 60.0)  # a host whose lease holds, and which answers nothing
+    queued = (
+        "no host answered within 1 s: queued in the store's inbox, applied when the turn's host takes it "
+        "(a lost host's turns are taken over by a live host once its lease runs out)"
     )
-    assert [c.kind for c in store.pending_commands("turn_1")] == ["respond_to_approvals"]
+    out = greenroom("approve", "turn_1", "call_1", "--store", url, "--timeout", "1")
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"approved: {queued}\n", "")
+    out = greenroom("stop", "turn_1", "--store", url, "--timeout", "1", "--json")
+    assert (out.returncode, out.stderr) == (0, "")
+    assert json.loads(out.stdout) == {
+        "turn_id": "turn_1", "command_id": 2, "ok": True, "message": queued, "sent_to": "store", "queued": True,
+    }  # fmt: skip
+    assert [c.kind for _, c in store.inbox.pending("turn_1")] == ["respond_to_approvals", "stop_turn"]
 
 
 # -- the password goes nowhere ------------------------------------------------------------------
@@ -249,33 +257,33 @@ def test_a_write_by_an_owner_whose_turn_was_claimed_is_fenced_and_writes_nothing
         return [(n, "text_delta", encode(TextDelta(turn_id="t", seq=n, text=f"w{n}"))) for n in seqs]
 
     def stored() -> list[bytes]:
-        return [payload for _, payload in store.event_payloads("t")]
+        return [payload for _, payload in store.log.event_payloads("t")]
 
     a = Owner("node-a/0", 1)
-    store.save(state, events(0), a)  # a new turn
+    save(store, state, events(0), a)  # a new turn
     with contextlib.ExitStack() as held:
         if store_location.startswith("postgresql://"):  # a held turn's writes take one statement, no transaction
-            held.enter_context(pytest.MonkeyPatch.context()).setattr(store, "_tx", _no_transaction)
-        store.save(state.model_copy(update={"round": 1}), events(1), a)
-        store.save(state.model_copy(update={"round": 1}), [], a)
-        store.append("t", events(2, 3), a)
-    store.append("t", events(3, 4), a)  # 3 again: written once
-    store.save(state.model_copy(update={"round": 1}), events(4), a)  # all there: the snapshot alone
+            held.enter_context(pytest.MonkeyPatch.context()).setattr(store.db, "tx", _no_transaction)
+        save(store, state.model_copy(update={"round": 1}), events(1), a)
+        save(store, state.model_copy(update={"round": 1}), [], a)
+        append(store, "t", events(2, 3), a)
+    append(store, "t", events(3, 4), a)  # 3 again: written once
+    save(store, state.model_copy(update={"round": 1}), events(4), a)  # all there: the snapshot alone
     assert stored() == [p for _, _, p in events(0, 1, 2, 3, 4)]
-    assert store.load("t").round == 1
+    assert store.log.load("t").round == 1
 
-    epoch = store.claim("t", "node-b/0", force=True)
+    epoch = store.owners.claim("t", "node-b/0", force=True)
     assert epoch == 2
     with pytest.raises(Fenced, match="node-b/0"):
-        store.append("t", events(5), a)
+        append(store, "t", events(5), a)
     with pytest.raises(Fenced, match="node-b/0"):
-        store.save(state.model_copy(update={"round": 7}), events(5), a)
-    assert stored() == [p for _, _, p in events(0, 1, 2, 3, 4)] and store.load("t").round == 1
+        save(store, state.model_copy(update={"round": 7}), events(5), a)
+    assert stored() == [p for _, _, p in events(0, 1, 2, 3, 4)] and store.log.load("t").round == 1
 
     b = Owner("node-b/0", epoch)
-    store.append("t", events(5), b)
-    store.save(state.model_copy(update={"round": 2}), events(6), b)
-    assert stored() == [p for _, _, p in events(*range(7))] and store.load("t").round == 2
+    append(store, "t", events(5), b)
+    save(store, state.model_copy(update={"round": 2}), events(6), b)
+    assert stored() == [p for _, _, p in events(*range(7))] and store.log.load("t").round == 2
     store.close()
 
 

@@ -123,4 +123,4 @@ def test_a_child_turns_approval_request_reaches_the_parents_caller_and_is_decide
     result = parent.result(60)
     assert result.finish_reason == "stop"
     assert result.messages[2].content == json.dumps({"ok": True, "data": "The child recorded it."})
-    assert keys.read_text() == f"{request.child_turn_id}:call_1\n"
+    assert keys.read_text() == f"{request.child_turn_id}:0:call_1\n"

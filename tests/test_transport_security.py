@@ -4,6 +4,7 @@ serving turns with all its processes alive."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -20,7 +21,17 @@ import pytest
 from actors import Runtime
 from actors.lifecycle.processes import descendants, session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
-from actors.wire.frames import DUPLICATE, MAGIC, BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint
+from actors.testing.netns import available, relayed
+from actors.testing.relay import MARK, FaultPolicy
+from actors.wire.frames import (
+    DUPLICATE,
+    MAGIC,
+    NOTICE_MAGIC,
+    BoundedReceiveBuffer,
+    FrameCodec,
+    FrameRejected,
+)
+from actors.wire.incarnation import Incarnation
 
 from . import tools_for_tests as T
 from .helpers import pid_alive, wait_until
@@ -43,7 +54,11 @@ class Touch:
 
 
 def tree(rt: Runtime) -> list[int]:
-    pids = set(session_processes(rt.admin_sid))  # type: ignore[arg-type]
+    return tree_of(rt.admin_sid)  # type: ignore[arg-type]
+
+
+def tree_of(sid: int) -> list[int]:
+    pids = set(session_processes(sid))
     for pid in list(pids):
         pids.update(descendants(pid))
     return sorted(pids)
@@ -77,8 +92,8 @@ def test_a_forged_frame_to_every_port_runs_nothing_and_each_connection_is_closed
             payload = b"GRv1" + b"\0" * 32 + evil
         else:
             key = b"k" * 32 if forgery == "another_key" else os.urandom(32)
-            add_endpoint("127.0.0.1", port)  # so that this codec seals for that port
-            sealed = FrameCodec(key, encrypt=False).seal(Touch(str(marker)), "127.0.0.1", port)
+            codec = FrameCodec(key, encrypt=False, incarnation=Incarnation())
+            sealed = codec.seal(Touch(str(marker)), "127.0.0.1", port)
             payload = sealed if forgery == "another_key" else sealed[:-1] + bytes([sealed[-1] ^ 1])
         assert send_raw(port, frame(payload)) == ACK_DATAERR  # refused before anything was unpickled
     still_serving(runtime, provider, processes)
@@ -122,8 +137,9 @@ def fuzz(rng: random.Random, port: int) -> bytes:
         return os.urandom(rng.randint(1, 4000))
     if kind == "length":
         return str(rng.choice([-(2**40), -1, 0, 2**31, 10**15, rng.randint(0, 500)])).encode() + b">" + os.urandom(50)
-    head = struct.pack("!4sB8s16sQQHB", MAGIC, rng.randint(0, 255), os.urandom(8), os.urandom(16), rng.getrandbits(64),
-                       rng.getrandbits(64), port, rng.randint(0, 255)) + os.urandom(rng.randint(0, 300))  # fmt: skip
+    head = struct.pack("!4sB8s16s16sQQHB", MAGIC, rng.randint(0, 255), os.urandom(8), os.urandom(16), os.urandom(16),
+                       rng.getrandbits(64), rng.getrandbits(64), port, rng.randint(0, 255))  # fmt: skip
+    head += os.urandom(rng.randint(0, 300))
     body = head if kind == "header" else head[: rng.randint(1, len(head))]
     return b"%d>" % rng.choice([len(body), len(body) + rng.randint(1, 1000)]) + body
 
@@ -141,8 +157,9 @@ def test_the_frame_reader_refuses_bad_lengths_before_sizing_anything() -> None:
 
 
 def test_a_frame_accepted_once_opens_as_a_duplicate_afterwards() -> None:
-    codec = FrameCodec(b"k" * 32, encrypt=False)
-    add_endpoint("127.0.0.1", 4242)
+    here = Incarnation()
+    here.listen("127.0.0.1", 4242)
+    codec = FrameCodec(b"k" * 32, encrypt=False, incarnation=here)
     sealed = codec.seal(("sender", "hello"), "127.0.0.1", 4242)
     assert codec.open(sealed) == ("sender", "hello")
     assert codec.open(sealed) is DUPLICATE  # acknowledged again by the transport, delivered to nobody
@@ -165,10 +182,74 @@ def test_frames_captured_on_the_loopback_and_sent_again_are_acknowledged_and_do_
     assert runs and starts, "the capture saw the turn's frames"
     requests = len(provider.requests)
     for port, data in runs + starts:  # accepted before: acknowledged again (a resend), delivered to nobody
-        assert send_raw(port, data) == ACK
+        answer = send_raw(port, data)
+        # or, for a frame the sender had sealed for an earlier incarnation on that port (a port
+        # reused by this runtime in a long test session): a notice, also delivered to nobody
+        assert answer == ACK or answer.split(b">", 1)[1].startswith(b"GRn1"), answer[:16]
     still_serving(runtime, provider, tree(runtime))
-    assert keys.read_text() == f"{turn.turn_id}:call_1\n", "a replayed RunTool ran the tool again"
+    assert keys.read_text() == f"{turn.turn_id}:0:call_1\n", "a replayed RunTool ran the tool again"
     assert len(provider.requests) == requests + 1, "a replayed StartTurn started a turn again"
+
+
+@pytest.mark.skipif(available() is not None, reason=str(available()))
+def test_a_second_runtime_with_the_same_key_on_the_same_ports_takes_none_of_the_first_runtimes_frames() -> None:
+    """Every frame sent between the first runtime's processes, recorded whole by the relay,
+    is sent again to the same port once a second runtime with the same key listens on the
+    same admin port: none is acknowledged (an ACK is sent only for a frame unpickled and
+    delivered), none makes an actor, and the second runtime goes on serving."""
+    settings = {"key": os.urandom(32).hex(), "admin_port": 1900}  # in a namespace of its own: the port is free
+    with relayed(FaultPolicy(), log_bytes=1 << 30) as relay:  # the relay records every frame whole
+        with Child(**settings) as first:
+            assert first.turn("recorded") == "the answer to recorded is three"
+        sent = list(dict.fromkeys((r.frame.target[1], r.frame.data) for r in relay.log if r.frame.outbound))
+        with Child(**settings) as second:
+            assert second.turn("before") == "the answer to before is three"
+            processes = tree_of(second.info["sid"])
+            answers = [answer_to(port, data) for port, data in sent]
+            assert tree_of(second.info["sid"]) == processes  # no replay made an actor or a process
+            assert second.turn("after") == "the answer to after is three"
+    reached = [a for a in answers if a != "nobody listens"]
+    assert len(reached) >= 3, f"too few frames reached a process of the second runtime: {answers}"
+    assert "ack" not in answers  # an ACK: the frame was taken (unpickled, delivered)
+    assert set(reached) <= {"notice", "refused"}
+
+
+@pytest.mark.skipif(available() is not None, reason=str(available()))
+def test_a_process_that_knows_a_runtime_only_by_its_port_is_told_its_incarnation_and_answered() -> None:
+    key = "a deployment key of some length"
+    with relayed(FaultPolicy()) as relay, Child(key=key.encode().hex(), admin_port=1900):
+        before = relay.counts["notice"]
+        nodes = subprocess.run(
+            [sys.executable, "-m", "actors.cli", "--json", "nodes", "--admin", "127.0.0.1:1900"],
+            env=dict(ENV, GREENROOM_KEY=key), cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        notices = relay.counts["notice"] - before
+    assert (nodes.returncode, nodes.stderr) == (0, "")
+    assert [(n["node"], n["leader"]) for n in json.loads(nodes.stdout)] == [("127.0.0.1:1900", True)]  # no member
+    assert notices >= 1, "the command line's first frame, sealed for no incarnation, got a notice"
+
+
+def answer_to(port: int, data: bytes) -> str:
+    """How a frame replayed on its own port was answered (straight there: the relay lets
+    connections with its mark pass)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, MARK)
+        s.settimeout(10)
+        try:
+            s.connect(("127.0.0.1", port))
+        except ConnectionRefusedError:
+            return "nobody listens"
+        s.sendall(frame(data))
+        s.shutdown(socket.SHUT_WR)
+        answer = b""
+        with contextlib.suppress(ConnectionResetError, TimeoutError):
+            while chunk := s.recv(65536):
+                answer += chunk
+    if answer == ACK:
+        return "ack"
+    if answer in (ACK_DATAERR, b""):
+        return "refused"
+    return "notice" if answer.partition(b">")[2].startswith(NOTICE_MAGIC) else f"answered {answer[:40]!r}"
 
 
 # -- limits and confidentiality, each in a runtime of its own ---------------------------------
@@ -214,6 +295,6 @@ def test_idle_connections_are_capped_per_peer_and_closed_after_the_frame_timeout
 def test_with_encryption_nothing_of_a_turn_is_readable_on_the_wire(encrypt: bool) -> None:
     with Child(encrypt=encrypt) as child, capture() as wire:
         assert child.turn("xylophone") == "the answer to xylophone is three"
-    ours = b"".join(data for _, data in wire.payloads if b"GRv2" in data)
+    ours = b"".join(data for _, data in wire.payloads if MAGIC in data)
     assert ours, "the capture saw the runtime's frames"
     assert (b"xylophone" in ours) is (not encrypt)

@@ -18,7 +18,7 @@ from actors.turn.decisions import (
     ToolLost,
 )
 from actors.turn.results import interrupted_content
-from actors.turn.rules import TurnRules
+from actors.turn.rules import STOP_CONFIRM_MARGIN, TurnRules
 from messages import (
     CancelTurn,
     ChatMessage,
@@ -27,6 +27,7 @@ from messages import (
     LLMDeltas,
     LLMFailed,
     ProviderConfig,
+    ReportProgress,
     RespondToApprovals,
     StartTurn,
     StopTool,
@@ -107,9 +108,9 @@ def test_start_emits_started_persists_and_takes_a_step() -> None:
 def test_a_step_starts_a_stream_with_the_history_and_tools() -> None:
     rules, _ = new()
     out = step(rules)
-    assert kinds(out) == ["stream"]
-    assert out[0].request.messages == [ChatMessage.user("hi")]
-    assert [t["name"] for t in out[0].request.tools] == ["safe", "gated"]
+    assert kinds(out) == ["persist", "stream"]  # its start is recorded: recovered mid-stream, it asks again
+    assert out[1].request.messages == [ChatMessage.user("hi")]
+    assert [t["name"] for t in out[1].request.tools] == ["safe", "gated"]
 
 
 def test_deltas_are_applied_in_seq_order_and_stale_ones_dropped() -> None:
@@ -287,26 +288,31 @@ def test_stop_while_streaming_aborts_keeps_partial_text_and_ends_stopped() -> No
     assert rules.handle(LLMDeltas(stream_id=sid, seq=1, text="late")) == []
 
 
-def test_stop_while_tools_run_interrupts_them_and_synthesizes_their_messages() -> None:
+def test_stop_while_tools_run_interrupts_them_and_ends_the_turn_once_each_has_reported() -> None:
     rules, _ = new()
     step(rules)
     respond(rules, ("c1", "safe", False), ("c2", "gated", True))
     out = rules.handle(StopTurn(turn_id="t", reason="user"))
+    assert kinds(out) == ["persist", "interrupt", "settimer"]  # no ToolFinished, no Finish yet
+    assert (out[1].message.call_id, out[1].message.mode, out[1].message.reason) == ("c1", "stop", "user")
+    assert out[2] == SetTimer("stop_backstop:c1:1", 2.0 + STOP_CONFIRM_MARGIN, 0)
+    assert rules.state.phase == "tools" and rules.state.call("c1").status == "stopping"  # type: ignore[union-attr]
+    stopped = interrupted_content("the call was stopped", "user")  # what the tool process reports
+    out = rules.handle(ToolResult(turn_id="t", call_id="c1", outcome="interrupted", content=stopped))
     assert kinds(out) == [
-        "persist",
-        "interrupt",
         "emit:tool_finished",
+        "persist",
         "emit:tool_finished",
         "emit:error",
         "emit:finish:stopped",
         "persist",
         "done",
     ]
-    assert out[1].message.mode == "stop"
-    assert tool_messages(rules) == [
-        ("c1", interrupted_content("the turn was stopped", "user")),
-        ("c2", interrupted_content("the turn was stopped", "user")),
+    assert [(e.event.call_id, e.event.outcome) for e in out if isinstance(e, Emit) and e.event.kind == "tool_finished"] == [
+        ("c1", "interrupted"),
+        ("c2", "interrupted"),
     ]
+    assert tool_messages(rules) == [("c1", stopped), ("c2", interrupted_content("the turn was stopped", "user"))]
     assert rules.handle(result("c1")) == []
 
 
@@ -318,9 +324,14 @@ def test_stop_and_cancel_are_idempotent_and_the_first_reason_wins() -> None:
     assert kinds(out) == ["persist", "interrupt"]
     assert kinds(rules.handle(CancelTurn(turn_id="t", reason="second"))) == []
     out = rules.handle(StopTurn(turn_id="t", reason="third"))
+    assert kinds(out) == ["persist", "interrupt", "settimer"]
+    assert out[1].message.reason == "first"
+    assert kinds(rules.handle(StopTurn(turn_id="t", reason="fourth", request_id="x"))) == ["reply"]
+    assert kinds(rules.handle(CancelTurn(turn_id="t", reason="fifth"))) == []
+    out = rules.handle(result("c1"))
     assert "emit:finish:cancelled" in kinds(out)
     assert rules.state.cancel.reason == "first"
-    assert kinds(rules.handle(StopTurn(turn_id="t", reason="fourth", request_id="x"))) == ["reply"]
+    assert kinds(rules.handle(StopTurn(turn_id="t", reason="sixth", request_id="y"))) == ["reply"]
 
 
 def test_cancel_lets_the_running_response_complete_then_ends() -> None:
@@ -341,15 +352,13 @@ def test_cancel_waits_for_running_tools_and_a_grace_turns_it_into_a_stop() -> No
     assert SetTimer("cancel_grace", 2.0, 0) in out
     assert step(rules) == []  # the call is still running
     out = rules.handle(TimerFired("cancel_grace", 0))
-    assert kinds(out) == [
-        "persist",
-        "interrupt",
-        "emit:tool_finished",
-        "emit:error",
-        "emit:finish:cancelled",
-        "persist",
-        "done",
-    ]
+    assert kinds(out) == ["persist", "interrupt", "settimer"]
+    assert (out[1].message.mode, out[1].message.reason, out[1].message.cause) == ("stop", "r", "user")
+    assert rules.state.stop.cause == "grace_expired"  # type: ignore[union-attr]
+    cancelled = interrupted_content("the call was cancelled", "r")
+    out = rules.handle(ToolResult(turn_id="t", call_id="c1", outcome="interrupted", content=cancelled))
+    assert kinds(out) == ["emit:tool_finished", "persist", "emit:error", "emit:finish:cancelled", "persist", "done"]
+    assert tool_messages(rules) == [("c1", cancelled)]
 
 
 def test_stop_tool_ends_one_call_and_the_turn_goes_on() -> None:
@@ -357,12 +366,13 @@ def test_stop_tool_ends_one_call_and_the_turn_goes_on() -> None:
     step(rules)
     respond(rules, ("c1", "safe", False), ("c2", "safe", False))
     out = rules.handle(StopTool(turn_id="t", call_id="c1", reason="too slow", request_id="q"))
-    assert kinds(out) == ["interrupt", "emit:tool_finished", "persist", "reply"]
-    rules.handle(result("c2"))
-    assert tool_messages(rules) == [
-        ("c1", interrupted_content("the call was stopped", "too slow")),
-        ("c2", '{"ok": true, "data": 1}'),
-    ]
+    assert kinds(out) == ["interrupt", "settimer", "persist", "reply"]  # its ToolFinished comes with its end
+    assert kinds(rules.handle(StopTool(turn_id="t", call_id="c1", reason="again", request_id="q2"))) == ["reply"]
+    assert kinds(rules.handle(result("c2"))) == ["emit:tool_finished", "persist"]  # c1 has not ended: the batch waits
+    stopped = interrupted_content("the call was stopped", "too slow")
+    out = rules.handle(ToolResult(turn_id="t", call_id="c1", outcome="interrupted", content=stopped))
+    assert kinds(out) == ["emit:tool_finished", "persist", "persist", "schedulestep"]
+    assert tool_messages(rules) == [("c1", stopped), ("c2", '{"ok": true, "data": 1}')]
     assert rules.state.phase == "idle"
 
 
@@ -424,6 +434,8 @@ def test_every_finish_leaves_a_valid_history() -> None:
     step(rules)
     respond(rules, ("c1", "safe", False), ("c2", "gated", True), ("c3", "nope", False))
     rules.handle(StopTurn(turn_id="t"))
+    rules.handle(result("c1"))
+    assert rules.state.phase == "finished"
     assert history_problems(rules.state.messages) == []
 
 
@@ -448,6 +460,35 @@ def test_recovery_reruns_only_retry_safe_calls_and_keeps_recorded_results() -> N
     rules.handle(result("c3", '"done before the crash"'))
     out = TurnRules(rules.state.model_copy(deep=True)).recover()
     spawned = [d.run for d in out if isinstance(d, Spawn)]
-    assert [(r.call.id, r.attempt, r.idempotency_key) for r in spawned] == [("c2", 2, "t:c2")]
+    assert [(r.call.id, r.attempt, r.idempotency_key) for r in spawned] == [("c2", 2, "t:0:c2")]  # its first key
     finished = [d.event for d in out if isinstance(d, Emit) and d.event.kind == "tool_finished"]
     assert [(e.call_id, e.outcome) for e in finished] == [("c1", "interrupted")]
+
+
+# -- stale results and keys (issue 30) ------------------------------------------------------------
+
+
+def test_a_result_or_progress_of_an_earlier_run_of_a_call_is_dropped_and_never_recorded() -> None:
+    safe_retry = ToolSpec(name="again", ref="x:again", retry_safe=True)
+    rules, _ = new(tools=[SAFE, safe_retry])
+    step(rules)
+    respond(rules, ("c1", "again", False))
+    recovered = TurnRules(rules.state.model_copy(deep=True))  # the host died; the call runs again
+    recovered.recover()
+    assert recovered.state.call("c1").attempt == 2  # type: ignore[union-attr]
+    late = result("c1", '{"ok": true, "data": "from the first run"}').model_copy(update={"attempt": 1})
+    progress = ReportProgress(turn_id="t", call_id="c1", seq=0, data={"page": 1}, attempt=1)
+    assert (recovered.handle(late), recovered.handle(progress)) == ([], [])
+    assert recovered.state.call("c1").status == "running"  # type: ignore[union-attr]
+    now = result("c1", '{"ok": true, "data": "from this run"}').model_copy(update={"attempt": 2})
+    assert "emit:tool_finished" in kinds(recovered.handle(now))
+
+
+def test_an_idempotency_key_is_unique_per_call_across_rounds_and_the_same_on_every_attempt() -> None:
+    rules, _ = new()
+    step(rules)
+    first = [d.run for d in respond(rules, ("call_1", "safe", False)) if isinstance(d, Spawn)]
+    rules.handle(result("call_1"))
+    step(rules)
+    second = [d.run for d in respond(rules, ("call_1", "safe", False)) if isinstance(d, Spawn)]  # the same id again
+    assert [r.idempotency_key for r in first + second] == ["t:0:call_1", "t:1:call_1"]

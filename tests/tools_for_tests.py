@@ -59,7 +59,8 @@ def shell(command: str, marker: str | None = None) -> dict[str, Any]:
 
 @tool
 def wait_for_stop(marker: str) -> str:
-    """Register an on_stop callback that writes ``marker``, then wait until it ran."""
+    """Register an on_stop callback that writes ``marker``, wait until it ran, then leave as
+    stopped (the tool sees its stop once its callbacks have returned)."""
     ctx = ToolContext.current()
     stopped = threading.Event()
 
@@ -71,6 +72,8 @@ def wait_for_stop(marker: str) -> str:
     with ctx.cancellation.on_stop(on_stop):
         ctx.report_progress("registered")
         stopped.wait(60)
+    ctx.cancellation.wait(10)
+    ctx.cancellation.throw_if_requested()
     return "returned"
 
 
@@ -340,3 +343,86 @@ async def inline_exiting_on_stop() -> str:
     ctx.report_progress({"pid": os.getpid()})
     await asyncio.sleep(300)
     return "woke"
+
+
+def _stop_callbacks(log: str) -> tuple[Any, Any]:
+    """The callbacks of issue 36's scenario, registered on the running call: ``a`` raises,
+    ``b`` is plain, ``c`` is closed before the stop. Returns (the cancellation, note)."""
+    cancel = ToolContext.current().cancellation
+
+    def note(line: str) -> None:
+        append_line(log, line)
+
+    def raises() -> None:
+        note("a")
+        raise RuntimeError("callback a raises")
+
+    cancel.on_stop(raises)
+    cancel.on_stop(lambda: note("b"))
+    closed = cancel.on_stop(lambda: note("c"))
+    closed.close()
+    return cancel, note
+
+
+@tool
+def stop_callbacks(log: str) -> str:
+    """Issue 36: register a, b, c (closed), then w while waiting to be stopped, then d."""
+    cancel, note = _stop_callbacks(log)
+    with cancel.on_stop(lambda: note("w")):
+        ToolContext.current().report_progress("waiting")
+        while not cancel.requested:
+            time.sleep(0.005)  # the tool's own work, until it sees its stop
+    cancel.on_stop(lambda: note("d"))  # after the stop: runs at once, here
+    note("d-returned")
+    cancel.throw_if_requested()
+    return "never"
+
+
+@tool(inline=True)
+async def inline_stop_callbacks(log: str) -> str:
+    """``stop_callbacks`` as an inline ``async def`` tool: its task is cancelled when it sees its stop."""
+    cancel, note = _stop_callbacks(log)
+    with cancel.on_stop(lambda: note("w")):
+        ToolContext.current().report_progress("waiting")
+        try:
+            while not cancel.requested:
+                await asyncio.sleep(0.005)  # the tool's own work, until it sees its stop
+        except asyncio.CancelledError:
+            pass  # seen as a cancelled task: the tool still has its cleanup to do
+    cancel.on_stop(lambda: note("d"))
+    note("d-returned")
+    cancel.throw_if_requested()
+    return "never"
+
+
+@tool
+def returns_during_stop(log: str) -> str:
+    """Return while the stop's callback still runs: the callback notes that it started, waits
+    for the tool to have returned, then notes that it is done."""
+    ctx = ToolContext.current()
+
+    def slow_cleanup() -> None:
+        append_line(log, "cleanup started")
+        _wait_for_line(log, "tool returned")
+        append_line(log, "cleanup done")
+
+    ctx.cancellation.on_stop(slow_cleanup)
+    ctx.report_progress("registered")
+    _wait_for_line(log, "cleanup started")
+    append_line(log, "tool returned")
+    return "done"
+
+
+@tool
+def ignores_stop(release: str) -> str:
+    """A blocking tool that never looks at its flag, with an on_stop callback that blocks too;
+    both until ``release`` exists."""
+    ctx = ToolContext.current()
+
+    def close_index() -> None:
+        _block_until(release)
+
+    ctx.cancellation.on_stop(close_index)
+    ctx.report_progress({"pid": os.getpid()})
+    _block_until(release, limit=60)
+    return "released"

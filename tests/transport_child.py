@@ -3,7 +3,8 @@ transport is configured once per process), steered line by line over stdin.
 
     python -m tests.transport_child '{"frame_timeout": 1, "encrypt": true}'
 
-Prints ``{"pid", "sid", "admin_port"}``, then for each line: ``turn <word>`` runs a turn
+``key`` (hex) and ``admin_port`` in the settings go to the Runtime, the rest to its
+``TransportConfig``. Prints ``{"pid", "sid", "admin_port"}``, then for each line: ``turn <word>`` runs a turn
 whose prompt and answer contain the word and prints ``{"text": ...}``; ``quit`` closes.
 """
 
@@ -20,8 +21,14 @@ from . import tools_for_tests as T
 
 
 def main() -> None:
-    config = TransportConfig(**json.loads(sys.argv[1]))
-    with ScriptedProvider() as provider, Runtime(provider.provider(), transport=config) as rt:
+    settings = json.loads(sys.argv[1])
+    key = bytes.fromhex(settings.pop("key")) if "key" in settings else None
+    admin_port = settings.pop("admin_port", None)
+    config = TransportConfig(**settings)
+    with (
+        ScriptedProvider() as provider,
+        Runtime(provider.provider(), transport=config, key=key, admin_port=admin_port) as rt,
+    ):
         print(json.dumps({"pid": rt.admin_sid, "sid": rt.admin_sid, "admin_port": rt.admin_port}), flush=True)
         for line in sys.stdin:
             verb, _, word = line.strip().partition(" ")

@@ -32,6 +32,7 @@ from ..lifecycle import owner
 from ..store.sqlite import TurnSummary
 from .handle import AsyncTurnHandle
 from .inputs import History
+from .routing import waiting
 from .runtime import Runtime, ToolLike
 
 __all__ = ["AsyncRuntime"]
@@ -90,7 +91,7 @@ class AsyncRuntime:
 
     async def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> AsyncTurnHandle:
         """A handle on a turn started elsewhere; see ``Runtime.attach``."""
-        stream, subscribed = self.sync._subscribe(turn_id, since)
+        stream, subscribed = self.sync._subscribe(turn_id, since, timeout)
         floor = None
         if subscribed is not None:
             try:
@@ -103,7 +104,7 @@ class AsyncRuntime:
     async def control(self, command: Any, timeout: float = 10.0) -> ControlReply:
         """Send a command to its turn and return the turn's reply; see ``Runtime.control``."""
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(self.sync._command(command)), timeout)
+            return await asyncio.wait_for(asyncio.wrap_future(self.sync._command(waiting(command, timeout))), timeout)
         except TimeoutError:
             raise TurnTimeout(f"no answer to {command.kind} after {timeout} s") from None
 

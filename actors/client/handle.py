@@ -38,6 +38,7 @@ from messages import (
 )
 
 from ..errors import ControlRejected, TurnTimeout
+from .routing import waiting
 from .stream import TurnResult, TurnStream
 
 __all__ = ["AsyncTurnHandle", "SendCommand", "TurnHandle", "TurnResult"]
@@ -84,6 +85,14 @@ class _Handle:
         """The id of the host running the turn as this handle last knew it (``node/slot``,
         where ``node`` is that node's ``host:port``); None until it is known."""
         return self._stream.host_id
+
+    @property
+    def moving(self) -> str | None:
+        """Why the turn's events have paused while the Runtime follows it to where it goes on
+        (its host could not reach the store and stopped its work, or was lost, or another
+        host took it over: ``docs/durable.md``); None while its host is known. Commands sent
+        meanwhile wait, and are sent once the turn is found."""
+        return self._stream.moving
 
     def received_at(self, seq: int) -> float | None:
         """When (``time.monotonic()``) this process received event ``seq``, for latency figures."""
@@ -149,7 +158,7 @@ class TurnHandle(_Handle):
         return found
 
     def _command(self, command: Any, timeout: float) -> ControlReply:
-        future = self._send(command)
+        future = self._send(waiting(command, timeout))
         try:
             return self._after(future.result(timeout))
         except concurrent.futures.TimeoutError:
@@ -250,7 +259,7 @@ class AsyncTurnHandle(_Handle):
         return found
 
     async def _command(self, command: Any, timeout: float) -> ControlReply:
-        future = self._send(command)
+        future = self._send(waiting(command, timeout))
         try:
             reply = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except TimeoutError:  # from wait_for only: a delivery failure raises HostUnreachable

@@ -1,8 +1,8 @@
 """What a Runtime answers about its cluster and its store, without touching a turn.
 
-A base of ``Runtime``: the nodes of its convention as its directory sees them, the joins and
-leaves it has seen, and the turns and events of its store (opened in this process, after
-the tree was forked, on first use).
+A base of ``Runtime``: the nodes of its deployment (its own first) as its directory sees
+them, the joins and leaves it has seen, and the turns and events of its store (opened in
+this process, after the tree was forked, on first use).
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ class Queries:
     # -- nodes ----------------------------------------------------------------------------
 
     def nodes(self, timeout: float = 10.0) -> list[NodeInfo]:
-        """The nodes that joined this runtime's convention, as its directory sees them."""
+        """The nodes of this runtime's deployment, as its directory sees them: its own node
+        first (``leader=True``: it runs hosts and a pool as the members do), then each member
+        that joined, each with its capabilities and its number of TurnHosts."""
         self._running()
         assert self._session is not None
         return self._inbound.nodes(self._session.endpoint.send, self._session.directory, timeout)
@@ -64,11 +66,11 @@ class Queries:
 
     def turns(self) -> list[TurnSummary]:
         """Every turn of the store, newest first (needs ``store=``)."""
-        return self._need_store().summaries()
+        return self._need_store().log.summaries()
 
     def updates(self, turn_id: str, since: int = 0) -> list[TurnEvent]:
         """The stored events of a turn from ``seq`` ``since`` on (needs ``store=``)."""
-        return self._need_store().events(turn_id, since)
+        return self._need_store().log.events(turn_id, since)
 
     def _need_store(self) -> TurnStore:
         if self.store_path is None:

@@ -59,7 +59,8 @@ class Inbound:
         self._members_cond = threading.Condition()
         self._next_gap_check = 0.0
         # a host says a turn moved (``Error(turn_moved)``): the Runtime follows it
-        self.on_moved: Callable[[str, TurnStream, str], None] = lambda turn_id, stream, why: None
+        # a host let go of a turn: (turn id, stream, why, the owner that let go, its epoch)
+        self.on_moved: Callable[[str, TurnStream, str, str | None, int | None], None] = lambda *moved: None
 
     # -- what callers wait on -------------------------------------------------------------
 
@@ -187,7 +188,7 @@ class Inbound:
                     stream.drop(event.message)
                     self.drop(event.turn_id, stream)
                 elif isinstance(event, Error) and event.error_type == "turn_moved":
-                    self.on_moved(event.turn_id, stream, event.message)
+                    self.on_moved(event.turn_id, stream, event.message, event.detail, event.epoch)
                 continue
             touched[event.turn_id] = stream
             if stream.deliver(event, wake=False):

@@ -2,7 +2,7 @@
 
 A new turn is placed on a host of the cluster's table (``NodesChanged``, from the
 directory) by rendezvous hashing over the hosts whose store is the Runtime's (none, or the
-same one) on nodes with the capabilities the turn ``requires`` (``wire.placement``: no
+same one) on nodes with the capabilities the turn ``requires`` (``placement``: no
 message, no load report, and a host that leaves moves only its own turns). The turn's
 stream remembers its host (``TurnStream.host``); a command for a turn this Runtime neither
 started nor follows goes where the turn would have been placed, and a host that does not
@@ -11,7 +11,9 @@ run it finds it (``cluster.routes``, ``host.registry``).
 - Order: Thespian does not order messages, so a command for a turn whose ``StartTurn`` has
   not been acknowledged yet is held here and sent once it is (the host then has the turn);
   it can never overtake the start, however slow the network is. The same holds while a
-  moved turn is being followed to its new host.
+  moved turn is being followed to its new host. A command that says how long its waiter
+  waits (``answer_within``: ``waiting``) leaves with what is left of that wait, so that a
+  host that does not know the turn answers before the waiter gives up.
 - A message the transport could not deliver, after its own retries, fails its waiter: a
   command's future raises ``HostUnreachable``, a starting turn's stream ends ``host_lost``,
   and so do the commands held for it. A resend after a lost acknowledgement is not a
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -38,13 +41,14 @@ from messages import Consumed, ControlReply, StartTurn, Subscribe, Unsubscribe, 
 
 from ..cluster.membership import matches
 from ..errors import ConfigurationError, HostUnreachable
-from ..wire.placement import rendezvous
+from ..placement import rendezvous
 from ..wire.protocol import HostReplaced, NodeRecord, NodesChanged, Shutdown
 from .endpoint import Endpoint
+from .follow import Lost
 from .receiving import Inbound
 from .stream import TurnStream
 
-__all__ = ["Hosts", "addressed"]
+__all__ = ["Hosts", "addressed", "waiting"]
 
 Held = list[tuple[Any, concurrent.futures.Future[ControlReply]]]
 
@@ -54,6 +58,17 @@ def addressed(command: Any) -> None:
     refused = unaddressed(command)
     if refused is not None:
         raise ConfigurationError(f"{refused.message} to be sent through the Runtime")
+
+
+def waiting(message: Any, timeout: float | None) -> Any:
+    """``message`` (a command, a ``Subscribe``) saying that its sender waits ``timeout``
+    seconds for the answer (``answer_within``), unless it already says less."""
+    if timeout is None or timeout <= 0 or "answer_within" not in getattr(type(message), "model_fields", {}):
+        return message
+    within = message.answer_within
+    if within is not None and within <= timeout:
+        return message
+    return message.model_copy(update={"answer_within": timeout})
 
 
 class Hosts:
@@ -67,7 +82,7 @@ class Hosts:
         directory: Any,
         local: NodeRecord,
         window: int | None = None,
-        follow: Callable[[str, TurnStream, str | None], None] | None = None,
+        follow: Callable[[str, TurnStream, str | None, int | None], None] | None = None,
     ) -> None:
         self._endpoint = endpoint
         self._inbound = inbound
@@ -76,13 +91,14 @@ class Hosts:
         self._nodes: list[NodeRecord] = [local]
         self._local = local.node
         self.window = window
-        self._follow = follow  # None: no store every node reaches, a moved turn cannot be followed
+        self._follow = follow  # None: no store, a moved turn cannot be followed
         self._lock = threading.Lock()
         self._table_changed = threading.Condition()
         self._held: dict[str, Held] = {}  # turn id -> commands waiting for its start, or its new host
         # request id -> a command sent to a host and not yet acknowledged, and where it went:
         # sent again at once if that host is replaced (``replaced``), not when the transport gives up
         self._in_flight: dict[str, tuple[Any, concurrent.futures.Future[ControlReply], Any]] = {}
+        self._answer_by: dict[str, float] = {}  # request id -> when its waiter stops waiting (monotonic)
 
     # -- where -----------------------------------------------------------------------------
 
@@ -117,7 +133,7 @@ class Hosts:
         return None
 
     def _at(self, stream: TurnStream, address: Any) -> None:
-        stream.host, stream.host_id = address, self.host_id(address)
+        stream.host, stream.host_id, stream.moving = address, self.host_id(address), None
 
     def of(self, turn_id: str) -> Any:
         """Where to send a message for ``turn_id``: its host if this Runtime knows it, else
@@ -176,6 +192,9 @@ class Hosts:
         rid = command.request_id
         future = self._inbound.expect(rid)
         future.add_done_callback(lambda f: self._inbound.forget(rid) if f.cancelled() else None)
+        if getattr(command, "answer_within", None) is not None:
+            self._answer_by[rid] = time.monotonic() + command.answer_within
+            future.add_done_callback(lambda f: self._answer_by.pop(rid, None))
         with self._lock:
             held = self._held.get(command.turn_id)
             if held is not None:
@@ -186,6 +205,9 @@ class Hosts:
 
     def _send(self, command: Any, future: concurrent.futures.Future[ControlReply]) -> None:
         tid, rid = command.turn_id, command.request_id
+        answer_by = self._answer_by.get(rid)
+        if answer_by is not None:  # it may have waited here (for its turn's start, its new host)
+            command = command.model_copy(update={"answer_within": max(answer_by - time.monotonic(), 0.001)})
         target = self.of(tid)
         with self._lock:
             self._in_flight[rid] = (command, future, target)
@@ -215,11 +237,13 @@ class Hosts:
 
         self._endpoint.send(target, command, lost, sent)
 
-    def subscribe(self, turn_id: str, since: int) -> tuple[TurnStream, concurrent.futures.Future[ControlReply]]:
+    def subscribe(
+        self, turn_id: str, since: int, timeout: float | None = None
+    ) -> tuple[TurnStream, concurrent.futures.Future[ControlReply]]:
         """Follow a turn started elsewhere from ``since``; the future gets the host's answer
-        (and the stream its host: whoever answered)."""
+        (and the stream its host: whoever answered), within ``timeout`` s if it says one."""
         stream = self.open(turn_id, since, fresh=False)
-        return stream, self.command(Subscribe(turn_id=turn_id, since=since, window=self.window))
+        return stream, self.command(waiting(Subscribe(turn_id=turn_id, since=since, window=self.window), timeout))
 
     def unsubscribe(self, turn_id: str) -> None:
         """Tell the turn's host to send this runtime nothing more of it."""
@@ -227,9 +251,12 @@ class Hosts:
 
     # -- a moved turn ---------------------------------------------------------------------
 
-    def moved(self, turn_id: str, stream: TurnStream, detail: str, lost_owner: str | None = None) -> None:
-        """The turn's host (``lost_owner``) is gone or let go of it: follow it to the host
-        that takes it over (a durable turn), holding its commands meanwhile; else it ends here."""
+    def moved(
+        self, turn_id: str, stream: TurnStream, detail: str, lost_owner: str | None = None, epoch: int | None = None
+    ) -> None:
+        """The turn's host (``lost_owner``) is gone or let go of it (at ``epoch``, if it said):
+        follow it to the host that takes it over (a durable turn), holding its commands
+        meanwhile; else it ends here."""
         if stream.finished or (stream.host is None and turn_id in self._held):
             return  # ended, or already being followed
         lost_owner = lost_owner or self.host_id(stream.host)
@@ -239,13 +266,13 @@ class Hosts:
             return
         with self._lock:
             self._held.setdefault(turn_id, [])
-        stream.host = None
-        self._follow(turn_id, stream, lost_owner)
+        stream.host, stream.moving = None, detail
+        self._follow(turn_id, stream, lost_owner, epoch)
 
     def found(self, turn_id: str, stream: TurnStream, host: Any) -> None:
-        """A followed turn is on ``host`` now (None: it could not be found; it ends here)."""
-        if host is None:
-            stream.lost("its host was lost and no other host took the turn over in time")
+        """A followed turn is on ``host`` now (a ``follow.Lost``: it could not be found; it ends here)."""
+        if isinstance(host, Lost):
+            stream.lost(host.detail, host.error_type)
             self._inbound.drop(turn_id, stream)
             for command, future in self._release(turn_id):
                 _unreachable(command, future, self._inbound)

@@ -44,7 +44,7 @@ from messages import (
 )
 
 from ..console import NO_CONSOLE, start_console
-from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
+from ..errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
 from ..lifecycle import owner
 from ..lifecycle.processes import free_port
 from ..store import TurnStore
@@ -55,12 +55,12 @@ from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
 from ..wire.protocol import Configure, HostReplaced, NodesChanged
 from ..wire.transport import TransportConfig
-from .follow import Follower
+from .follow import STORE_WAIT, Follower
 from .handle import TurnHandle
 from .inputs import History, checked_provider, checked_tools, history
 from .queries import Queries
 from .receiving import Inbound
-from .routing import Hosts, addressed
+from .routing import Hosts, addressed, waiting
 from .session import Session
 from .stream import TurnResult, TurnStream
 
@@ -90,13 +90,14 @@ class Runtime(Queries):
     turn's host sends it at most that many events past what its readers have read, and keeps
     the rest in the turn's log until they read on (``None``: no bound). A command for a turn
     its host does not know yet (it overtook the turn's start, from another process) is held
-    ``command_hold`` seconds (the transport's ``deliver_within``) before ``unknown_turn``.
+    ``command_hold`` seconds (the transport's ``deliver_within``) before ``unknown_turn``, and
+    never more than three quarters of the time its sender waits for the answer (what the
+    command says in ``answer_within``: ``control()`` and the handles set their ``timeout``).
 
     Starting a Runtime changes Thespian in this process and every process it forks: frames
     are signed and sockets bound to ``host`` (``transport``), a lost node is noticed in
-    seconds (``thespian_compat.tune_convention``), and a few internals are used for
-    ACK-clocked batches and the non-blocking endpoint. ``thespian_compat`` lists each of
-    them and refuses, at start, a Thespian version they were not tested with.
+    seconds, and a few internals are used for ACK-clocked batches and the non-blocking
+    endpoint: ``thespian_compat`` lists them, and refuses an untested Thespian version.
     """
 
     def __init__(
@@ -122,6 +123,7 @@ class Runtime(Queries):
         command_hold: float | None = None,
         meter_provider: Any = None,
         console: Any = None,
+        store_wait: float = STORE_WAIT,
     ) -> None:
         self.provider = provider
         self.event_window = event_window
@@ -150,8 +152,12 @@ class Runtime(Queries):
         self._inbound = Inbound(
             lambda: self._closed, self._hosts_changed, self._spans.put, self._forgotten, self._metrics.put
         )
-        self._inbound.on_moved = lambda turn_id, stream, why: self._running().moved(turn_id, stream, why)
-        self._follower = Follower(self._need_store, lambda tid, stream, at: self._running().found(tid, stream, at))
+        self._inbound.on_moved = lambda turn_id, stream, why, owner, epoch: self._running().moved(
+            turn_id, stream, why, owner, epoch
+        )
+        if store_wait <= 0:
+            raise ConfigurationError(f"store_wait must be a number of seconds > 0, not {store_wait!r}")
+        self._follower = Follower(self._need_store, lambda t, stream, at: self._running().found(t, stream, at), store_wait)
         self._console_config, self._console = console, NO_CONSOLE
         self._closed = False
         self._started = False
@@ -276,8 +282,10 @@ class Runtime(Queries):
     def control(self, command: Any, timeout: float = 10.0) -> ControlReply:
         """Send a command (``StopTurn``, ``CancelTurn``, ``RespondToApprovals``, ``StopTool``,
         ``ToolApprovalResponse`` with a ``turn_id``) to its turn and return the turn's reply.
-        A refusal is returned as a reply with ``ok=False``, not raised."""
-        future = self._command(command)
+        A refusal is returned as a reply with ``ok=False``, not raised. A host that does not
+        know the turn answers ``unknown_turn`` within ``timeout`` (the command says so:
+        ``answer_within``), having held it that long in case it overtook its turn's start."""
+        future = self._command(waiting(command, timeout))
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
@@ -337,7 +345,7 @@ class Runtime(Queries):
     def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> TurnHandle:
         """A handle on a turn started elsewhere (or recovered), with its events from ``since``
         on, then as they happen. An unknown turn raises ``ControlRejected("unknown_turn")``."""
-        stream, subscribed = self._subscribe(turn_id, since)
+        stream, subscribed = self._subscribe(turn_id, since, timeout)
         floor = None
         if subscribed is not None:
             try:
@@ -348,14 +356,17 @@ class Runtime(Queries):
             floor = self._subscribed(turn_id, stream, reply)
         return TurnHandle(self._command, stream, since, floor)
 
-    def _subscribe(self, turn_id: str, since: int) -> tuple[TurnStream, concurrent.futures.Future[ControlReply] | None]:
-        """The turn's stream; and the host's answer to our subscription, unless we have it."""
+    def _subscribe(
+        self, turn_id: str, since: int, timeout: float | None = None
+    ) -> tuple[TurnStream, concurrent.futures.Future[ControlReply] | None]:
+        """The turn's stream; and the host's answer to our subscription (within ``timeout``
+        s), unless we have it."""
         hosts = self._running()
         addressed(Subscribe(turn_id=turn_id))
         mine = self._inbound.stream(turn_id)
         if mine is not None and since >= mine._base:  # started here: already subscribed
             return mine, None
-        return hosts.subscribe(turn_id, since)
+        return hosts.subscribe(turn_id, since, timeout)
 
     def _subscribed(self, turn_id: str, stream: TurnStream, reply: ControlReply) -> int | None:
         """The host's answer to an attach: a refusal raises; ``resumes_at`` (the turn was

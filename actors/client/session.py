@@ -21,7 +21,6 @@ from thespian.actors import ActorSystem
 from ..cluster.directory import DirectoryActor
 from ..cluster.names import DIRECTORY_NAME, LEADER_CAPABILITY
 from ..lifecycle.tree import ProcessTree
-from ..store.base import is_url
 from ..store.files import remove_runtime_file, write_runtime_file
 from ..wire import transport
 from ..wire.protocol import Configure, Configured, Hello, NodeRecord, Shutdown, Welcome
@@ -32,6 +31,8 @@ from .routing import Hosts
 from .system import SharedSystem
 
 __all__ = ["Session"]
+
+SHUTDOWN_WAIT = 3.5  # seconds the hosts get to end their turns: a stopped call's stop_grace (2 s), and a margin
 
 
 class Session:
@@ -66,7 +67,7 @@ class Session:
         event_window: int | None,
         start_timeout: float,
         forking: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
-        follow: Callable[[str, Any, str | None], None] | None = None,
+        follow: Callable[[str, Any, str | None, int | None], None] | None = None,
     ) -> tuple[Session, Configured]:
         """Start the tree; the session, and what the directory answered to ``configure``.
         On any failure the caller closes the session it got (or the tree, if none)."""
@@ -84,9 +85,9 @@ class Session:
             local = NodeRecord(
                 configure.node, dict(configure.capabilities), None, tuple(configured.hosts), configured.store_id
             )
-            shared = configure.store is not None and is_url(configure.store)
+            durable = configure.store is not None  # a turn whose host let go of it is followed through the store
             session.hosts = Hosts(
-                session.endpoint, inbound, session.directory, local, event_window, follow if shared else None
+                session.endpoint, inbound, session.directory, local, event_window, follow if durable else None
             )
         except BaseException:
             session.close(time.monotonic() + 1.0, keep_turns=configure.store is not None, store_path=None)
@@ -107,7 +108,7 @@ class Session:
         if self.hosts is not None:
             shutdown = Shutdown(keep_turns=keep_turns)
             self.endpoint.send(self.directory, shutdown)
-            self.hosts.shut_down(shutdown, min(2.0, deadline - time.monotonic() - 1.0))
+            self.hosts.shut_down(shutdown, min(SHUTDOWN_WAIT, deadline - time.monotonic() - 1.0))
         if store_path is not None and self.tree.lock_fd is not None:  # ours: we hold the lock
             remove_runtime_file(store_path)
         self.inbound.close()  # readers and callers still waiting raise RuntimeClosedError

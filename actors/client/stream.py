@@ -129,6 +129,7 @@ class TurnStream:
         self._waiters: list[Waiter] = []
         self.host: Any = None  # the address of the turn's host, where known (``routing``)
         self.host_id: str | None = None  # and its id, ``node/slot``
+        self.moving: str | None = None  # why its host let it go, while it is followed to where it goes on
         self.rejection: ControlReply | None = None  # the turn's StartTurn was refused
         self.rejections: list[ControlReply] = []
 
@@ -201,8 +202,9 @@ class TurnStream:
             self._wake()
             return ended
 
-    def lost(self, detail: str) -> None:
+    def lost(self, detail: str, error_type: str = "host_lost") -> None:
         """End the turn here, after what arrived: its host was lost (``messages.host_lost``),
+        or its store could not be reached for too long (``error_type="store_unavailable"``),
         with a tool message for every call the history left open."""
         with self._cond:
             seq = max([self._order.next - 1, *self._order.early]) + 1
@@ -213,7 +215,7 @@ class TurnStream:
                         results.setdefault(e.call_id, []).append(e.content)
             interrupted = error_result(f"Interrupted: Agent run lost ({detail})")
             history = close_open_calls(self._history, interrupted, results)
-            for event in host_lost(self.turn_id, seq, detail, history):
+            for event in host_lost(self.turn_id, seq, detail, history, error_type):
                 self.deliver(event)
             self._gap_since = time.monotonic() - LOST_AFTER
             self.fill_gaps(time.monotonic())

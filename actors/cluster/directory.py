@@ -29,12 +29,7 @@ from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
 
-from thespian.actors import (
-    ActorExitRequest,
-    ActorSystemConventionUpdate,
-    ChildActorExited,
-    WakeupMessage,
-)
+from thespian.actors import ActorExitRequest, ActorSystemConventionUpdate, ChildActorExited, WakeupMessage
 
 from messages import ListNodes, StartTurn, Subscribe, TurnCommand, WatchMembership, host_lost, reply_for, unaddressed
 
@@ -45,30 +40,12 @@ from ..logs import logger
 from ..store import TurnStore, open_store
 from ..store.base import is_url
 from ..tools.pool import ToolPool
+from ..placement import rendezvous
 from ..wire.dispatch import Dispatcher
-from ..wire.placement import rendezvous
 from ..wire.protocol import (
-    Configure,
-    Configured,
-    Find,
-    FindPool,
-    Hello,
-    HostConfig,
-    HostGone,
-    HostReady,
-    HostReplaced,
-    Located,
-    NodeRecord,
-    NodesChanged,
-    PoolConfig,
-    PoolFound,
-    Recover,
-    Recovered,
-    RegisterNode,
-    Relay,
-    Shutdown,
-    Welcome,
-)
+    Configure, Configured, Find, FindPool, Hello, HostConfig, HostGone, HostReady, HostReplaced, Located, NodeRecord,
+    NodesChanged, PoolConfig, PoolFound, Recover, Recovered, RegisterNode, Relay, Shutdown, Welcome,
+)  # fmt: skip
 from .membership import Membership
 from .names import LEADER_CAPABILITY, json_capabilities, node_name
 from .recovery import recovery_plan
@@ -101,6 +78,7 @@ class DirectoryActor(Dispatcher):
         self.configuring: Any = None
         self.owner: Any = None
         self.waiting: set[int] = set()  # slots whose HostReady / Recovered is awaited
+        self.identities: dict[int, str] = {}  # slot -> its host's identity in the store
         self.recovered: list[str] = []
         self.errors: dict[str, str] = {}
         self.replacing: dict[int, list[str]] = {}  # slot -> turns routed to its dead host
@@ -130,8 +108,8 @@ class DirectoryActor(Dispatcher):
             self.membership.leader = False
         if msg.store is not None:
             try:
-                self.store = open_store(msg.store)
-                self.store_id = self.store.identity()
+                self.store = open_store(msg.store, quick=True)  # a lost link fails a call in seconds
+                self.store_id = self.store.hosts.identity()
             except StoreError as exc:
                 self.errors["*"] = str(exc)
                 log().error("cannot open the store: %s", exc)
@@ -154,6 +132,8 @@ class DirectoryActor(Dispatcher):
         return f"{self.config.node if self.config else ''}/{slot}"
 
     def receiveMsg_HostReady(self, msg: HostReady, sender: Any) -> None:
+        if msg.identity is not None:
+            self.identities[msg.slot] = msg.identity
         if msg.slot in self.replacing:
             return self._recover([msg.slot])
         self.waiting.discard(msg.slot)
@@ -339,10 +319,19 @@ class DirectoryActor(Dispatcher):
             return
         slot = self.hosts.index(msg.childAddress)
         log().error("TurnHost %d exited; its turns are %s", slot, "recovered" if self.store else "lost")
+        self._drop_lease(self.identities.pop(slot, None))
         if self.pool is not None:
             self.send(self.pool, HostGone(msg.childAddress))
         self.replacing[slot] = self._lost_host(msg.childAddress)
         self.hosts[slot] = self._new_host(slot)
+
+    def _drop_lease(self, dead: str | None) -> None:
+        """A host that died gives up its lease: its replacement claims its turns at once."""
+        try:
+            if dead is not None and self.store is not None:
+                self.store.hosts.drop(dead)
+        except StoreError as exc:
+            log().warning("cannot drop the lease of host %s (its turns wait for it to run out): %s", dead, exc)
 
     def _lost_host(self, address: Any) -> list[str]:
         """Forget the routes to a host that is gone; the turns started through here it ran."""

@@ -113,7 +113,15 @@ class Membership:
             self.watchers.remove(who)
 
     def listing(self, request: ListNodes) -> NodeList:
-        nodes = [NodeInfo(node=n, capabilities=self.members[n]) for n in sorted(self.announced)]
+        """Every node of the deployment: this one (the leader, which runs hosts and a pool as
+        the others do) first, then the members announced, by name."""
+        nodes = []
+        own = self.nodes.get(self.local_node)
+        if own is not None:
+            nodes.append(NodeInfo(node=own.node, capabilities=own.capabilities, leader=True, hosts=len(own.hosts)))
+        for n in sorted(self.announced - {self.local_node}):
+            hosts = len(self.nodes[n].hosts) if n in self.nodes else 0
+            nodes.append(NodeInfo(node=n, capabilities=self.members[n], hosts=hosts))
         return NodeList(request_id=request.request_id, nodes=nodes)
 
     def _tell(self, change: MembershipChanged) -> None:

@@ -1,6 +1,6 @@
 """Names: the directory's global name, the leader's capability, a node's name and capabilities.
 
-(Which host runs which turn is ``wire.placement``: rendezvous hashing over the hosts.)
+(Which host runs which turn is ``placement``: rendezvous hashing over the hosts.)
 """
 
 from __future__ import annotations

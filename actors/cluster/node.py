@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -122,19 +123,71 @@ def start_node(
     return asys, upstream
 
 
+def _address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an argparse type)."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT with a port from 1 to 65535, not {text!r}")
+    return host, int(port)
+
+
+def _port(text: str) -> int:
+    """A TCP port from 1 to 65535 (an argparse type)."""
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, not {text!r}")
+    return int(text)
+
+
+def _count(least: int) -> Any:
+    def parse(text: str) -> int:
+        if not text.lstrip("-").isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, not {text!r}")
+        return int(text)
+
+    return parse
+
+
+def _check_addresses(leader: tuple[str, int], listen: str, admin_port: int) -> str:
+    """Refuse, saying why, a leader whose name does not resolve, a ``listen`` address this
+    machine does not have, or an admin port already taken here (by another node or runtime,
+    whose admin Thespian would otherwise join); the leader as ``host:port`` of its address."""
+    try:
+        address = socket.getaddrinfo(leader[0], leader[1], socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    except OSError as exc:
+        raise ConfigurationError(f"cannot resolve the leader {leader[0]!r}: {exc}") from None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((listen, 0))
+        except OSError as exc:
+            raise ConfigurationError(
+                f"--listen {listen} is not an address of this machine ({exc.strerror or exc}): "
+                "give the address of this machine that the other nodes reach"
+            ) from None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Thespian binds: only a listener is in the way
+        try:
+            probe.bind((listen, admin_port))
+        except OSError as exc:
+            raise ConfigurationError(
+                f"{listen}:{admin_port} is in use ({exc.strerror or exc}): another node or runtime runs there, "
+                "or give another --admin-port"
+            ) from None
+    return f"{address}:{leader[1]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="greenroom node", description="Join a greenroom deployment as a node.")
-    parser.add_argument("--leader", required=True, help="HOST:PORT of the leader's admin")
+    parser.add_argument("--leader", type=_address, required=True, help="HOST:PORT of the leader's admin")
     parser.add_argument("--listen", required=True, help="the address this node binds and advertises")
-    parser.add_argument("--admin-port", type=int, default=DEFAULT_ADMIN_PORT)
+    parser.add_argument("--admin-port", type=_port, default=DEFAULT_ADMIN_PORT)
     parser.add_argument("--capability", action="append", default=[], help="NAME or NAME=VALUE (JSON), repeatable")
     parser.add_argument(
         "--key-file", default=None, help="the deployment key (else $GREENROOM_KEY or $GREENROOM_KEY_FILE)"
     )
-    parser.add_argument("--hosts", type=int, default=None, help="TurnHosts on this node (default: one per core)")
+    parser.add_argument("--hosts", type=_count(0), default=None, help="TurnHosts on this node (default: one per core)")
     parser.add_argument("--store", default=None, help="a PostgreSQL URL every node reaches: durable turns here")
-    parser.add_argument("--tool-processes", type=int, default=2, help="idle tool processes kept forked")
-    parser.add_argument("--max-tool-processes", type=int, default=16)
+    parser.add_argument("--tool-processes", type=_count(0), default=2, help="idle tool processes kept forked")
+    parser.add_argument("--max-tool-processes", type=_count(1), default=16)
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
     hosts = args.hosts if args.hosts is not None else max(1, os.cpu_count() or 1)
@@ -143,18 +196,19 @@ def main(argv: list[str] | None = None) -> int:
         if key is None:
             raise ConfigurationError("a node needs the deployment key: set $GREENROOM_KEY or pass --key-file")
         capabilities = dict(parse_capability(c) for c in args.capability)
+        leader = _check_addresses(args.leader, args.listen, args.admin_port)
         asys, _ = start_node(
-            args.leader, args.listen, capabilities, args.admin_port, key, args.timeout,
+            leader, args.listen, capabilities, args.admin_port, key, args.timeout,
             hosts, args.store, args.tool_processes, args.max_tool_processes,
         )  # fmt: skip
-    except (ConfigurationError, StoreError) as exc:
+    except (ConfigurationError, StoreError, OSError) as exc:
         print(f"greenroom node: {exc}", file=sys.stderr)
         return 2
     print(
         json.dumps(
             {
                 "node": f"{args.listen}:{args.admin_port}",
-                "leader": args.leader,
+                "leader": leader,
                 "capabilities": capabilities,
                 "hosts": hosts,
                 "store": _redacted(args.store) if args.store else None,

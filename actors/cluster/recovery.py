@@ -1,10 +1,11 @@
 """Which turns each host of a node recovers when it starts (the node's, or a replacement).
 
-On a store every node reaches (PostgreSQL), a host recovers the turns the store says it
-owned (its id, ``node/slot``, is the same after a restart) and the orphans (turns whose
-owner's lease ran out: a runtime that ended, on another port) that rendezvous hashing gives
-it among the store's live hosts, as a live host's tick would (``host.durable``); every
-other unfinished turn is another live host's. On a file (SQLite: one machine, one node), each unfinished turn goes to
+On a store every node reaches (PostgreSQL), a host recovers the turns the store says its slot
+owned (its id, ``node/slot``, is the same after a restart; a claim still waits for the lease
+of the incarnation before it to run out) and the orphans (turns whose owner's lease ran out:
+a runtime that ended, on another port) it is the heir of among the store's live hosts, as a
+live host would after a renewal (``store.ownership``); every other unfinished turn is
+another live host's. On a file (SQLite: one machine, one node), each unfinished turn goes to
 the host rendezvous hashing gives it among the node's hosts, where the Runtime looks first.
 """
 
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 from ..errors import StoreError
 from ..logs import logger
+from ..placement import rendezvous
 from ..store import TurnStore
-from ..wire.placement import rendezvous
+from ..store.ownership import heir, host_of
 
 __all__ = ["recovery_plan"]
 
@@ -30,10 +32,13 @@ def recovery_plan(
         return plan, None
     try:
         if shared:
-            live = [h.host_id for h in store.live_hosts()]  # these hosts' leases were taken at configuration
-            orphans = store.orphans()
-            return {h: store.owned_by(h) + [t for t in orphans if rendezvous(t, live) == h] for h in host_ids}, None
-        for turn_id in store.unfinished():
+            live = store.hosts.live()  # these hosts' leases were taken at configuration
+            heirs = {t: host_of(heir(t, live) or "") for t in store.owners.orphans()}
+            for h in host_ids:
+                plan[h] = store.owners.owned_by(h)
+                plan[h] += [t for t, at in heirs.items() if at == h and t not in plan[h]]
+            return plan, None
+        for turn_id in store.log.unfinished():
             host = rendezvous(turn_id, host_ids)
             if host in plan:
                 plan[host].append(turn_id)

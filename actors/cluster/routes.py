@@ -35,8 +35,9 @@ from messages import reply_for
 
 from ..errors import StoreError
 from ..logs import logger
+from ..placement import rendezvous
 from ..store import TurnStore
-from ..wire.placement import rendezvous
+from ..store.ownership import heir
 from ..wire.protocol import Found, Locate, Relay
 
 __all__ = ["LOCATE_WAIT", "Routes"]
@@ -137,14 +138,14 @@ def _stored(turn_id: str, store: TurnStore) -> Any:
     """The address of a durable turn's host from the store; None if it is not a stored turn
     or has ended (any host on the store answers for one that has)."""
     try:
-        route = store.route(turn_id)
+        route = store.owners.route(turn_id)
         if route is None or route.status == "finished":
             return None
         if route.address is not None:
             return pickle.loads(route.address)
-        live = {h.host_id: h.address for h in store.live_hosts()}
-        heir = rendezvous(turn_id, live)  # the host that takes it over (``host.durable``)
-        return None if heir is None else pickle.loads(live[heir])
+        live = store.hosts.live()
+        taker = heir(turn_id, live)  # the host that takes it over (``store.ownership``)
+        return next((pickle.loads(h.address) for h in live if h.host_id == taker), None)
     except (StoreError, pickle.UnpicklingError) as exc:
         log().warning("cannot read the route of turn %s from the store: %s", turn_id, exc)
         return None

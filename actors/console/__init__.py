@@ -26,7 +26,10 @@ from .ports import RuntimeFace
 
 __all__ = ["ConsoleConfig", "console_app", "start_console"]
 
-EXTRA = "the console needs the console extra: pip install 'greenroom[console]'"
+EXTRA = (
+    "the console needs the console extra: pip install -e '.[console]' in a checkout of greenroom, "
+    "or its wheel with [console] (it is not on PyPI: see docs/install.md)"
+)
 
 
 class _NoConsole:

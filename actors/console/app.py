@@ -13,8 +13,10 @@ let ``serve`` run it. Routes, relative to where it is mounted:
 - ``POST api/turns/{id}/decide`` (``{"decisions": [{"turn_id", "call_id", "approved",
   "reason"}]}``, one ``RespondToApprovals`` per turn named), ``.../stop``,
   ``.../cancel`` (``{"reason", "grace"}``), ``.../calls/{call_id}/stop``: the commands'
-  ``ControlReply``s, status 200 when all were applied, 404 for an unknown turn or call, 409
-  for any other refusal, 504 when the runtime did not answer.
+  ``ControlReply``s, status 200 when all were applied or queued in the store's inbox (the
+  message says which: ``applied``, or ``queued (why)``, applied once a host or runtime takes
+  the turn), 404 for an unknown turn or call, 409 for any other refusal, 504 when a runtime
+  of another process did not answer.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from messages import CancelTurn, ControlReply, Message, RespondToApprovals, Stop
 
 from ..errors import RuntimeClosedError, TurnTimeout
 from . import model
-from .commands import HOSTLESS, OFFLINE
+from .commands import queued
 from .numbers import numbers
 from .security import Guard
 from .sources import Source, UnknownTurn
@@ -88,7 +90,7 @@ async def session(request: Request) -> Response:
 
 def _listing(source: Source) -> dict[str, Any]:
     rows = source.rows()
-    return {"turns": rows, "numbers": numbers(rows, source.events, time.time()), **source.about()}
+    return {"turns": rows, "numbers": numbers(rows, source.events, time.time()), **source.nodes(rows), **source.about()}
 
 
 def _turn(source: Source, turn_id: str, since: int = 0) -> dict[str, Any]:
@@ -96,6 +98,7 @@ def _turn(source: Source, turn_id: str, since: int = 0) -> dict[str, Any]:
     return {
         "events": [model.event_json(e, at) for e, at in events if e.seq >= since],
         "view": source.view(turn_id, events),
+        "where": source.about()["where"],
     }
 
 
@@ -194,8 +197,10 @@ async def _send(request: Request, turn_id: str, commands: list[Message]) -> Resp
     ok = all(r.ok for r in replies)
     codes = {r.code for r in replies if not r.ok}
     status = 200 if ok else 404 if codes <= {"unknown_turn", "unknown_call"} else 409
-    notes = sorted({r.message for r in replies if r.message in (OFFLINE, HOSTLESS)})  # said: not applied yet
-    message = "applied" + "".join(f" ({n})" for n in notes) if ok else "; ".join(r.message for r in replies if not r.ok)
+    notes = sorted({r.message for r in replies if queued(r)})  # in the store's inbox: said, never "applied"
+    message = ("queued" if notes else "applied") + "".join(f" ({n})" for n in notes)
+    if not ok:
+        message = "; ".join(r.message for r in replies if not r.ok)
     body = {"ok": ok, "message": message, "replies": [r.model_dump(mode="json") for r in replies]}
     return JSONResponse(body, status_code=status)
 

@@ -25,11 +25,18 @@ from typing import Any
 __all__ = ["main"]
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0 to 65535 (an argparse type)."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, not {text!r}")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="greenroom console", description="Serve the console over a turn store.")
     parser.add_argument("--store", default=None, help="the turn store (default: $GREENROOM_STORE or ./greenroom.db)")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8765, help="the port (default: 8765; 0 takes a free one)")
+    parser.add_argument("--port", type=_port, default=8765, help="the port (default: 8765; 0 takes a free one)")
     parser.add_argument("--key-file", default=None, help="a file holding the key (default: $GREENROOM_CONSOLE_KEY)")
     return parser
 
@@ -57,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.exists(store):
             return _fail(f"no turn store at {store} (use --store or $GREENROOM_STORE)")
         store = os.path.abspath(store)
+    from . import EXTRA
+
     try:
         from .server import Console
     except ImportError as exc:
-        return _fail(f"the console needs the console extra: pip install 'greenroom[console]' ({exc})")
+        return _fail(f"{EXTRA} ({exc})")
     from ..errors import ConfigurationError, StoreError
 
     try:

@@ -13,15 +13,20 @@ Where a command goes, in this order:
 - a store every node reaches (PostgreSQL, ``through_store``): checked the same way, then
   written to the store's inbox, which wakes the turn's host at once (``NOTIFY``); while any
   host is live, the reply that host records beside the command is waited for and returned;
-  with none, the reply says the command waits in the inbox for a host to take the turn.
+  with none, or when no host answers within the timeout (the turn's owner may have just
+  been lost: its lease still holds for a few seconds, and then a live host takes the turn
+  over and applies the command), the reply says the command is queued in the inbox. Such a
+  command is durably queued and will be applied once: it is reported as queued (an ``ok``
+  reply whose message says so, ``queued()``), never as a failure, and never as applied.
 
-A runtime or host that does not answer within the timeout is reported as a refusal that
-says so, never as applied (``TurnTimeout``).
+A runtime of another process that does not answer within the timeout is reported as a
+refusal that says so, never as applied (``TurnTimeout``): its command was not queued.
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any, NamedTuple
 
 from messages import ControlReply, Message, reply_for
@@ -30,10 +35,26 @@ from ..errors import ConfigurationError, TurnTimeout
 from ..store.base import TurnStore
 from ..store.files import running_runtime
 
-__all__ = ["HOSTLESS", "OFFLINE", "RemoteRuntimes", "Through", "offline", "refusal", "through_store"]
+__all__ = [
+    "HOSTLESS", "OFFLINE", "RemoteRuntimes", "Through", "offline", "queued", "refusal", "through_store", "unanswered",
+]  # fmt: skip
 
-OFFLINE = "no runtime is running on the store: written to the store, applied when a runtime loads the turn again"
-HOSTLESS = "no host is running: written to the store, applied when a host takes the turn"
+_QUEUED = "queued in the store's inbox, applied when"
+OFFLINE = f"no runtime is running on the store: {_QUEUED} a runtime loads the turn again"
+HOSTLESS = f"no host is running: {_QUEUED} a host takes the turn"
+
+
+def unanswered(timeout: float) -> str:
+    """The message of a command queued for live hosts none of which answered within ``timeout`` s."""
+    return (
+        f"no host answered within {timeout:g} s: {_QUEUED} the turn's host takes it "
+        "(a lost host's turns are taken over by a live host once its lease runs out)"
+    )
+
+
+def queued(reply: ControlReply) -> bool:
+    """True for the ``ok`` reply of a command that is in the store's inbox, not yet applied."""
+    return reply.ok and _QUEUED in reply.message
 
 
 def refusal(store: TurnStore, command: Message) -> ControlReply | None:
@@ -44,7 +65,7 @@ def refusal(store: TurnStore, command: Message) -> ControlReply | None:
 
     turn_id = getattr(command, "turn_id", "")
     try:
-        state = store.load(turn_id)
+        state = store.log.load(turn_id)
     except KeyError:
         return reply_for(command, False, "unknown_turn", f"no turn {turn_id}")
     if state.phase == "finished":
@@ -52,7 +73,7 @@ def refusal(store: TurnStore, command: Message) -> ControlReply | None:
             command, False, "turn_finished", f"turn {turn_id} has already finished ({state.finish_reason})"
         )
     rules = TurnRules(state)
-    for queued in store.pending_commands(turn_id):
+    for _, queued in store.inbox.pending(turn_id):
         rules.handle(queued)
     for decision in rules.handle(command.model_copy(update={"request_id": "console"})):
         if isinstance(decision, Reply) and not decision.reply.ok:
@@ -65,14 +86,14 @@ def offline(store: TurnStore, command: Message) -> ControlReply:
     refused = refusal(store, command)
     if refused is not None:
         return refused
-    store.add_command(getattr(command, "turn_id", ""), command)
+    store.inbox.add(getattr(command, "turn_id", ""), command)
     return reply_for(command, True, None, OFFLINE)
 
 
 class Through(NamedTuple):
     """What became of a command sent through the store: its reply; the id it was queued as
-    (None: refused before, nothing queued); whether a host answered (False: no host is live,
-    the command waits in the inbox)."""
+    (None: refused before, nothing queued); whether a host answered (False: none is live, or
+    none answered in time; the command waits in the inbox)."""
 
     reply: ControlReply
     command_id: int | None
@@ -80,60 +101,58 @@ class Through(NamedTuple):
 
 
 def through_store(store: TurnStore, command: Message, timeout: float) -> Through:
-    """Send ``command`` through a store every node reaches (see the module docstring).
-    ``TurnTimeout`` if a host is live but none answered within ``timeout`` s."""
+    """Send ``command`` through a store every node reaches (see the module docstring): the
+    reply of the host that applied it, or (``by_host`` False) an ``ok`` reply saying it is queued."""
     refused = refusal(store, command)
     if refused is not None:
         return Through(refused, None, False)
     asked = getattr(command, "request_id", None)
     turn_id = getattr(command, "turn_id", "")
-    command_id = store.add_command(turn_id, command.model_copy(update={"request_id": asked or "store"}))
-    if not store.live_hosts():
+    command_id = store.inbox.add(turn_id, command.model_copy(update={"request_id": asked or f"store-{uuid.uuid4().hex[:16]}"}))
+    if not store.hosts.live():
         return Through(reply_for(command, True, None, HOSTLESS), command_id, False)
-    reply = store.wait_reply(command_id, timeout)
+    reply = store.inbox.wait_reply(command_id, timeout)
     if reply is None:
-        raise TurnTimeout(
-            f"no host answered within {timeout:g} s (turn {turn_id}, command {command_id}); the command stays in "
-            "the store's inbox, applied when the turn's host takes it"
-        )
+        return Through(reply_for(command, True, None, unanswered(timeout)), command_id, False)
     return Through(reply.model_copy(update={"request_id": asked}), command_id, True)
 
 
 class RemoteRuntimes:
-    """The runtime of another process, reached over Thespian as the command line does.
+    """The runtime of another process, reached over Thespian as the command line does
+    (``cluster.remote``: nothing is started or shut down here).
 
-    One external actor-system connection per runtime, kept (Thespian's ``shutdown()`` from
-    here would stop that runtime); calls are serialised. This process's transport takes the
-    first runtime's key: a runtime restarted with another key cannot be reached from this
-    process, and the reply says so."""
+    One connection per runtime, kept; calls are serialised. This process's transport takes
+    the first runtime's key: a runtime restarted with another key cannot be reached from
+    this process, and the reply says so."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._systems: dict[tuple[int, int], Any] = {}
+        self._remotes: dict[tuple[int, int], Any] = {}
 
     def running(self, store_path: str) -> dict[str, Any] | None:
         """How to reach the runtime running on ``store_path``, or None."""
         return running_runtime(store_path)
 
     def send(self, info: dict[str, Any], command: Message, timeout: float) -> ControlReply:
-        from thespian.actors import ActorSystem
-
-        from ..cluster.directory import DirectoryActor
-        from ..cluster.names import DIRECTORY_NAME
-        from ..wire import transport
+        from ..cluster.remote import Unreachable, connect
 
         with self._lock:
+            where = f"the runtime (pid {info.get('pid')})"
             try:
-                transport.install(info["host"], bytes.fromhex(info["key"]))
-            except (ConfigurationError, KeyError, ValueError) as exc:
-                return reply_for(command, False, "invalid", f"cannot reach the runtime (pid {info.get('pid')}): {exc}")
-            key = (int(info["pid"]), int(info["admin_port"]))
-            asys = self._systems.get(key)
-            if asys is None:
-                asys = ActorSystem("multiprocTCPBase", {"Admin Port": info["admin_port"]}, transientUnique=True)
-                self._systems[key] = asys
-            directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)
-            answer = asys.ask(directory, command.model_copy(update={"request_id": "console"}), timeout)
+                key = (int(info["pid"]), int(info["admin_port"]))
+                remote = self._remotes.get(key)
+                if remote is None:
+                    remote = connect(info["host"], info["admin_port"], bytes.fromhex(info["key"]), timeout)
+                    self._remotes[key] = remote
+            except (Unreachable, ConfigurationError, KeyError, ValueError) as exc:
+                return reply_for(command, False, "invalid", f"cannot reach {where}: {exc}")
+            update: dict[str, Any] = {"request_id": f"console-{uuid.uuid4().hex[:16]}"}
+            if "answer_within" in type(command).model_fields:
+                update["answer_within"] = timeout  # a host that does not know the turn answers before then
+            try:
+                answer = remote.ask(command.model_copy(update=update), timeout)
+            except Unreachable as exc:
+                raise TurnTimeout(f"{where} did not answer: {exc}") from None
         if not isinstance(answer, ControlReply):
-            raise TurnTimeout(f"the runtime (pid {info.get('pid')}) did not answer within {timeout} s")
+            raise TurnTimeout(f"{where} answered {type(answer).__name__}")
         return answer.model_copy(update={"request_id": getattr(command, "request_id", None)})

@@ -2,14 +2,18 @@
 
 - ``StoreSource``: every turn of a store (live ones are written at each transition, before
   anything is carried out, so the store is as live as the turn): the list from
-  ``TurnStore.summaries``, each turn's events with the time each was written, its
-  snapshot for what waits for a decision. Commands go to the Runtime given, else (a SQLite
-  file) to the runtime running on the store, else to the store's inbox; a PostgreSQL store's
-  inbox wakes the turn's host, whose reply is waited for (``commands``).
+  ``TurnStore.summaries``, with each turn's host and whether a live host holds it
+  (``cluster.holders``, read again at most every ``HOSTS_EVERY`` seconds, so a host that
+  dies shows within that of its lease running out), each turn's events with the time each
+  was written, its snapshot for what waits for a decision. Commands go to the Runtime
+  given, else (a SQLite file) to the runtime running on the store, else to the store's
+  inbox; a PostgreSQL store's inbox wakes the turn's host, whose reply is waited for
+  (``commands``).
 - ``RuntimeSource``: a Runtime without a store: the turns started or attached through it
   (it sees each stream as it opens) and their sub-agents (whose events reach the parent's
-  stream), with the time each event reached this process. It keeps the last ``KEEP``
-  turns. A turn it has not seen is attached on first request.
+  stream), with the time each event reached this process and the host each stream comes
+  from. It keeps the last ``KEEP`` turns. A turn it has not seen is attached on first
+  request.
 
 Both are thread-safe and raise ``UnknownTurn`` for a turn they cannot find.
 """
@@ -23,6 +27,7 @@ from typing import Any
 
 from messages import ControlReply, Message, RespondToApprovals, TurnState
 
+from ..cluster.holders import Holders, node_of
 from ..errors import ControlRejected, SnapshotError, TurnTimeout
 from ..store import open_store
 from ..store.base import is_url
@@ -31,9 +36,10 @@ from .commands import RemoteRuntimes, offline, through_store
 from .ports import RuntimeFace, StreamFace
 from .timeline import Timed
 
-__all__ = ["KEEP", "RuntimeSource", "Source", "StoreSource", "UnknownTurn"]
+__all__ = ["HOSTS_EVERY", "KEEP", "RuntimeSource", "Source", "StoreSource", "UnknownTurn"]
 
 KEEP = 1000  # turns a RuntimeSource remembers
+HOSTS_EVERY = 1.0  # seconds a StoreSource keeps what it read of the live hosts
 
 
 class UnknownTurn(LookupError):
@@ -69,6 +75,11 @@ class Source:
     def about(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def nodes(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """Each node with its live hosts and the unfinished turns they hold, and how many such
+        turns no live host holds (``rows``: the list, as ``rows()`` gave it)."""
+        return {"nodes": [], "unheld": 0}
+
     def close(self) -> None:
         pass
 
@@ -87,37 +98,62 @@ class StoreSource(Source):
         self._lock = threading.Lock()
         self._events: dict[str, list[Timed]] = {}
         self._rows: tuple[Any, list[dict[str, Any]]] = (None, [])
+        self._holders: tuple[float, Holders] = (-HOSTS_EVERY, Holders({}))
+        self._summaries: tuple[Any, list[Any]] = (None, [])
+
+    def holders(self) -> Holders:
+        """The live hosts, read at most every ``HOSTS_EVERY`` seconds."""
+        with self._lock:
+            at, holders = self._holders
+        if time.monotonic() - at >= HOSTS_EVERY:
+            holders = Holders.of(self.store, self.path)
+            with self._lock:
+                self._holders = (time.monotonic(), holders)
+        return holders
 
     def version(self) -> Any:
-        return self.store.version()
+        return (self.store.log.version(), self.holders().fingerprint())
 
     def rows(self) -> list[dict[str, Any]]:
-        version = self.store.version()
+        version = self.version()
         with self._lock:
             if self._rows[0] == version:
                 return self._rows[1]
-        summaries = self.store.summaries()
+        summaries = self.store.log.summaries()
+        holders = self.holders()
         children: dict[str, list[str]] = {}
         for s in reversed(summaries):  # oldest first
             if s.parent_turn_id is not None:
                 children.setdefault(s.parent_turn_id, []).append(s.turn_id)
-        out = [{**s.model_dump(mode="json"), "children": children.get(s.turn_id, [])} for s in summaries]
+        out = [
+            {**s.model_dump(mode="json"), **holders.fields(s), "children": children.get(s.turn_id, [])}
+            for s in summaries
+        ]
         with self._lock:
             self._rows = (version, out)
+            self._summaries = (version, summaries)
         return out
 
+    def nodes(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        with self._lock:
+            summaries = self._summaries[1]
+        holders = self.holders()
+        loads, unheld = holders.loads(summaries)
+        nodes = [{"node": n.node, "hosts": n.hosts if holders.shared else None, "turns": n.turns} for n in loads]
+        return {"nodes": nodes, "unheld": unheld}  # SQLite keeps no leases: its hosts are not counted
+
     def turn_version(self, turn_id: str) -> Any:
-        version = self.store.version(turn_id)
+        version = self.store.log.version(turn_id)
         if version is None:
             raise UnknownTurn(f"no turn {turn_id}")
-        return version
+        return (version, self.holders().fingerprint())
 
     def events(self, turn_id: str) -> list[Timed]:
         """Every event of the turn (kept here: a turn's log only grows)."""
         with self._lock:
             known = list(self._events.get(turn_id, ()))
-        new = self.store.timed_events(turn_id, len(known))
-        if not known and not new and not self.store.exists(turn_id):
+        new = self.store.log.timed_events(turn_id, len(known))
+        if not known and not new and not self.store.log.exists(turn_id):
             raise UnknownTurn(f"no turn {turn_id}")
         if new:
             with self._lock:
@@ -129,7 +165,7 @@ class StoreSource(Source):
 
     def _state(self, turn_id: str) -> TurnState:
         try:
-            return self.store.load(turn_id)
+            return self.store.log.load(turn_id)
         except KeyError:
             raise UnknownTurn(f"no turn {turn_id}") from None
 
@@ -175,7 +211,7 @@ class StoreSource(Source):
         if self.runtime is not None:
             where = f"the runtime of this process, with the store {self.path}"
         elif self.shared:
-            hosts = len(self.store.live_hosts())
+            hosts = len(self.holders().live)
             where = f"the store {self.path}, " + (f"{hosts} host(s) live" if hosts else "no host running on it")
         else:
             info = self.remote.running(self.path)
@@ -252,7 +288,20 @@ class RuntimeSource(Source):
         return rows
 
     def _row(self, turn_id: str, events: list[Timed], children: list[str]) -> dict[str, Any]:
-        return model.row(turn_id, events, children=children, pending=self._pending(events))
+        line = model.row(turn_id, events, children=children, pending=self._pending(events))
+        with self._lock:
+            stream = self._streams.get(turn_id)
+        owner = getattr(stream, "host_id", None)  # a sub-agent's: not known here
+        moving = getattr(stream, "moving", None)  # its host let it go: it is being found again
+        status = f"{line['status']} (moving: {moving})" if moving and line["status"] != "finished" else line["status"]
+        return {**line, "status": status, "owner": owner, "owner_host": owner, "owner_node": node_of(owner), "held": None}
+
+    def nodes(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        turns: dict[str, int] = {}
+        for r in rows:
+            if r["status"] != "finished" and r.get("owner_node"):
+                turns[r["owner_node"]] = turns.get(r["owner_node"], 0) + 1
+        return {"nodes": [{"node": n, "hosts": None, "turns": c} for n, c in sorted(turns.items())], "unheld": 0}
 
     def _pending(self, events: list[Timed]) -> list[dict[str, Any]]:
         pending = model.pending_from_events(events)

@@ -1,51 +1,47 @@
-"""A TurnHost's side of its store: recovery, takeover, leases, commands from other processes.
+"""A TurnHost's side of its store: its identity and lease, its journal, its inbox, its claims.
 
-With a store, every turn a host runs has an owner in it: this host and an epoch
-(``store.base``). The host's TurnActors write through ``TurnActor._apply``; this module does
-the rest:
+With a store every turn a host runs has an owner there: this host's identity
+(``node/slot#incarnation``) and an epoch (``store.ownership`` says the rules). Nothing
+here runs a store call on the host's actor thread:
 
-- **recover** a list of turns (a start on a store, a replaced host): each is claimed first,
-  which raises its epoch, so a host that ran it before can never write it again;
-- **leases** (a store every node reaches, PostgreSQL): each ``tick`` renews this host's
-  lease; a host that could not renew for ``STOP_AFTER`` (half a lease) stops the work of
-  its turns (``fenced``), before any other host may take them over. When it renews again
-  after that (``lapsed``), it checks each turn it still runs against the store (one taken
-  over meanwhile is fenced) and claims again those still its own that it had stopped. It also claims the *orphans* (turns
-  whose owner's lease ran out) whose preferred live host is this one (rendezvous hashing
-  over the live hosts, so a lost host's turns spread over the others), within about one
-  lease of the loss;
-- **commands** other processes queued in the store (the command line): found by the
-  store's notifications where it has them (PostgreSQL), else looked for every tick; each
-  one's reply is recorded beside it, where its sender waits for it (``StoredSender``); the
-  inbox is pruned every ``PRUNE_EVERY`` seconds of what was taken an hour ago;
-- **replay** the events of a turn that has ended and left the host.
+- **the lease** is renewed by a thread of its own (``Renewer``) every ``TICK``; each
+  confirmed renewal goes to the host (``("lease", regained)``), which keeps a timer at the
+  lease's fence point and stops every turn's work when it passes (``Lease.must_fence``),
+  however long a renewal takes to answer;
+- **every other call** goes through the host's ``Journal``: the turns' writes, and the reads
+  and claims below, answered on the actor thread;
+- **claims**: ``recover`` (a start, a replaced host), ``adopt`` (the orphans this host is
+  the heir of, looked for after each renewal), ``reconcile`` (after a lapse: the turns
+  another host took, and this host's own to claim again). Each claim loads the turn with
+  the commands waiting for it; a claim whose load fails is given back;
+- **the inbox**: PostgreSQL wakes the host when a command is queued (``("command",
+  turn_id)``); while its notifications are down, and on SQLite, the host looks every
+  ``POLL`` seconds; the inbox is pruned every ``PRUNE_EVERY`` seconds.
 """
 
 from __future__ import annotations
 
 import pickle
+import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from messages import ControlReply, Message, TurnState
+from messages import Message, TurnState
 
 from ..errors import SnapshotError, StoreError
 from ..logs import logger
 from ..store.base import Owner, TurnStore, is_url
-from ..wire.placement import rendezvous
-from .subscriptions import whole_finish
+from ..store.ownership import LEASE, TICK, Lease, heir, identity, new_incarnation, reconcile
+from .journal import Done, Journal
 
-__all__ = ["KEEP_COMMANDS", "LEASE", "PRUNE_EVERY", "STOP_AFTER", "TICK", "Durable", "StoredSender", "Tick"]
+__all__ = ["KEEP_COMMANDS", "POLL", "PRUNE_EVERY", "Claimed", "Durable", "Renewer", "StoredSender"]
 
-LEASE = 5.0  # seconds a host's lease lasts; it is renewed every TICK
-TICK = 1.0
-STOP_AFTER = LEASE / 2  # seconds without a renewal after which a host stops its turns' work
+POLL = 0.5  # seconds between two looks at the inbox when the store cannot notify
 PRUNE_EVERY = 600.0  # seconds between two prunings of the command inbox by a host
 KEEP_COMMANDS = 3600.0  # seconds a command is kept once taken (its sender has had its reply)
-
-Deliver = Callable[[str, Any, bytes, str], None]
+ADOPT_AT_ONCE = 256  # orphans a host claims in one look (the next look follows a tick later)
 
 
 log = logger("greenroom.host")
@@ -58,151 +54,223 @@ class StoredSender:
     command_id: int
 
 
-@dataclass
-class Tick:
-    """What a tick found: the host lost its lease (``fenced``); turns it took over; turns
-    with commands waiting."""
+@dataclass(frozen=True)
+class Claimed:
+    """A turn this host has claimed and loaded, with the commands waiting for it."""
 
-    fenced: bool = False
-    lapsed: bool = False  # renewed after a lapse: check the turns against the store (``reconcile``)
-    adopted: list[tuple[TurnState, list[tuple[int, Message]], Owner]] = field(default_factory=list)
-    commanded: list[str] = field(default_factory=list)
+    state: TurnState
+    commands: list[tuple[int, Message]]
+    owner: Owner
+
+
+class Renewer:
+    """The thread that renews one host's lease; see the module docstring. ``hand`` puts on
+    the host's hand-off."""
+
+    def __init__(
+        self, store: TurnStore, host_id: str, node: str, address: bytes, lease: Lease, hand: Callable[[Any], None]
+    ) -> None:
+        self.store, self.host_id, self.node, self.address = store, host_id, node, address
+        self.lease, self._hand = lease, hand
+        self._stop = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._run, name="greenroom-lease", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = self.lease.now()
+            try:
+                granted = self.store.hosts.renew(self.host_id, self.node, self.address, LEASE)
+                regained = self.lease.confirmed(started, granted)
+                if self._failing:
+                    log().warning("host %s renewed its lease again", self.host_id)
+                self._failing = False
+                self._hand(("lease", regained))
+            except StoreError as exc:
+                if not self._failing:
+                    log().error("host %s cannot renew its lease: %s", self.host_id, exc)
+                self._failing = True
+            except Exception:  # noqa: BLE001 - the renewals go on whatever happens to one
+                log().exception("host %s: renewing its lease failed", self.host_id)
+                self._failing = True
+            pause = TICK - (self.lease.now() - started) if not self._failing else 0.2
+            self._stop.wait(max(0.05, pause))
+
+    def stop(self, wait: float = 0.0) -> None:
+        """No renewal after this (one under way is waited for, ``wait`` seconds at most)."""
+        self._stop.set()
+        if wait and self._thread is not threading.current_thread():
+            self._thread.join(wait)
 
 
 class Durable:
-    """The store of one TurnHost; see the module docstring."""
+    """The store of one TurnHost; see the module docstring. ``hand`` puts on the host's
+    hand-off (thread-safe)."""
 
-    def __init__(self, store: TurnStore, host_id: str, node: str, address: Any, wake: Callable[[Any], None]) -> None:
+    def __init__(
+        self,
+        store: TurnStore,
+        host_id: str,
+        node: str,
+        address: Any,
+        hand: Callable[[Any], None],
+        leased: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``leased()`` is called (on the actor thread) once the first renewal was answered,
+        or failed: the host's turns may be claimed from then on."""
         self.store = store
-        self.host_id = host_id
+        self.host_id = host_id  # node/slot: where the Runtime looks
+        self.identity = identity(host_id, new_incarnation())  # who owns this host's turns in the store
         self.node = node
-        self._address = pickle.dumps(address)
-        self.shared = is_url(store.location)  # PostgreSQL: hosts of every node share it
-        self.notified = self.shared and store.listen(lambda turn_id: wake(("command", turn_id)))
-        self.renewed_at = time.monotonic()
+        self.shared = is_url(store.location)  # PostgreSQL: the hosts of every node share it
+        self.lease = Lease()
+        self.journal = Journal(store, hand)
+        self.notified = False  # the store wakes this host for each command queued (while True)
+        self.notifying = store.inbox.listen(
+            lambda turn_id: hand(("command", turn_id)), lambda up: hand(("inbox", up))
+        )
         self.pruned_at = time.monotonic()
-        self.fenced = False
+        self.polled_at = 0.0
         self.left = False
-        if self.shared:  # a lease before the first turn: no other host may take this one's turns for orphans
-            store.renew_host(host_id, node, self._address, LEASE)
+        address_bytes = pickle.dumps(address)
+        # a lease before the first claim: no other host takes this host's turns for orphans,
+        # and every host computes the same heirs
+        self.journal.read(
+            lambda store: store.hosts.renew(self.identity, node, address_bytes, LEASE), lambda v, e: leased()
+        )
+        self.renewer = Renewer(store, self.identity, node, address_bytes, self.lease, hand)
 
     def owner(self, epoch: int = 1) -> Owner:
-        return Owner(self.host_id, epoch)
+        return Owner(self.identity, epoch)
 
-    def is_stored(self, turn_id: str) -> bool:
-        try:
-            return self.store.exists(turn_id)
-        except StoreError:
-            return False
+    # -- claims -------------------------------------------------------------------------------
 
     def recover(
-        self, turn_ids: Iterable[str], force: bool
-    ) -> tuple[list[tuple[TurnState, list[tuple[int, Message]], Owner]], dict[str, str]]:
-        """Claim each turn (``force``: whoever held it) and load it with the commands that wait
-        for it; a turn another live host holds is left to it, one that cannot be read is an
-        error for itself alone."""
-        found: list[tuple[TurnState, list[tuple[int, Message]], Owner]] = []
-        errors: dict[str, str] = {}
-        for turn_id in turn_ids:
-            try:
-                epoch = self.store.claim(turn_id, self.host_id, force)
-                if epoch is not None:
-                    found.append((self.store.load(turn_id), self.store.take_commands(turn_id), self.owner(epoch)))
-            except (SnapshotError, StoreError, KeyError) as exc:
-                errors[turn_id] = str(exc)
-                log().error("cannot recover turn %s: %s", turn_id, exc)
-        return found, errors
+        self,
+        turn_ids: Iterable[str],
+        force: bool,
+        done: Callable[[list[Claimed], dict[str, str]], None],
+        retry: bool = False,
+    ) -> None:
+        """Claim each turn (``force``: whoever held it: one machine's file) and load it; a
+        turn another live host holds is left to it, one that cannot be read is an error for
+        itself alone. ``done(claimed, errors)``, on the actor thread, once the store answers
+        (``retry``: however long that takes)."""
+        ids, me = list(turn_ids), self.identity
 
-    def tick(self, running: set[str]) -> Tick:
-        """Renew the lease and take over orphans (a shared store); find queued commands."""
-        out = Tick()
-        if self.left:
-            return out
-        if self.shared:
-            sent = time.monotonic()  # the lease runs from no earlier than this
-            try:
-                self.store.renew_host(self.host_id, self.node, self._address, LEASE)
-            except StoreError as exc:
-                if not self.fenced and time.monotonic() - self.renewed_at > STOP_AFTER:
-                    log().error(
-                        "host %s could not renew its lease for %g s: its turns' work stops (%s)",
-                        self.host_id, STOP_AFTER, exc,
-                    )  # fmt: skip
-                    self.fenced = out.fenced = True
-                return out
-            out.lapsed = self.fenced or sent - self.renewed_at > LEASE
-            self.renewed_at, self.fenced = sent, False
-            try:
-                live = [h.host_id for h in self.store.live_hosts()]
-                mine = [t for t in self.store.orphans() if t not in running and rendezvous(t, live) == self.host_id]
-                out.adopted, _ = self.recover(mine[:16], force=False)
-            except StoreError as exc:
-                log().warning("host %s could not look for orphaned turns: %s", self.host_id, exc)
-        if not self.notified:
-            try:
-                out.commanded = [t for t in self.store.turns_with_commands() if t in running]
-            except StoreError:
-                pass
-        if time.monotonic() - self.pruned_at >= PRUNE_EVERY:
-            self.pruned_at = time.monotonic()
-            try:
-                self.store.prune_commands(KEEP_COMMANDS)
-            except StoreError as exc:
-                log().warning("host %s could not prune the command inbox: %s", self.host_id, exc)
-        return out
+        def claim(store: TurnStore) -> tuple[list[Claimed], dict[str, str]]:
+            found: list[Claimed] = []
+            errors: dict[str, str] = {}
+            for turn_id in ids:
+                epoch = store.owners.claim(turn_id, me, force)
+                if epoch is None:
+                    continue
+                owner = Owner(me, epoch)
+                try:
+                    found.append(Claimed(store.log.load(turn_id), store.inbox.pending(turn_id), owner))
+                except (SnapshotError, KeyError) as exc:
+                    errors[turn_id] = str(exc)
+                    log().error("cannot recover turn %s: %s", turn_id, exc)
+                except StoreError:
+                    store.owners.release(owner, turn_id)  # for whoever can load it
+                    raise
+            return found, errors
+
+        def claimed(value: Any, error: BaseException | None) -> None:
+            if error is not None:
+                log().error("host %s could not claim turns %s: %s", self.host_id, ", ".join(ids), error)
+                done([], {t: f"cannot recover turn {t}: {error}" for t in ids})
+            else:
+                done(*value)
+
+        self.journal.read(claim, claimed, retry=retry)
+
+    def adopt(self, running: set[str], done: Callable[[list[Claimed]], None]) -> None:
+        """Claim the orphans this host is the heir of (``ownership.heir``), after a renewal."""
+        me = self.identity
+
+        def look(store: TurnStore) -> list[str]:
+            live = store.hosts.live()
+            return [t for t in store.owners.orphans() if t not in running and heir(t, live) == me][:ADOPT_AT_ONCE]
+
+        def found(orphans: Any, error: BaseException | None) -> None:
+            if error is not None:
+                log().warning("host %s could not look for orphaned turns: %s", self.host_id, error)
+            elif orphans:
+                self.recover(orphans, False, lambda claimed, _: done(claimed))
+
+        self.journal.read(look, found)
+
+    def reconcile(self, running: dict[str, Owner], done: Callable[[list[str], list[str]], None]) -> None:
+        """After a lapse: ``done(lost, again)``: the turns of ``running`` the store gives to
+        another host or epoch now, and this host's own turns it does not run."""
+        me = self.identity
+
+        def check(store: TurnStore) -> tuple[list[str], list[str]]:
+            routes = {t: store.owners.route(t) for t in running}
+            r = reconcile(running, routes, store.owners.owned_by(me))
+            return r.lost, r.again
+
+        def checked(value: Any, error: BaseException | None) -> None:
+            if error is not None:
+                log().warning("host %s could not check its turns against the store: %s", self.host_id, error)
+                return
+            done(*value)
+
+        self.journal.read(check, checked, retry=True)
+
+    # -- the inbox ----------------------------------------------------------------------------
+
+    def poll_due(self) -> bool:
+        """Whether to look at the inbox now: the store does not notify (or its notifications
+        are down) and ``POLL`` seconds have passed."""
+        if self.notified or time.monotonic() - self.polled_at < POLL:
+            return False
+        self.polled_at = time.monotonic()
+        return True
+
+    def poll(self, done: Done) -> None:
+        self.journal.read(lambda store: store.inbox.waiting(), done)
+
+    def prune_due(self) -> bool:
+        if time.monotonic() - self.pruned_at < PRUNE_EVERY:
+            return False
+        self.pruned_at = time.monotonic()
+        return True
+
+    def prune(self) -> None:
+        def pruned(_: Any, error: BaseException | None) -> None:
+            if error is not None:
+                log().warning("host %s could not prune the command inbox: %s", self.host_id, error)
+
+        self.journal.read(lambda store: store.inbox.prune(KEEP_COMMANDS), pruned)
+
+    # -- the end ------------------------------------------------------------------------------
 
     def leave(self) -> None:
         """The runtime is closing and leaves its turns to the store: the lease is given up now
         (and not renewed), so another runtime takes them over at once, not a lease later."""
         self.left = True
-        if self.shared:
-            try:
-                self.store.drop_host(self.host_id)
-            except StoreError:
-                pass
-
-    def reconcile(self, running: dict[str, Owner]) -> tuple[list[str], list[tuple[TurnState, list[tuple[int, Message]], Owner]]]:
-        """After a lapse: the turns in ``running`` (turn id to the owner it writes as) that the
-        store gives to another host or epoch now, and this host's own turns it does not run
-        (stopped while it was cut off), claimed again."""
-        lost: list[str] = []
-        try:
-            for turn_id, owner in running.items():
-                route = self.store.route(turn_id)
-                if route is not None and (route.host_id, route.epoch) != (owner.host_id, owner.epoch):
-                    lost.append(turn_id)
-            mine = [t for t in self.store.owned_by(self.host_id) if t not in running]
-        except StoreError as exc:
-            log().warning("host %s could not check its turns against the store: %s", self.host_id, exc)
-            return lost, []
-        found, _ = self.recover(mine, force=False)
-        return lost, found
-
-    def record_reply(self, sender: StoredSender, reply: ControlReply) -> None:
-        try:
-            self.store.record_reply(sender.command_id, reply)
-        except StoreError as exc:
-            log().warning("could not record the reply to command %d: %s", sender.command_id, exc)
-
-    def replay(self, turn_id: str, since: int, to: Any, deliver: Deliver) -> str | None:
-        """Send ``to`` the stored events of a turn that has ended and left the host, from
-        ``since`` on, at once; its first ``Finish`` with the whole history. Returns why it
-        could not, or None."""
-        key, whole = str(to), since == 0
-        try:
-            history = [] if whole else self.store.load(turn_id).messages
-            for kind, payload in self.store.event_payloads(turn_id, since):
-                if kind == "finish" and not whole:
-                    payload, whole = whole_finish(payload, history), True
-                deliver(key, to, payload, kind)
-        except (StoreError, SnapshotError, KeyError) as exc:
-            return f"cannot read turn {turn_id}: {exc}"
-        return None
+        self._drop()
 
     def close(self) -> None:
-        if self.shared:
+        """The host is exiting: its turns are orphans at once, for the others."""
+        if not self.left:
+            self._drop()
+        self.journal.close()
+
+    def _drop(self) -> None:
+        """Give up the lease (bounded: a store that does not answer within a second is left
+        to the lease's end)."""
+        self.renewer.stop(wait=1.0)
+
+        def drop() -> None:
             try:
-                self.store.drop_host(self.host_id)  # its turns are orphans at once, for the others
-            except StoreError:
-                pass
-        self.store.close()
+                self.store.hosts.drop(self.identity)
+            except StoreError as exc:
+                log().warning("host %s could not give up its lease: %s", self.host_id, exc)
+
+        dropped = threading.Thread(target=drop, name="greenroom-lease-end", daemon=True)
+        dropped.start()
+        dropped.join(1.0)

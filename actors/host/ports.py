@@ -16,6 +16,7 @@ from ..mailbox import Kernel
 from ..store.base import TurnStore
 from ..turn.decisions import SetTimer
 from .durable import Durable
+from .journal import Journal
 from .outbox import Outboxes
 from .timers import Timers
 
@@ -56,9 +57,19 @@ class TurnHostFace(Protocol):
     def store(self) -> TurnStore | None: ...
 
     @property
+    def durable(self) -> Durable | None: ...
+
+    @property
+    def journal(self) -> Journal | None: ...
+
+    @property
     def host_id(self) -> str: ...
 
     def forget(self, turn: HostedTurn) -> None: ...
+
+    def suspended(self, turn: Any, kind: Any, why: str) -> None: ...
+
+    def redeliver(self, message: Any, sender: Any) -> None: ...
 
     @property
     def llm(self) -> Actor: ...
@@ -101,15 +112,12 @@ class ToolHost(Protocol):
 
     def put(self, item: Any) -> None: ...
 
-    def progress(self, turn: HostedTurn, call_id: str, data: Any) -> None: ...
+    def progress(self, turn: HostedTurn, run: RunTool, data: Any) -> None: ...
 
 
 class RegistryHost(TurnHostFace, Protocol):
-    """What the ``TurnRegistry`` needs of its host, besides a turn's needs: its store side,
-    its outboxes, where its directory is, its sends and timers."""
-
-    @property
-    def durable(self) -> Durable | None: ...
+    """What the ``TurnRegistry`` needs of its host, besides a turn's needs: its outboxes,
+    where its directory is, its sends and timers."""
 
     @property
     def outboxes(self) -> Outboxes: ...

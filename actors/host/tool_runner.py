@@ -18,9 +18,10 @@ with a tool message saying so; the turn goes on.
 Whatever order messages arrive in:
 
 - a call waiting for a process (more calls than the pool may fork) can be stopped or
-  cancelled while it waits: it never starts, and a cancelled one ends ``interrupted`` at
-  once; an interrupt that reaches a tool process before the call it is for is kept there
-  (``worker``), and the call never starts;
+  cancelled while it waits: it never starts, and ends ``interrupted`` at once (a stopped
+  turn waits for the end of each of its calls: this is this one's); an interrupt that
+  reaches a tool process before the call it is for is kept there (``worker``), and the
+  call never starts;
 - every process this host was lent is remembered with where it came from (this node's
   pool, a fresh isolated one, or a placed call's node), so a result that comes late, or
   twice, is matched to its call or dropped, and its process goes back where it belongs,
@@ -242,7 +243,7 @@ class ToolRunner:
             return
         if kind == "progress":
             if not busy.worker.stopping:
-                self.host.progress(busy.turn, key[1], payload)
+                self.host.progress(busy.turn, busy.run, payload)
         elif kind == "result":
             del self.calls[key]
             busy.turn.tell(_as_result(busy.run, payload))
@@ -283,16 +284,18 @@ class ToolRunner:
                 self.origin.pop(str(returned), None)
                 self.host.send(self.host.pool, ReturnWorkers([returned]))
 
-    def interrupt(self, msg: InterruptTool) -> None:
+    def interrupt(self, msg: InterruptTool, end_waiting: bool = True) -> None:
         key = (msg.turn_id, msg.call_id)
         busy = self.calls.get(key)
         if busy is None:
             return
-        if busy.worker is None:  # still waiting for a process: it never starts
+        if busy.worker is None:  # still waiting for a process: it never starts, and ends now
             self._forget(key)
-            if msg.mode == "cancel":  # a stop has ended the call already; a cancel waits for this
-                why = interrupted_content("the call was cancelled before it started", msg.reason)
-                busy.turn.tell(_as_result(busy.run, ("interrupted", why)))
+            if not end_waiting:  # the host's own stop: its turn is left to the store, or lost
+                return
+            what = "the call was stopped" if msg.mode == "stop" else "the call was cancelled"
+            why = interrupted_content(f"{what} before it started", msg.reason)
+            busy.turn.tell(_as_result(busy.run, ("interrupted", why)))
             return
         if busy.where == "inline":
             busy.worker.tell(msg)  # in this host's mailboxes, run after this handler
@@ -322,13 +325,18 @@ class ToolRunner:
             if key in queue:
                 queue.remove(key)
 
-    def stop_all(self, reason: str) -> None:
-        """Stop every call of this host (the runtime is closing)."""
+    def stop_all(self, reason: str, end_waiting: bool = False) -> None:
+        """Stop every call of this host (the runtime is closing); a call waiting for a
+        process never starts, and ends at once if ``end_waiting`` (its turn is stopped too)."""
         for (turn_id, call_id), busy in list(self.calls.items()):
-            self.interrupt(InterruptTool(turn_id=turn_id, call_id=call_id, mode="stop", reason=reason))
+            stop = InterruptTool(turn_id=turn_id, call_id=call_id, mode="stop", reason=reason)
+            self.interrupt(stop, end_waiting)
 
 
 def _as_result(run: RunTool, outcome: tuple[str, str]) -> Any:
     from messages import ToolResult
 
-    return ToolResult(turn_id=run.turn_id, call_id=run.call.id, outcome=outcome[0], content=outcome[1])  # type: ignore[arg-type]
+    return ToolResult(
+        turn_id=run.turn_id, call_id=run.call.id, outcome=outcome[0], content=outcome[1],  # type: ignore[arg-type]
+        attempt=run.attempt, epoch=run.epoch,
+    )  # fmt: skip

@@ -5,10 +5,20 @@ A TurnActor is an in-process actor (``mailbox.LocalActor``): its own FIFO mailbo
 timer, a lost host) goes to ``TurnRules.handle``; the actor carries the returned decisions
 out, in order. It never blocks.
 
-- **Write-ahead**: with a store, the snapshot and the new events are written in one
-  transaction before any decision is carried out. A write that fails rolls back and ends
-  this turn alone with ``Error(store_error)``; the events already numbered are still
-  delivered, so no subscriber sees a gap.
+- **Write-ahead**: with a store, each transition (its new events, its snapshot where it
+  needs one, the inbox commands it applied and its replies to them) is written before any
+  of its decisions is carried out: no event is emitted, no reply sent, no call started, no
+  end reported that the store does not have. The write goes through the host's journal
+  (``journal``, a thread of its own), which tries it again for as long as the store cannot
+  be reached; meanwhile the turn goes on handling its mailbox, and its decisions wait, in
+  order, each for its own write. Only what stops work is carried out at once (an abort of
+  the stream, an interrupt of a call): stopping needs no record.
+- **One way to stop the work here** (``suspend``): whatever the reason (another host holds
+  the turn, its store did not confirm it in time, the runtime is closing, the store refused
+  its write), the stream is aborted and every running call interrupted, as a stop does
+  (``TurnRules.stop_work``), nothing more is written, and the subscribers are told the turn
+  moved (``Error(turn_moved)``, seq -1): they follow it to whichever host carries it on
+  from the store, usually this one again.
 - **Priority from the mailbox**: the loop moves only in a ``TakeStep`` the actor sends
   itself, queued at the tail of its mailbox, so a stop or cancel already queued is handled
   first; approvals commit in a timer after ``approval_window``.
@@ -23,7 +33,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from messages import (
     AbortStream,
@@ -31,7 +42,6 @@ from messages import (
     Consumed,
     Error,
     Finish,
-    InterruptTool,
     RespondToApprovals,
     StartTurn,
     StopTurn,
@@ -43,7 +53,6 @@ from messages import (
     TurnStarted,
     TurnState,
     Unsubscribe,
-    encode,
     reply_for,
 )
 
@@ -51,6 +60,7 @@ from ..errors import Fenced, StoreError
 from ..logs import logger
 from ..mailbox import LocalActor
 from ..store.base import Owner
+from ..store.ownership import STOP_WITHIN
 from ..telemetry.metrics import TurnMeter
 from ..telemetry.turn_spans import TurnTrace
 from ..tools.loading import needs_approval
@@ -60,25 +70,27 @@ from ..turn.decisions import (
     Done,
     Emit,
     Interrupt,
-    Persist,
     Reply,
     ScheduleStep,
     SetTimer,
     Spawn,
-    StoreFailed,
     Stream,
     TakeStep,
 )
-from ..turn.rules import TurnRules
+from ..turn.rules import Recovery, TurnRules
 from .durable import StoredSender
 from .outbox import encode_event
 from .ports import TurnHostFace
-from .subscriptions import Subscription, whole_finish
+from .subscriptions import Readers
+from .writeahead import WriteAhead, transition
 
-__all__ = ["TurnActor"]
+__all__ = ["Suspension", "TurnActor"]
+
+Suspension = Literal["moved", "store", "closing", "refused"]  # why a turn's work stops here, not its end
 
 
 log = logger("greenroom.turn")
+
 
 
 class TurnActor(LocalActor):
@@ -98,16 +110,21 @@ class TurnActor(LocalActor):
         self.rules = rules
         self.owner = owner  # with a store: this host and the epoch it holds the turn at
         self.turn_id = rules.state.turn_id
-        self.subscribers: dict[str, Subscription] = {}  # by str(address)
-        self.log: list[tuple[str, bytes]] = []  # (kind, encoded event) by seq, kept when there is no store
+        self.readers = Readers(host, self.turn_id, lambda: self.rules.state, rules.state.next_seq)
         self.ended = False
         self.ended_at = 0.0  # time.monotonic() when it ended
+        self.gone = False  # its work stopped here without an end (``suspend``): it acts no more
+        journal = host.journal
+        self.ahead = WriteAhead(journal, self._carry_out, self._write_failed) if journal is not None else None
+        self.applied: set[int] = set()  # inbox commands applied here (their writes may be in flight)
+        self.reading_commands = False
+        self.start: tuple[StartTurn, Any] | None = None  # a new turn: refused if its first write is fenced
         self.trace = TurnTrace.of(rules.state, trace_parent)  # its spans; None unless it is traced
         self.meter = TurnMeter.of(rules.state)  # its metrics; None unless a MeterProvider is configured
 
     @classmethod
     def starting(cls, host: TurnHostFace, start: StartTurn) -> TurnActor:
-        owner = Owner(host.host_id, 1) if host.store is not None else None
+        owner = host.durable.owner(1) if host.durable is not None else None
         return cls(host, TurnRules.from_start(start, needs_approval=needs_approval), start.trace_context, owner)
 
     @classmethod
@@ -121,6 +138,10 @@ class TurnActor(LocalActor):
     # -- inputs ---------------------------------------------------------------------------
 
     def receive(self, message: Any, sender: Any) -> None:
+        if self.gone:  # its work stopped here: a command or subscription goes to whoever carries it on
+            if isinstance(message, (TurnCommand, Subscribe)):
+                self.host.redeliver(message, sender)
+            return
         if self.meter is not None:
             self.meter.received(message)
         logger = log()
@@ -130,42 +151,44 @@ class TurnActor(LocalActor):
 
     def receiveMsg_StartTurn(self, message: StartTurn, sender: Any) -> None:
         if sender is not None:
-            self._subscribe(sender, 0, message.window)
+            self.readers.add(sender, 0, message.window)
+        if self.host.store is not None:
+            self.start = (message, sender)
         self._apply(self.rules.start(), sender)
 
     def receiveMsg_Subscribe(self, message: Subscribe, sender: Any) -> None:
         """Send ``sender`` the events from ``since`` on (as its window allows), then what
         happens; confirm if asked."""
-        sub = self._subscribe(sender, message.since, message.window)
-        try:
-            self._catch_up(sub)
-        except StoreError as exc:
-            self._unsubscribe(sub.key)
-            reply = reply_for(message, False, "invalid", f"cannot read the events of {self.turn_id}: {exc}")
-            self.host.reply(sender, reply)
-            return
+        self.readers.add(sender, message.since, message.window)
         if message.request_id is not None:  # a turn about to resume says where its next run starts
             resumes_at = self.state.next_seq if self.state.commit_pending else None
             self.host.reply(sender, reply_for(message, True, resumes_at=resumes_at))
 
     def receiveMsg_Consumed(self, message: Consumed, sender: Any) -> None:
-        sub = self.subscribers.get(str(sender))
-        if sub is not None:
-            sub.read(message.seq)
-            self._catch_up(sub)
+        self.readers.read(str(sender), message.seq)
 
     def receiveMsg_Unsubscribe(self, message: Unsubscribe, sender: Any) -> None:
-        self._unsubscribe(str(sender))
+        self.readers.remove(str(sender))
+
+    def let_go(self) -> float | None:
+        """The turn has ended: see ``Readers.let_go``."""
+        return self.readers.let_go(self.ended_at)
 
     def receiveMsg_RecoverTurn(self, message: RecoverTurn, sender: Any) -> None:
-        self._apply(self.rules.recover(), None)
+        self._apply(self.rules.recover(message.why), None)
 
     def receiveMsg_StoredCommands(self, message: StoredCommands, sender: Any) -> None:
         self._take_stored_commands()
 
     def receiveMsg_TakeStep(self, message: TakeStep, sender: Any) -> None:
-        self._take_stored_commands()
-        self._apply(self.rules.handle(message), sender)
+        """With a store the step first looks at the inbox: a command queued by another process
+        (the command line) is handled before the step, whatever the store's notifications do."""
+        if self.host.journal is None or self.ended or self.gone:
+            return self._apply(self.rules.handle(message), sender)
+        self._take_stored_commands(then=StepAfterInbox(message))
+
+    def receiveMsg_StepAfterInbox(self, message: StepAfterInbox, sender: Any) -> None:
+        self._apply(self.rules.handle(message.step), None)
 
     def receiveMsg_TurnCommand(self, message: TurnCommand, sender: Any) -> None:
         """Stop, cancel, approvals, ``StopTool``: one INFO line, then the rules."""
@@ -176,98 +199,73 @@ class TurnActor(LocalActor):
                 verdict = "approved" if r.approved else "denied"
                 why = f" ({r.reason})" if r.reason else ""
                 log().info("turn %s: call %s %s%s", self.turn_id, r.call_id, verdict, why)
-        self._apply(self.rules.handle(message), sender)
+        self._apply(self.rules.handle(message), sender, message)
 
     def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
-        """Everything else is the rules' (stream messages, tool results, timers, losses)."""
+        """Everything else is the rules' (stream messages, tool results, timers, losses); a
+        tool's result or progress from a run at another epoch (this host's before a lapse, or
+        another host's) is dropped, never recorded."""
+        epoch = getattr(message, "epoch", None)
+        if epoch is not None and self.owner is not None and epoch != self.owner.epoch:
+            return
         self._apply(self.rules.handle(message), sender)
 
-    def _take_stored_commands(self) -> None:
-        """Commands written to the store by another process (the command line, say)."""
-        store = self.host.store
-        if store is None or self.ended:
+    def _take_stored_commands(self, then: Any = None) -> None:
+        """Commands written to the store by another process (the command line, say): read off
+        the actor thread, then each handled as if it had come by message (its write marks it
+        taken and records its reply: ``StoredSender``); ``then`` is told after them."""
+        journal = self.host.journal
+        if journal is None or self.ended or self.gone or (self.reading_commands and then is None):
+            if then is not None:
+                self.tell(then)
             return
-        try:
-            commands = store.take_commands(self.turn_id) if store.has_commands(self.turn_id) else []
-        except StoreError:
-            log().exception("turn %s: cannot read its stored commands", self.turn_id)
-            return
-        for command_id, command in commands:  # each one's reply is recorded beside it
-            self._apply(self.rules.handle(command), StoredSender(command_id))
+        self.reading_commands = True
+        turn_id = self.turn_id
 
-    # -- subscribers ----------------------------------------------------------------------
+        def read(commands: Any, error: BaseException | None) -> None:
+            self.reading_commands = False
+            if error is not None:
+                log().warning("turn %s: cannot read its stored commands: %s", turn_id, error)
+            for command_id, command in commands or ():
+                if command_id not in self.applied:
+                    self.applied.add(command_id)
+                    self.tell(command, StoredSender(command_id))
+            if then is not None:
+                self.tell(then)
 
-    def _subscribe(self, who: Any, since: int, window: int | None) -> Subscription:
-        sub = Subscription.of(who, since, window)
-        if sub.key not in self.subscribers:
-            self.host.hold_outbox(sub.key)
-        self.subscribers[sub.key] = sub  # a new subscription from the same address replaces the old
-        return sub
-
-    def _unsubscribe(self, key: str) -> None:
-        if self.subscribers.pop(key, None) is not None:
-            self.host.release_outbox(key)
-
-    def let_go(self) -> float | None:
-        """The turn has ended: let go of its subscribers and return None, or, while one is
-        still behind (its window holds back events it has not read), return how long to wait.
-        One still behind ``reader_grace`` seconds after the end is dropped and told so (an
-        ``Error(reader_dropped)`` with seq -1: not one of the turn's events)."""
-        options = self.state.options
-        lagging = [s for s in self.subscribers.values() if s.next_seq < self.state.next_seq]
-        left = self.ended_at + options.reader_grace - time.monotonic()
-        if lagging and left > 0:
-            return min(left, max(options.linger, 1.0))
-        why = f"this reader was still behind {options.reader_grace:g} s after the turn ended, and was dropped"
-        for sub in lagging:
-            lost = Error(turn_id=self.turn_id, seq=-1, error_type="reader_dropped", message=why)
-            self.host.deliver(sub.key, sub.address, encode(lost), lost.kind)
-        for key in list(self.subscribers):
-            self._unsubscribe(key)
-        return None
-
-    def _catch_up(self, sub: Subscription) -> None:
-        """Send ``sub`` the events it may be sent and has not been (from the log or the store)."""
-        end = self.state.next_seq if sub.limit is None else min(self.state.next_seq, sub.limit)
-        if sub.next_seq >= end:
-            return
-        store = self.host.store
-        past = (
-            store.event_payloads(self.turn_id, sub.next_seq, end) if store is not None else self.log[sub.next_seq : end]
-        )
-        for kind, payload in past:
-            self._send(sub, kind, payload)
-
-    def _send(self, sub: Subscription, kind: str, payload: bytes) -> None:
-        if kind == "finish":
-            if not sub.whole:
-                payload = whole_finish(payload, self.state.messages)
-            sub.whole = True
-        self.host.deliver(sub.key, sub.address, payload, kind)
-        sub.next_seq += 1
+        journal.read(lambda store: store.inbox.pending(turn_id), read)
 
     # -- carrying decisions out ---------------------------------------------------------
 
-    def _apply(self, decisions: list[Decision], sender: Any) -> None:
+    def _apply(self, decisions: list[Decision], sender: Any, command: Any = None) -> None:
+        if self.gone:
+            return
         encoded = [(d.event, encode_event(d.event)) for d in decisions if isinstance(d, Emit)]
-        store = self.host.store
-        if store is not None and self.ended and self.owner is None:
-            return  # taken over by another host: this one acts no more
-        persist = any(isinstance(d, Persist) for d in decisions)
-        if store is not None and (encoded or persist):
-            events = [(e.seq, e.kind, b) for e, b in encoded]
-            try:  # a snapshot at the transitions that need one; text deltas are appended alone
-                if persist:
-                    store.save(self.state, events, self.owner)
-                else:
-                    store.append(self.turn_id, events, self.owner)
-            except Fenced as exc:
-                return self.fenced(str(exc))
-            except StoreError as exc:
-                return self._store_failed(decisions, encoded, sender, str(exc))
-        elif self.host.store is None:
-            self.log.extend((e.kind, b) for e, b in encoded)
-        self._carry_out(decisions, encoded, sender)
+        if self.ahead is None:
+            self.readers.log.extend((e.kind, b) for e, b in encoded)
+            self._carry_out(decisions, encoded, sender)
+            return
+        try:
+            write = transition(self.state, self.owner, decisions, encoded, sender)
+        except StoreError as exc:  # its state cannot be encoded: this turn alone fails
+            return self.suspend(str(exc), "refused")
+        self.ahead.apply(decisions, encoded, sender, write, command)
+
+    def _write_failed(self, error: BaseException) -> None:
+        """The store answered a write of this turn with ``Fenced``, or refused it."""
+        if isinstance(error, Fenced):
+            if self.start is not None and not self.ahead.stored_once:  # type: ignore[union-attr]
+                return self._refuse_start()  # the first write of a new turn: its id is another turn's
+            return self.suspend(str(error), "moved")
+        self.suspend(f"the store refused its write: {error}", "refused")
+
+    def _refuse_start(self) -> None:
+        assert self.start is not None
+        start, sender = self.start
+        self.gone = self.ended = self.readers.closed = True
+        self.readers.drop_all()
+        self.host.reply(sender, reply_for(start, False, "invalid", f"turn id {self.turn_id} is already in use"))
+        self.host.forget(self)
 
     def _carry_out(self, decisions: list[Decision], encoded: list[tuple[TurnEvent, bytes]], sender: Any) -> None:
         if self.trace is not None:
@@ -280,15 +278,13 @@ class TurnActor(LocalActor):
             if isinstance(d, Emit):
                 event, payload = next(events)
                 _log_event(event, self.state)
-                for sub in self.subscribers.values():
-                    if sub.next_seq == event.seq and sub.may_send(event.seq):
-                        self._send(sub, event.kind, payload)
+                self.readers.emit(event.seq, event.kind, payload)
             elif isinstance(d, Stream):
                 host.llm.tell(d.request, self)
             elif isinstance(d, Abort):
                 host.llm.tell(AbortStream(stream_id=d.stream_id, reason=d.reason), self)
-            elif isinstance(d, Spawn):
-                host.tools.run(self, d.run)
+            elif isinstance(d, Spawn):  # the run names the epoch it is for: its results are matched by it
+                host.tools.run(self, d.run if self.owner is None else d.run.model_copy(update={"epoch": self.owner.epoch}))
             elif isinstance(d, Interrupt):
                 host.tools.interrupt(d.message)
             elif isinstance(d, ScheduleStep):
@@ -296,51 +292,42 @@ class TurnActor(LocalActor):
             elif isinstance(d, SetTimer):
                 host.set_timer(self, d)
             elif isinstance(d, Reply):
-                if sender is not None:
+                if sender is not None and not isinstance(sender, StoredSender):  # a stored one's is written
                     host.reply(sender, d.reply)
             elif isinstance(d, Done):
                 self._wind_down()
 
-    def _store_failed(
-        self, decisions: list[Decision], encoded: list[tuple[TurnEvent, bytes]], sender: Any, detail: str
-    ) -> None:
-        """The write-ahead failed: deliver what was numbered, answer, then end this turn."""
-        log().error("turn %s: the store failed; the turn ends with an error: %s", self.turn_id, detail)
-        kept: list[Decision] = [d for d in decisions if isinstance(d, (Emit, Reply))]
-        self._carry_out(kept, encoded, sender)
-        ending = self.rules.handle(StoreFailed(detail))
-        ending_encoded = [(d.event, encode_event(d.event)) for d in ending if isinstance(d, Emit)]
-        try:  # on condition of this host's epoch, as every write: another host may hold the turn now
-            self.host.store.save(self.state, [(e.seq, e.kind, b) for e, b in ending_encoded], self.owner)  # type: ignore[union-attr]
-        except Fenced as exc:
-            return self.fenced(str(exc))
-        except StoreError:
-            log().error(
-                "turn %s: its end could not be written either; the store keeps its last good state", self.turn_id
-            )
-        self._carry_out(ending, ending_encoded, None)
-
-    def fenced(self, why: str) -> None:
-        """Another host holds the turn now (or may: this host lost its lease): stop its work
-        here without writing anything (its stream, its calls), tell every subscriber that it
-        moved (``Error(turn_moved)`` with seq -1: not one of the turn's events), and leave."""
-        if self.owner is None:
+    def suspend(self, why: str, kind: Suspension) -> None:
+        """Stop this turn's work here without ending it (see the module docstring): its
+        stream and calls are stopped, nothing more is written, its subscribers are told it
+        moved (but when the runtime is closing), and its host takes it off its turns
+        (``kind`` says why, and whether it is to be claimed back)."""
+        if self.gone:
             return
-        log().warning("turn %s: %s; its work here stops", self.turn_id, why)
-        s, host = self.state, self.host
-        if s.phase == "streaming" and s.stream_id is not None:
-            host.llm.tell(AbortStream(stream_id=s.stream_id, reason="the turn moved to another host"), self)
-        for cs in s.batch or ():
-            if cs.status == "running":
-                stop = InterruptTool(turn_id=self.turn_id, call_id=cs.call.id, mode="stop", attempt=cs.attempt,
-                                     reason="the turn moved to another host")  # fmt: skip
-                host.tools.interrupt(stop)
-        moved = Error(turn_id=self.turn_id, seq=-1, error_type="turn_moved", message=why)
-        for sub in list(self.subscribers.values()):
-            host.deliver(sub.key, sub.address, encode(moved), moved.kind)
-            self._unsubscribe(sub.key)
-        self.owner, self.ended = None, True
-        host.forget(self)
+        self.gone = True
+        if kind != "closing":
+            log().warning("turn %s: %s; its work here stops", self.turn_id, why)
+        why_here = "the turn moved to another host" if kind == "moved" else why
+        self._carry_out(self.rules.stop_work(why_here, grace=STOP_WITHIN), [], None)
+        unstarted = self.start is not None and self.ahead is not None and not self.ahead.stored_once
+        unanswered = self.ahead.stop() if self.ahead is not None else []
+        owner = self.owner
+        moved = Error(
+            turn_id=self.turn_id, seq=-1, error_type="turn_moved", message=why,
+            detail=owner.host_id if owner else None, epoch=owner.epoch if owner else None,
+        )  # fmt: skip
+        self.readers.closed = True
+        if kind == "closing":  # nothing is sent: the runtime closes
+            self.readers.drop_all()
+        else:
+            self.readers.tell_all(moved)
+        if unstarted and kind == "store":  # never stored: it starts again, from its StartTurn
+            self.host.forget(self)
+            unanswered.insert(0, self.start)  # type: ignore[arg-type]
+        else:
+            self.host.suspended(self, kind, why)
+        for command, sender in unanswered:  # their effect is not stored: applied where the turn goes on
+            self.host.redeliver(command, sender)
 
     def _wind_down(self) -> None:
         if self.ended:
@@ -366,19 +353,28 @@ def _log_event(event: TurnEvent, state: TurnState) -> None:
         )
 
 
+@dataclass(frozen=True)
 class RecoverTurn:
-    """Carry on a turn loaded from the store (sent once, by its host)."""
+    """Carry on a turn loaded from the store (sent once, by its host), and why it was loaded."""
+
+    why: Recovery = "restart"
 
     kind = "recover"
-
-
-RECOVER = RecoverTurn()
 
 
 class StoredCommands:
     """Commands for this turn wait in the store (found by its host's poll)."""
 
     kind = "stored_commands"
+
+
+@dataclass(frozen=True)
+class StepAfterInbox:
+    """The turn's step, once the commands waiting in the store are in its mailbox before it."""
+
+    step: TakeStep
+
+    kind = "take_step"
 
 
 STORED_COMMANDS = StoredCommands()

@@ -2,7 +2,7 @@
 
 Each node's directory starts its TurnHosts (``Runtime(hosts=...)``, ``greenroom node
 --hosts``); a host's id is ``node/slot``, the same after a restart. A turn lives on the host
-it was placed on (``wire.placement``). Inside, each TurnActor is an actor of its own (a FIFO
+it was placed on (``placement``). Inside, each TurnActor is an actor of its own (a FIFO
 mailbox, its ``TurnRules`` and state; see ``mailbox.Kernel``); the host routes each Thespian
 message to the right mailbox, runs the mailboxes, then sends what they produced.
 
@@ -12,6 +12,11 @@ Guarantees:
   the turn is on its way, forwarded when it is on another host. Every command gets an
   answer: a refusal always, a success when it carried a ``request_id``;
 - with a store, the host holds a lease in it and takes over orphaned turns (``durable``);
+  it never calls the store on its actor thread (``journal``), so a stop, a timer or another
+  turn never waits for a store that is slow or away, and the fence comes on time: when its
+  lease is not confirmed ``FENCE_AFTER`` seconds after the last renewal began, every turn's
+  work stops here (``TurnActor.suspend``), and the turns are claimed back (or found taken
+  over) once the store answers again;
 - events leave in ACK-clocked batches per subscriber (``outbox``), so a turn costs a few
   messages whatever its number of deltas;
 - the host forks no tool process: they come from its node's ``ToolPool``; the only
@@ -33,6 +38,7 @@ from thespian.system.transport import TransmitIntent
 
 from messages import (
     Consumed,
+    RunTool,
     ControlReply,
     ReportProgress,
     StartTurn,
@@ -70,13 +76,15 @@ from ..wire.protocol import (
     WorkerResult,
     WorkersLeased,
 )
-from .durable import TICK, Durable, StoredSender
+from .durable import Durable, StoredSender
+from .journal import Journal
+from .keeper import StoreKeeper
 from .llm_actor import LLMActor
 from .outbox import Outbox, Outboxes
 from .registry import TurnRegistry
 from .timers import Timers
 from .tool_runner import ToolRunner
-from .turn_actor import TurnActor
+from .turn_actor import Suspension, TurnActor
 
 __all__ = ["TurnHost"]
 
@@ -97,6 +105,7 @@ class TurnHost(Dispatcher):
         self.registry = TurnRegistry(self)
         self.outboxes = Outboxes(self._send_tracked, self.handoff.put)
         self.durable: Durable | None = None
+        self.keeper: StoreKeeper | None = None  # with a store: what the host does with it over time
         self.node = ""
         self.hold_outbox, self.release_outbox = self.outboxes.hold, self.outboxes.release  # by subscriber key
         self.slot = -1
@@ -106,6 +115,7 @@ class TurnHost(Dispatcher):
         self.timers_on: set[str] = set()
         self.timers = Timers(lambda delay: self.wakeupAfter(timedelta(seconds=delay), payload=("timers",)))
         self.shutting_down: Any = None
+        self.ending_turns = False  # shutting down without a store: ShutdownDone waits for every turn's end
         self.owner: Any = None  # the Runtime's endpoint: where finished spans go
         route_stderr(lambda where, line: self.put(("mcp_stderr", where, line)))  # logged on this thread
 
@@ -139,12 +149,18 @@ class TurnHost(Dispatcher):
         self.inline_async_tools = msg.inline_async_tools
         self.node = msg.node
         self.registry.held.hold_for = msg.hold
-        if msg.store is not None:
-            store = open_store(msg.store, quick=True)
-            self.durable = Durable(store, self.host_id, msg.node, self.myAddress, self.handoff.put)
-            self.every("store", TICK)
         self.tools._top_up()
-        self.send(sender, HostReady(msg.slot))
+        if msg.store is None:
+            self.send(sender, HostReady(msg.slot))
+            return
+        store = open_store(msg.store, quick=True)
+
+        def leased() -> None:  # later, on this thread: ready once the store has its lease
+            assert self.durable is not None
+            self.send(sender, HostReady(msg.slot, self.durable.identity))
+
+        self.durable = Durable(store, self.host_id, msg.node, self.myAddress, self.handoff.put, leased)
+        self.keeper = StoreKeeper(self, self.durable)
 
     # -- turns (``registry``) ---------------------------------------------------------------
 
@@ -180,11 +196,21 @@ class TurnHost(Dispatcher):
         return self.durable.store if self.durable is not None else None
 
     @property
+    def journal(self) -> Journal | None:
+        return self.durable.journal if self.durable is not None else None
+
+    @property
     def host_id(self) -> str:
         return f"{self.node}/{self.slot}"
 
     def forget(self, turn: TurnActor) -> None:
         self.registry.forget(turn)
+
+    def suspended(self, turn: TurnActor, kind: Suspension, why: str) -> None:
+        self.registry.suspended_here(turn, kind, why)
+
+    def redeliver(self, message: Any, sender: Any) -> None:
+        self.registry.redeliver(message, sender)
 
     def turn_ended(self, turn: TurnActor) -> None:
         self.registry.turn_ended(turn)
@@ -206,6 +232,10 @@ class TurnHost(Dispatcher):
                 turn.tell(args[1], None)
             elif what == "linger":
                 self.registry.evict(args[0])
+            elif what == "fence" and self.keeper is not None:
+                self.keeper.fence()
+            elif what == "hold_due":  # a held command's sender stops waiting soon
+                self.registry.expire_held()
         what = msg.payload[0]
         if what == "liveness":
             self.tools.check_liveness()
@@ -214,28 +244,10 @@ class TurnHost(Dispatcher):
             self.registry.expire_held()
         elif what == "store":
             self.timers_on.discard("store")
-            self._tick_store()
+            assert self.keeper is not None
+            self.keeper.tick()
         elif what == "shutdown":
             self._shut()
-
-    def _tick_store(self) -> None:
-        """The store's tick (``durable``): the lease, turns taken over, commands waiting."""
-        assert self.durable is not None
-        tick = self.durable.tick(set(self.turns))
-        if tick.fenced:
-            for turn in list(self.turns.values()):
-                turn.fenced("this host could not renew its lease in the store: another host may take its turns")
-        if tick.lapsed:
-            owners = {t.turn_id: t.owner for t in self.turns.values() if t.owner is not None and not t.ended}
-            lost, again = self.durable.reconcile(owners)
-            tick.adopted.extend(again)
-            for turn_id in lost:
-                self.turns[turn_id].fenced("another host took this turn over while this one was cut off")
-        for state, commands, owner in tick.adopted:
-            self.registry.adopt(state, commands, owner)
-        for tid in tick.commanded:
-            self.registry.stored_commands(tid)
-        self.every("store", TICK)
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -259,9 +271,11 @@ class TurnHost(Dispatcher):
     def receiveMsg_ToolAlive(self, msg: ToolAlive, sender: Any) -> None:
         self.tools.on_alive(msg.turn_id, msg.call_id, msg.node)
 
-    def progress(self, turn: TurnActor, call_id: str, data: Any) -> None:
+    def progress(self, turn: TurnActor, run: RunTool, data: Any) -> None:
         """Progress of an inline tool: the same path as a tool process's ``ReportProgress``."""
-        turn.tell(ReportProgress(turn_id=turn.turn_id, call_id=call_id, seq=0, data=data), None)
+        report = ReportProgress(turn_id=turn.turn_id, call_id=run.call.id, seq=0, data=data, attempt=run.attempt,
+                                epoch=run.epoch)  # fmt: skip
+        turn.tell(report, None)
 
     def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
         llm: list[Any] = []
@@ -274,6 +288,12 @@ class TurnHost(Dispatcher):
                 self.outboxes.acknowledged(item[1])
             elif item[0] == "lost":
                 self._drop_subscriber(item[1])
+            elif item[0] == "journal":  # a store call's answer: (done, value, error)
+                item[1](item[2], item[3])
+            elif item[0] == "lease" and self.keeper is not None:
+                self.keeper.renewed(item[1])
+            elif item[0] == "inbox" and self.keeper is not None:  # the store's notifications are up or down
+                self.keeper.notifications(item[1])
             elif item[0] == "command":  # the store says a command waits (its notifications)
                 self.registry.stored_commands(item[1])
             elif item[0] == "mcp_stderr":
@@ -293,7 +313,7 @@ class TurnHost(Dispatcher):
     def _drop_subscriber(self, outbox: Outbox) -> None:
         log().warning("subscriber %s cannot be reached; the turns here stop sending to it", outbox.key)
         for turn in self.turns.values():
-            turn._unsubscribe(outbox.key)
+            turn.readers.remove(outbox.key)
         self.outboxes.forget(outbox)
 
     def _send_tracked(self, to: Any, message: Any, done: Any) -> None:
@@ -308,9 +328,11 @@ class TurnHost(Dispatcher):
         self._myRef._send_intent(intent)
 
     def reply(self, to: Any, reply: ControlReply) -> None:
+        """Answer a command's sender; one queued in the store is answered there (off this thread)."""
         if isinstance(to, StoredSender):
             if self.durable is not None:
-                self.durable.record_reply(to, reply)
+                command_id = to.command_id
+                self.durable.journal.read(lambda store: store.inbox.answer(command_id, reply), _logged(command_id))
         elif to is not None:
             self.send(to, reply)
 
@@ -318,23 +340,28 @@ class TurnHost(Dispatcher):
 
     def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
         """Stop every live turn (without a store) or leave it to recovery (with one)."""
-        self.shutting_down = sender
+        self.shutting_down, self.ending_turns = sender, not msg.keep_turns
         if msg.keep_turns and self.durable is not None:
+            for turn in list(self.turns.values()):  # left to the store, for the next runtime on it
+                if not turn.ended:
+                    if turn.trace is not None:
+                        turn.trace.suspend()  # a recovered turn gets a new span
+                    turn.suspend("the runtime is closing", "closing")
             self.durable.leave()  # a shared store's other hosts take the turns over at once
-        self.tools.stop_all("the runtime is closing")
+        self.tools.stop_all("the runtime is closing", end_waiting=not msg.keep_turns)
         close_mcp_sessions(lambda: self.put(("mcp_closed",)))  # wakes _maybe_shut once they are
         self.llm.close()
         if not msg.keep_turns:
             for turn in list(self.turns.values()):
                 if not turn.ended:
                     turn.tell(StopTurn(turn_id=turn.turn_id, reason="the runtime is closing", cause="shutdown"), None)
-        for turn in self.turns.values() if msg.keep_turns else ():
-            if turn.trace is not None:
-                turn.trace.suspend()  # left to the store: a recovered turn gets a new span
-        self.wakeupAfter(timedelta(seconds=1.0), payload=("shutdown",))
+        # a stopped turn ends once its calls have: within their stop_grace (``tools.worker``)
+        graces = [t.state.options.stop_grace for t in self.turns.values() if not t.ended and not msg.keep_turns]
+        self.wakeupAfter(timedelta(seconds=1.0 + max(graces, default=0.0)), payload=("shutdown",))
 
     def _maybe_shut(self) -> None:
-        if open_mcp_sessions() == 0 and self.outboxes.all_idle:
+        ending = self.ending_turns and any(not t.ended for t in self.turns.values())
+        if open_mcp_sessions() == 0 and self.outboxes.all_idle and not ending:
             self._shut()
 
     def _shut(self) -> None:
@@ -356,3 +383,11 @@ class TurnHost(Dispatcher):
 
     def __repr__(self) -> str:
         return f"<TurnHost {self.slot} pid={os.getpid()}>"
+
+
+def _logged(command_id: int) -> Any:
+    def answered(_: Any, error: BaseException | None) -> None:
+        if error is not None:
+            log().warning("could not record the reply to command %d: %s", command_id, error)
+
+    return answered

@@ -1,28 +1,35 @@
-"""What a turn store is: the interface every backend implements, and what it hands back.
+"""What a turn store is: four small interfaces, one per concern, and the data they hand back.
 
-A store keeps, per turn, its latest snapshot and its event log, written before the turn
-acts on them; a command inbox for commands written by other processes; and who owns each
-turn: the host that runs it and an *epoch*, raised each time another host takes the turn
-over. Every write of a turn names the owner it expects (``Owner``): a write by a host that
-was cut off and has since been replaced fails with ``Fenced`` and writes nothing, so a turn
-never has two hosts acting on it. Hosts hold a lease in the store (``renew_host``); the
-unfinished turns of a host whose lease ran out are ``orphans``, which a live host claims.
+A store (``TurnStore``) is the four of them over one database:
+
+- ``log``, the turns' log: per turn its latest snapshot and its events, written before the
+  turn acts on them, one transition (``TurnWrite``) at a time;
+- ``inbox``: commands written by other processes (the command line, the console), and the
+  replies the turns record for them;
+- ``owners``: who owns each durable turn (a host and an *epoch*) and who may take it over;
+- ``hosts``: the hosts that hold a lease in the store, and the store's own identity.
+
+The rules of ownership (identity, lease, fence, claim, heir) are in ``ownership``. Every
+write of a turn names the owner it expects: a write by a host that was cut off and has
+since been replaced fails with ``Fenced`` and writes nothing. A store that cannot be
+reached raises ``StoreUnavailable`` (the write may or may not have been committed; every
+write is idempotent, so it is retried); any other ``StoreError`` is final for that call.
 
 Backends: ``sqlite.SQLiteStore`` (one file, one machine: the embedded default) and
-``postgres.PostgresStore`` (a server every node reaches). ``open_store(url)`` picks one:
-``postgresql://...`` or ``postgres://...`` for PostgreSQL, anything else is a file path.
+``postgres.PostgresStore`` (a server every node reaches). ``open_store(url)`` picks one.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from pydantic import BaseModel
 
-from messages import ControlReply, Message, TurnEvent, TurnState
+from messages import ControlReply, Message, TurnEvent, TurnState, encode_snapshot
 
 from ..errors import StoreError
 
@@ -30,10 +37,16 @@ __all__ = [
     "STORE_SCHEMA",
     "EncodedEvent",
     "HostRecord",
+    "HostRegistry",
+    "Inbox",
+    "Ownership",
     "Owner",
     "Route",
+    "Snapshot",
+    "TurnLog",
     "TurnStore",
     "TurnSummary",
+    "TurnWrite",
     "is_url",
     "refuse_newer",
     "status_of",
@@ -41,7 +54,9 @@ __all__ = [
 
 EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
 
-STORE_SCHEMA = 2  # 1: greenroom 0.1.0 (no owners); 2: owners and epochs, hosts and their leases, event times
+# 1: greenroom 0.1.0 (no owners); 2: owners and epochs, hosts and their leases, event times;
+# 3: when each turn was last claimed (on the database's clock)
+STORE_SCHEMA = 3
 
 
 class TurnSummary(BaseModel):
@@ -62,7 +77,8 @@ class TurnSummary(BaseModel):
 
 @dataclass(frozen=True)
 class Owner:
-    """Who may write a turn: its host and the epoch that host holds it at."""
+    """Who may write a turn: its host's identity (``ownership.identity``) and the epoch that
+    host holds it at."""
 
     host_id: str
     epoch: int
@@ -78,11 +94,12 @@ class Route:
     epoch: int
     status: str
     address: bytes | None = None
+    claimed_at: float | None = None  # when the owner claimed it, on the database's clock
 
 
 @dataclass(frozen=True)
 class HostRecord:
-    """A live host as its store knows it: its id, node, address (pickled) and lease."""
+    """A live host as its store knows it: its identity, node, address (pickled) and lease."""
 
     host_id: str
     node: str
@@ -96,6 +113,65 @@ def status_of(state: TurnState) -> str:
     if state.phase == "awaiting_approval":
         return "awaiting_approval"
     return "running"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A turn's state as it is written: the columns ``turns list`` reads, and the state encoded."""
+
+    status: str
+    finish_reason: str | None
+    round: int
+    updated_at: float
+    waiting_since: float | None
+    pending: str
+    data: bytes
+    parent_turn_id: str | None
+    created_at: float
+
+    @classmethod
+    def of(cls, state: TurnState) -> Snapshot:
+        """``state`` as of now (it goes on changing; this does not); ``StoreError`` if it
+        cannot be encoded."""
+        try:
+            data = encode_snapshot(state)
+        except Exception as exc:  # noqa: BLE001 - a state that cannot be encoded is this turn's failure alone
+            raise StoreError(f"cannot encode turn {state.turn_id}: {exc}") from None
+        s = state
+        return cls(
+            status_of(s), s.finish_reason, s.round, s.updated_at or time.time(), s.waiting_since,
+            ",".join(s.pending_approvals), data, s.parent_turn_id, s.created_at,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TurnWrite:
+    """One transition of a turn, written in one transaction before it is carried out: its
+    new events, its snapshot where the transition needs one, the inbox commands it applied
+    (they leave the inbox in the same transaction: ``taken``) and its replies to them.
+
+    Idempotent: written twice, it is stored once (events by ``seq``, the rest by value)."""
+
+    turn_id: str
+    events: tuple[EncodedEvent, ...] = ()
+    snapshot: Snapshot | None = None
+    owner: Owner | None = None
+    taken: tuple[int, ...] = ()
+    replies: tuple[tuple[int, bytes], ...] = field(default=())  # (command id, encoded ControlReply)
+
+    def then(self, later: TurnWrite) -> TurnWrite:
+        """This write and ``later`` (the same turn's next, by the same owner) as one."""
+        return replace(
+            self,
+            events=self.events + later.events,
+            snapshot=later.snapshot or self.snapshot,
+            taken=self.taken + later.taken,
+            replies=self.replies + later.replies,
+        )
+
+    @property
+    def empty(self) -> bool:
+        return not (self.events or self.snapshot or self.taken or self.replies)
 
 
 def refuse_newer(location: str, found: int) -> None:
@@ -112,18 +188,12 @@ def is_url(location: str | os.PathLike[str]) -> bool:
     return str(location).startswith(("postgresql://", "postgres://"))
 
 
-class TurnStore(Protocol):
-    """What the runtime needs from a store. Every method is safe to call from any process."""
+class TurnLog(Protocol):
+    """The turns' log: snapshots and events."""
 
-    location: str  # a file path, or a URL without its password: for messages
-
-    def save(self, state: TurnState, events: Sequence[EncodedEvent], owner: Owner | None = None) -> None:
-        """Write the snapshot and append the (already encoded) events, atomically; with
-        ``owner``, only while the turn is still that owner's (else ``Fenced``). On any
-        failure nothing is written and ``StoreError`` says why."""
-
-    def append(self, turn_id: str, events: Sequence[EncodedEvent], owner: Owner | None = None) -> None:
-        """Append events without a snapshot (text deltas), with the same guarantees."""
+    def write(self, write: TurnWrite) -> None:
+        """Write one transition atomically; with ``write.owner``, only while the turn is
+        still that owner's (else ``Fenced``, nothing written)."""
 
     def load(self, turn_id: str) -> TurnState:
         """The latest snapshot, its ``next_seq`` past every stored event; ``KeyError`` if
@@ -133,7 +203,7 @@ class TurnStore(Protocol):
         """Every turn, newest first; unreadable ones carry ``error``."""
 
     def unfinished(self) -> list[str]:
-        """Ids of turns that have not ended."""
+        """Ids of turns that have not ended, oldest first."""
 
     def exists(self, turn_id: str) -> bool:
         """Whether the store has a record of the turn (readable or not)."""
@@ -141,71 +211,106 @@ class TurnStore(Protocol):
     def events(self, turn_id: str, since: int = 0) -> list[TurnEvent]:
         """The turn's events with ``seq >= since``, in order."""
 
+    def timed_events(self, turn_id: str, since: int = 0) -> list[tuple[TurnEvent, float | None]]:
+        """``events``, each with when it was written (None: before the store kept times)."""
+
     def event_payloads(self, turn_id: str, since: int = 0, until: int | None = None) -> list[tuple[str, bytes]]:
         """The turn's events with ``since <= seq < until`` as ``(kind, bytes)``, in order."""
 
-    def add_command(self, turn_id: str, command: Message) -> int:
-        """Queue a command for the turn (and tell its owner, where the store can); its id."""
+    def version(self, turn_id: str | None = None) -> tuple[float, int] | None:
+        """A cheap value that changes whenever the store (or one turn) changes."""
 
-    def take_commands(self, turn_id: str) -> list[tuple[int, Message]]:
-        """The turn's queued commands in order, with their ids, marked as taken."""
 
-    def record_reply(self, command_id: int, reply: ControlReply) -> None:
-        """The turn's reply to a queued command, for whoever queued it (``reply_to``)."""
+class Inbox(Protocol):
+    """Commands for turns, written by other processes, and the turns' replies to them."""
+
+    def add(self, turn_id: str, command: Message) -> int:
+        """Queue a command for the turn (and wake its owner, where the store can); its id."""
+
+    def pending(self, turn_id: str) -> list[tuple[int, Message]]:
+        """The turn's commands not applied yet, in order, with their ids. A turn applies one
+        and marks it taken in the write of its effect (``TurnWrite.taken``)."""
+
+    def answer(self, command_id: int, reply: ControlReply) -> None:
+        """Take a command without a turn's write (it was answered for a turn that has ended,
+        say) and record its reply."""
 
     def reply_to(self, command_id: int) -> ControlReply | None:
         """The reply recorded for a queued command (None: not applied yet)."""
 
     def wait_reply(self, command_id: int, timeout: float) -> ControlReply | None:
-        """The reply to a queued command once it is recorded (woken by the store where it can
-        notify); None if none was within ``timeout`` seconds."""
+        """The reply once it is recorded (woken by the store where it can notify); None if
+        none was within ``timeout`` seconds."""
 
-    def timed_events(self, turn_id: str, since: int = 0) -> list[tuple[TurnEvent, float | None]]:
-        """``events``, each with when it was written (None: before the store kept times)."""
+    def waiting(self) -> list[str]:
+        """Turns for which a command waits."""
 
-    def version(self, turn_id: str | None = None) -> tuple[float, int] | None:
-        """A cheap value that changes whenever the store (or one turn) changes."""
-
-    def pending_commands(self, turn_id: str) -> list[Message]:
-        """The turn's queued commands in order, not taken."""
-
-    def prune_commands(self, older_than: float) -> int:
+    def prune(self, older_than: float) -> int:
         """Drop commands taken ``older_than`` seconds ago, and untaken ones of turns finished
         as long ago; how many."""
 
-    def has_commands(self, turn_id: str) -> bool:
-        """Whether any command waits for the turn (cheap: checked at every step)."""
+    def listen(self, on_command: Callable[[str], None], on_state: Callable[[bool], None]) -> bool:
+        """Call ``on_command(turn_id)`` from a thread of the store's whenever a command is
+        queued, if the store can notify (True; ``on_state(False)`` while its connection is
+        down and being made again, ``on_state(True)`` once it listens again); False: poll
+        ``waiting``."""
 
-    def turns_with_commands(self) -> list[str]:
-        """Turns for which a command waits."""
+
+class Ownership(Protocol):
+    """Who owns each durable turn (``ownership`` says the rules)."""
 
     def claim(self, turn_id: str, host_id: str, force: bool = False) -> int | None:
-        """Make ``host_id`` the owner of an unfinished turn whose owner is gone (its lease
-        ran out; or any owner, with ``force``): the new epoch, or None if it is not."""
+        """Make ``host_id`` the owner of an unfinished turn it may claim (``CLAIMABLE``; any,
+        with ``force``): the new epoch, or None if it may not."""
+
+    def release(self, owner: Owner, turn_id: str) -> None:
+        """Give back a claim (its load failed): the turn has no owner, at the same epoch."""
 
     def route(self, turn_id: str) -> Route | None:
         """Where the turn is (None: unknown)."""
 
     def owned_by(self, host_id: str) -> list[str]:
-        """The unfinished turns whose owner is ``host_id`` (a restarted host claims them)."""
-
-    def identity(self) -> str:
-        """A random id the store keeps for ever: two locations with the same id are one store."""
-
-    def renew_host(self, host_id: str, node: str, address: bytes, lease: float) -> None:
-        """``host_id`` is alive for ``lease`` more seconds, at ``address``."""
-
-    def drop_host(self, host_id: str) -> None:
-        """``host_id`` has ended: its turns are orphans at once."""
-
-    def live_hosts(self) -> list[HostRecord]:
-        """Hosts whose lease has not run out."""
+        """The unfinished turns whose owner is ``host_id`` (an identity), or any incarnation
+        of it (``node/slot``)."""
 
     def orphans(self) -> list[str]:
         """Unfinished turns whose owner's lease has run out (or that have no owner)."""
 
-    def listen(self, on_command: Callable[[str], None]) -> bool:
-        """Call ``on_command(turn_id)`` from a thread of the store's whenever a command is
-        queued for a turn, if the store can notify (True); False: poll ``turns_with_commands``."""
+
+class HostRegistry(Protocol):
+    """The hosts holding a lease in the store, and the store's identity."""
+
+    def renew(self, host_id: str, node: str, address: bytes, lease: float) -> float:
+        """``host_id`` is alive for ``lease`` more seconds, at ``address``: the seconds the
+        store granted, from when it read its clock (its answer, which the host counts from
+        the request's start)."""
+
+    def drop(self, host_id: str) -> None:
+        """``host_id`` has ended: its turns are orphans at once."""
+
+    def live(self) -> list[HostRecord]:
+        """Hosts whose lease has not run out."""
+
+    def identity(self) -> str:
+        """A random id the store keeps for ever: two locations with the same id are one store."""
+
+
+class TurnStore(Protocol):
+    """A store: the four concerns over one database. Safe to use from any process; each
+    thread has its own connection."""
+
+    location: str  # a file path, or a URL without its password: for messages
+
+    @property
+    def log(self) -> TurnLog: ...
+
+    @property
+    def inbox(self) -> Inbox: ...
+
+    @property
+    def owners(self) -> Ownership: ...
+
+    @property
+    def hosts(self) -> HostRegistry: ...
 
     def close(self) -> None: ...

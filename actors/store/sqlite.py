@@ -10,11 +10,15 @@ Snapshots are ``messages.codec.encode_snapshot`` (msgpack, with a schema version
 are ``messages.codec.encode``. A record that cannot be read (unknown version, corrupted
 bytes) raises ``SnapshotError`` for that turn alone; listing and recovery go on with the
 others. A store written by greenroom 0.1.0 (schema 1) is brought to schema 2 when opened;
-one from a newer greenroom is refused, saying so.
+one from a newer greenroom is refused, saying so. The same holds from schema 2 to 3.
 
 Only processes of one machine reach the file: with members, a runtime on a SQLite store
-places its (durable) turns on its own hosts. The command line's commands reach a turn at
-its next step (the hosts look for them every half second: SQLite cannot notify).
+places its (durable) turns on its own hosts. The command line's commands reach a turn
+within half a second (its host looks for them that often: SQLite cannot notify).
+
+A write the file refuses for a reason that may pass (``database is locked``, a read-only
+file, a full disk: ``sqlite3.OperationalError``) is ``StoreUnavailable``, and the turn that
+wrote it waits and writes it again; a corrupted file is a ``StoreError``.
 
 Durability: ``synchronous=NORMAL`` in WAL mode survives the death of any process (SIGKILL),
 not the loss of the machine's power.
@@ -30,6 +34,7 @@ from typing import Any
 
 from ..errors import StoreError
 from .base import STORE_SCHEMA, EncodedEvent, TurnStore, TurnSummary, refuse_newer
+from .database import Database
 from .sql import SQLStore
 
 __all__ = ["EncodedEvent", "SQLiteStore", "TurnStore", "TurnSummary"]  # the last three: see ``base``
@@ -39,7 +44,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS turns (
     turn_id TEXT PRIMARY KEY, status TEXT NOT NULL, finish_reason TEXT, round INTEGER NOT NULL DEFAULT 0,
     parent_turn_id TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, waiting_since REAL,
-    pending TEXT NOT NULL DEFAULT '', snapshot BLOB NOT NULL, owner TEXT, epoch INTEGER NOT NULL DEFAULT 0
+    pending TEXT NOT NULL DEFAULT '', snapshot BLOB NOT NULL, owner TEXT, epoch INTEGER NOT NULL DEFAULT 0,
+    claimed_at REAL
 );
 CREATE TABLE IF NOT EXISTS events (
     turn_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL, at REAL,
@@ -65,8 +71,9 @@ _COLUMNS = {  # what every store, 0.1.0's included, has
     "commands": {"id", "turn_id", "data", "created_at", "taken_at"},
 }  # fmt: skip
 _TABLES = set(_COLUMNS)
-_ADDED = [  # schema 1 -> 2: (table, column, its definition)
+_ADDED = [  # schema 1 -> 2 -> 3: (table, column, its definition)
     ("turns", "owner", "TEXT"),
+    ("turns", "claimed_at", "REAL"),
     ("turns", "epoch", "INTEGER NOT NULL DEFAULT 0"),
     ("events", "at", "REAL"),
     ("commands", "reply", "BLOB"),
@@ -74,11 +81,12 @@ _ADDED = [  # schema 1 -> 2: (table, column, its definition)
 ]
 
 
-class SQLiteStore(SQLStore):
-    """A ``TurnStore`` in one SQLite file. One connection per thread and process, opened lazily."""
+class SQLiteDatabase(Database):
+    """One SQLite file. One connection per thread and process, opened lazily."""
 
-    _begin = "BEGIN IMMEDIATE"
-    _errors = (sqlite3.Error,)
+    begin = "BEGIN IMMEDIATE"
+    errors = (sqlite3.Error,)
+    unreachable = (sqlite3.OperationalError,)  # locked, busy, read-only, full, I/O: these may pass
 
     def __init__(self, path: str | Path) -> None:
         self.path = self.location = str(path)
@@ -94,7 +102,7 @@ class SQLiteStore(SQLStore):
             except OSError as exc:
                 raise StoreError(f"cannot create the turn store {self.path}: {exc}") from None
         try:
-            self._migrate(self._conn())
+            self._migrate(self.conn())
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path} is not a greenroom turn store: {exc}") from None
 
@@ -128,7 +136,7 @@ class SQLiteStore(SQLStore):
             conn.execute("ROLLBACK")
             raise
 
-    def _conn(self) -> Any:
+    def conn(self) -> Any:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():  # never across a fork
             try:
@@ -140,8 +148,20 @@ class SQLiteStore(SQLStore):
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
+    def drop(self) -> None:
+        self.close()
+
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == os.getpid():
             conn.close()
         self._local.conn = None
+
+
+class SQLiteStore(SQLStore):
+    """A ``TurnStore`` in one SQLite file (``SQLiteStore(path)``)."""
+
+    def __init__(self, path: str | Path) -> None:
+        db = SQLiteDatabase(path)
+        super().__init__(db)
+        self.path = db.path

@@ -1,9 +1,10 @@
 """A real HTTP server that plays a model: scripted replies over the providers' wire formats.
 
 Runs in: tests, examples, benchmarks and the demo (the owner's process, or one of its own:
-``python -m actors.testing``); never in a TurnHost or a tool process.
+``python -m actors.testing [--host H --port P]``, the demo's replies served to every node of
+a cluster); never in a TurnHost or a tool process.
 
-``ScriptedProvider`` listens on ``127.0.0.1`` and answers ``POST /v1/chat/completions``
+``ScriptedProvider`` listens on ``127.0.0.1`` (or ``host``) and answers ``POST /v1/chat/completions``
 (OpenAI-compatible SSE) and ``POST /v1/messages`` (Anthropic Messages SSE) from a script:
 a list of ``Reply`` objects taken in order, or a ``responder(request) -> Reply`` function.
 A reply is written as a real chunked HTTP stream and can misbehave on purpose: delays

@@ -7,8 +7,9 @@
   ``popen`` runs a command in it.
   ``join`` links two namespaces with a veth pair (two nodes of a deployment).
 - ``Bridge``: a Linux bridge in this process's namespace, on a private /24 of its own, with
-  its address there (a server the nodes share listens on it); ``attach`` links a namespace
-  to it with a veth pair (one node of many); removed on exit with every veth it made.
+  its address there (a server the nodes share listens on it) and a fixed MAC (so that losing
+  a node does not change it under the others' ARP caches); ``attach`` links a namespace to
+  it with a veth pair (one node of many); removed on exit with every veth it made.
 - ``partition(ns, device)``: an nftables table (family ``netdev``, in ``ns``) that drops
   every packet in and out of ``device``, silently, as a cut cable does; ``heal`` removes it.
 - ``interpose(relay)``: an nftables table, in the calling thread's namespace, that sends
@@ -175,6 +176,11 @@ class Bridge:
         _run("ip", "link", "add", self.name, "type", "bridge")
         self._created = True
         try:
+            # A bridge takes the lowest MAC of its ports unless it was given one: removing a
+            # namespace (a node lost) would change it, and every node's ARP entry for the
+            # bridge's address would point nowhere for seconds (connections to the store and
+            # the provider stalled). A fixed, locally administered MAC never changes.
+            _run("ip", "link", "set", self.name, "address", "02:" + ":".join(f"{b:02x}" for b in os.urandom(5)))
             _run("ip", "addr", "add", f"{self.address}/24", "dev", self.name)
             _run("ip", "link", "set", self.name, "up")
         except BaseException:
@@ -220,6 +226,20 @@ def partition(ns: Namespace, device: str) -> None:
         f"table netdev {_PARTITION} {{\n"
         f'  chain ingress {{ type filter hook ingress device "{device}" priority -500; policy drop; }}\n'
         f'  chain egress {{ type filter hook egress device "{device}" priority -500; policy drop; }}\n'
+        "}\n"
+    )
+    _run("ip", "netns", "exec", ns.name, "nft", "-f", "-", stdin=rules)
+
+
+def cut_from(ns: Namespace, device: str, address: str, port: int) -> None:
+    """Drop the packets between ``ns`` and ``address:port`` (TCP), through ``device``, until
+    ``heal``: a link cut to one server alone (a database), every other connection untouched."""
+    rules = (
+        f"table netdev {_PARTITION} {{\n"
+        f'  chain ingress {{ type filter hook ingress device "{device}" priority -500; policy accept;\n'
+        f"    ip saddr {address} tcp sport {port} drop\n  }}\n"
+        f'  chain egress {{ type filter hook egress device "{device}" priority -500; policy accept;\n'
+        f"    ip daddr {address} tcp dport {port} drop\n  }}\n"
         "}\n"
     )
     _run("ip", "netns", "exec", ns.name, "nft", "-f", "-", stdin=rules)

@@ -22,7 +22,10 @@ that target) and asks its ``FaultPolicy`` what to do with each frame that is not
 - ``STALL``: hold it, and everything behind it in that direction, until the relay stops;
 - ``RESET``: drop it and reset both sides (RST): the receiver never sees it.
 
-A stream that does not start like a frame (HTTP, say) is forwarded untouched. A connection
+A frame refused with a notice (``wire.frames``: it was sealed for another incarnation of
+its destination) is answered by the notice, which the relay treats as that frame's answer,
+as it does an ACK (count ``notice``). A stream that does not start like a frame (HTTP, say)
+is forwarded untouched. A connection
 whose destination refuses it is reset (count ``refused``): its sender sees a reset, not a
 refusal. Frames are matched by content (``Frame.carries``) only where they are not
 encrypted (greenroom encrypts beyond the loopback interface).
@@ -44,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..wire.frames import NOTICE_MAGIC
 from .faults import CUT, DUPLICATE, PASS, RESET, STALL, Fault, FaultPolicy, Frame, Record, Rule, delay
 
 __all__ = [
@@ -65,6 +69,11 @@ __all__ = [
 MARK = 0x6772  # SO_MARK of the relay's own connections ("gr"): the redirect rule lets them pass
 SO_ORIGINAL_DST = 80
 _ACKS = {pickle.dumps("ACK"): "ack", pickle.dumps("ACK+DATAERR"): "nak"}  # Thespian's two fixed answers
+
+
+def _answer_kind(body: bytes) -> str | None:
+    """What a frame's body answers: ``ack``, ``nak``, ``notice``; None if it is no answer."""
+    return _ACKS.get(body) or ("notice" if body.startswith(NOTICE_MAGIC) else None)
 
 
 class _Closed(Exception):
@@ -158,8 +167,8 @@ class _Link:
                 for wire, body in frames.feed(data):
                     if body is None:
                         dst.sendall(wire)
-                    elif body in _ACKS:
-                        self._answer(d, wire, body, dst)
+                    elif (answer := _answer_kind(body)) is not None:
+                        self._answer(d, wire, answer, dst)
                     else:
                         self._frame(d, wire, body, dst)
         except (OSError, _Closed):
@@ -195,14 +204,14 @@ class _Link:
             answers.append("forward")
         dst.sendall(wire)
 
-    def _answer(self, d: int, wire: bytes, body: bytes, dst: socket.socket) -> None:
-        self.relay._count(_ACKS[body])
+    def _answer(self, d: int, wire: bytes, answer: str, dst: socket.socket) -> None:
+        self.relay._count(answer)
         action = self.after_ack[d].popleft() if self.after_ack[d] else "forward"
         if action == "cut":
             self.relay._count("ack_dropped")
             raise _Closed
         if action == "swallow":
-            self.relay._count("duplicate_" + _ACKS[body])
+            self.relay._count("duplicate_" + answer)
             return
         dst.sendall(wire)
         if isinstance(action, bytes):
@@ -263,9 +272,10 @@ class FaultRelay:
 
     @property
     def counts(self) -> Counter[str]:
-        """What the relay did so far: connections, frames, ack, nak, refused (the destination
-        refused), unredirected (a connection not sent by the rule), each fault kind applied,
-        ack_dropped (a cut whose ACK came), duplicate_ack/nak/lost (how a copy was answered)."""
+        """What the relay did so far: connections, frames, ack, nak, notice, refused (the
+        destination refused), unredirected (a connection not sent by the rule), each fault
+        kind applied, ack_dropped (a cut whose answer came), duplicate_ack/nak/notice/lost
+        (how a copy was answered)."""
         with self._cond:
             return Counter(self._state.counts)
 
@@ -350,7 +360,7 @@ class FaultRelay:
                     data = sock.recv(65536)
                     if not data:
                         break
-                    answer = next((_ACKS.get(body, "lost") for _, body in frames.feed(data) if body), "lost")
+                    answer = next((_answer_kind(body) or "lost" for _, body in frames.feed(data) if body), "lost")
         except OSError:
             pass
         self._count("duplicate_" + answer)

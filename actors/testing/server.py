@@ -359,25 +359,3 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
         raise _Cut()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Serve a responder until interrupted: ``python -m actors.testing --responder mod:fn``.
-
-    Prints ``{"port": ...}`` on one line once it listens on 127.0.0.1."""
-    import argparse
-    import signal as _signal
-
-    from ..tools.refs import import_ref
-
-    parser = argparse.ArgumentParser(prog="python -m actors.testing")
-    parser.add_argument("--responder", required=True, help="module:function taking a Request, returning a Reply")
-    parser.add_argument("--port", type=int, default=0)
-    args = parser.parse_args(argv)
-    stop = threading.Event()
-    with ScriptedProvider(responder=import_ref(args.responder), port=args.port) as provider:
-        print(json.dumps({"port": provider.port}), flush=True)
-        for sig in (_signal.SIGINT, _signal.SIGTERM):
-            _signal.signal(sig, lambda *_: stop.set())
-        stop.wait()
-    return 0

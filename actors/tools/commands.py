@@ -110,6 +110,7 @@ def run_command(
             registration.close()
         kill_group(pgid)  # whatever the command left behind in its group, holding its output or not
     if ctx is not None:
+        ctx.cancellation._settle()  # a stop that ended the command: seen once its callbacks are over
         ctx.cancellation.throw_if_requested()
     return CommandResult(proc.returncode, out.text(), err.text())
 

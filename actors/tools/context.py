@@ -6,22 +6,28 @@ inherited by threads the tool starts itself: pass them what they need (the ``Can
 object is thread-safe and may be handed over).
 
 ``Cancellation`` is the light channel between the runtime and the tool, as seed ``003``
-describes it:
+describes it: a stop first notifies the registered callbacks, then the tool is interrupted.
 
 - ``on_stop(callback)`` registers a callback that runs once when the call is stopped; the
   returned ``Registration`` is a context manager, ``close()`` unregisters it (idempotent);
-- on stop the callbacks run on a thread of their own, one after the other, never on the
-  thread that delivered the stop (a tool process's or a TurnHost's actor thread): one that
-  blocks delays neither the stop, nor the grace timer that ends the tool's processes, nor
-  any other turn; one still running after ``CALLBACK_DEADLINE`` seconds is logged;
-- registering after a stop runs the callback at once, in the registering thread;
+- when a stop arrives, every callback registered at that moment (closed ones excluded)
+  starts at once, each on a thread of its own, never on the thread that delivered the stop
+  (a tool process's or a TurnHost's actor thread): none waits for another, so one that
+  blocks or raises delays no other callback, nor the stop, nor any other turn;
+- the callbacks of a stop share one deadline, ``callback_deadline`` seconds after the stop
+  (``stop_grace / 2`` in a call); one still running then is logged and named in
+  ``overstayed`` (its call's tool message says so), and not waited for;
+- only once every one of them has returned, or the deadline has passed, does the tool see
+  its stop: ``requested``, ``mode``, ``reason``, ``throw_if_requested()``, ``wait()`` (and,
+  in the ToolActor, the cancellation of an ``async def`` tool's task). Cancel only sets the
+  flag, at once: it runs no callback; a stop after a cancel still runs them;
+- registering after the stop arrived runs the callback at once, in the registering thread,
+  before ``on_stop`` returns, whether or not the stop's callbacks are still running; closing
+  a registration after the stop arrived changes nothing (it was taken at the stop);
 - a callback that raises anything (``SystemExit`` included) is logged, and fails that
   callback alone: the others run, the stop goes on, the process lives;
-- when the call ends, its remaining registrations are dropped; a stop that comes later
-  runs nothing;
-- ``throw_if_requested()`` raises ``ToolCancelled`` once stop *or* cancel was requested;
-  ``requested`` tells without raising, ``wait(timeout)`` blocks until then. Cancel only
-  sets the flag: it runs no callback.
+- when the call ends (``_close``), its remaining registrations are dropped: no callback of
+  the call starts after that, and a stop that comes later runs nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ from ..logs import logger
 
 __all__ = ["CALLBACK_DEADLINE", "Cancellation", "Registration", "ToolContext"]
 
-CALLBACK_DEADLINE = 5.0  # seconds after which an on_stop callback still running is logged
+CALLBACK_DEADLINE = 1.0  # seconds a stop's callbacks have by default: half the default stop_grace
+
+PhaseOver = Callable[[tuple[str, ...]], None]  # told the overstayed callbacks' names once the tool sees its stop
 
 
 log = logger("greenroom.tools")
@@ -54,7 +62,7 @@ class Registration:
         self._key = key
 
     def close(self) -> None:
-        """Unregister; a no-op if the callback already ran or the call has ended."""
+        """Unregister; a no-op if the stop already took the callback or the call has ended."""
         self._owner._unregister(self._key)
 
     def __enter__(self) -> Registration:
@@ -65,92 +73,174 @@ class Registration:
 
 
 class Cancellation:
-    """Stop/cancel state of one tool call. Thread-safe."""
+    """Stop/cancel state of one tool call (see the module docstring). Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, callback_deadline: float = CALLBACK_DEADLINE) -> None:
+        self.callback_deadline = callback_deadline
         self._lock = threading.Lock()
         self._callbacks: dict[int, Callable[[], Any]] = {}
         self._keys = itertools.count()
-        self._mode: Literal["stop", "cancel"] | None = None
-        self._reason = ""
-        self._stopped = False
-        self._closed = False
-        self._requested = threading.Event()
-        self._callbacks_done = threading.Event()  # the stop's callbacks have all returned
+        self._mode: Literal["stop", "cancel"] | None = None  # what the tool sees
+        self._reason = ""  # the first request's, stop or cancel
+        self._stopped = False  # a stop has arrived (its callbacks may still run)
+        self._closed = False  # the call has ended
+        self._running: dict[int, str] = {}  # the stop's callbacks still running, by key: their names
+        self._overstayed: tuple[str, ...] = ()
+        self._then: PhaseOver | None = None
+        self._deadline: threading.Timer | None = None
+        self._requested = threading.Event()  # the tool sees a stop or a cancel
+        self._seen = threading.Event()  # a stop's callback phase is over: the tool sees it
+        self._returned = threading.Event()  # every callback of the stop has returned
 
     @property
     def requested(self) -> bool:
-        """True once stop or cancel was requested for this call."""
+        """True once the tool sees a stop or cancel of this call."""
         return self._mode is not None
 
     @property
     def mode(self) -> Literal["stop", "cancel"] | None:
-        """``"stop"`` or ``"cancel"`` once requested (stop wins over an earlier cancel)."""
+        """``"stop"`` or ``"cancel"`` once the tool sees it (a stop wins over an earlier cancel)."""
         return self._mode
 
     @property
     def reason(self) -> str:
-        return self._reason
+        """Why the first stop or cancel was requested; ``""`` until the tool sees one."""
+        return self._reason if self._mode is not None else ""
 
     @property
     def registered(self) -> int:
-        """How many callbacks are registered and have not run (for tests and diagnostics)."""
+        """How many callbacks are registered and not taken by a stop (for tests and diagnostics)."""
         with self._lock:
             return len(self._callbacks)
 
+    @property
+    def overstayed(self) -> tuple[str, ...]:
+        """The names of the stop's callbacks still running at its deadline."""
+        return self._overstayed
+
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until stop or cancel is requested (True) or ``timeout`` passes (False)."""
+        """Block until the tool sees a stop or cancel (True) or ``timeout`` passes (False)."""
         return self._requested.wait(timeout)
 
     def throw_if_requested(self) -> None:
-        """Raise ``ToolCancelled`` if stop or cancel was requested."""
-        if self._mode is not None:
-            raise ToolCancelled(self._mode, self._reason)
+        """Raise ``ToolCancelled`` if the tool sees a stop or cancel."""
+        mode = self._mode
+        if mode is not None:
+            raise ToolCancelled(mode, self._reason)
 
     def on_stop(self, callback: Callable[[], Any]) -> Registration:
-        """Run ``callback`` once when the call is stopped (at once if it already was)."""
+        """Run ``callback`` once when the call is stopped: at once, in this thread, if a stop
+        has arrived already; never once the call has ended."""
         with self._lock:
             key = next(self._keys)
-            if not self._stopped and not self._closed:
+            if self._closed:
+                return Registration(self, key)
+            if not self._stopped:
                 self._callbacks[key] = callback
                 return Registration(self, key)
-            run_now = self._stopped
-        if run_now:
-            _run_callback(callback)
+        _run_callback(callback)
         return Registration(self, key)
 
     def _unregister(self, key: int) -> None:
         with self._lock:
             self._callbacks.pop(key, None)
 
-    def _request(self, mode: Literal["stop", "cancel"], reason: str) -> None:
-        """Record a request; on stop, run every registered callback, each at most once."""
+    def _request(self, mode: Literal["stop", "cancel"], reason: str, then: PhaseOver | None = None) -> bool:
+        """Record a request. A cancel sets the flag at once. The first stop starts every
+        registered callback, each on a thread of its own, and sets the flag once they have
+        all returned or ``callback_deadline`` has passed; then ``then(overstayed)`` is
+        called (on whichever thread ended the phase; on this one if there was no callback).
+        True if this request started a stop's callback phase (``then`` will be called)."""
         with self._lock:
             if self._closed:
-                return
-            if self._mode is None or mode == "stop":
+                return False
+            if self._mode is None and not self._stopped:  # the first request: its reason is the one
+                self._reason = reason
+            if mode == "cancel":
                 if self._mode is None:
-                    self._reason = reason
-                self._mode = mode
-                self._requested.set()
-            if mode != "stop" or self._stopped:
-                return
-            self._stopped = True
-            callbacks = list(self._callbacks.values())
+                    self._mode = "cancel"
+                    self._requested.set()
+                return False
+            if self._stopped:
+                return False
+            self._stopped, self._then = True, then
+            callbacks = list(self._callbacks.items())
             self._callbacks.clear()
-        threading.Thread(
-            target=_run_callbacks, args=(callbacks, self._callbacks_done), name="greenroom on_stop", daemon=True
-        ).start()
+            self._running = {key: _name(callback) for key, callback in callbacks}
+        if not callbacks:
+            self._returned.set()
+            self._phase_over(())
+            return True
+        self._deadline = threading.Timer(self.callback_deadline, self._deadline_passed)
+        self._deadline.daemon = True
+        self._deadline.start()
+        for key, callback in callbacks:
+            name = f"greenroom on_stop {self._running[key]}"
+            threading.Thread(target=self._run_one, args=(key, callback), name=name, daemon=True).start()
+        return True
+
+    def _run_one(self, key: int, callback: Callable[[], Any]) -> None:
+        try:
+            _run_callback(callback)
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+                last = not self._running
+            if last:
+                self._returned.set()
+                if self._deadline is not None:
+                    self._deadline.cancel()
+                self._phase_over(())
+
+    def _deadline_passed(self) -> None:
+        with self._lock:
+            late = tuple(self._running.values())
+        if late and self._phase_over(late):
+            for name in late:
+                log().warning("on_stop callback %s did not return within %g s of the stop; the tool sees its "
+                              "stop without waiting for it", name, self.callback_deadline)  # fmt: skip
+
+    def _phase_over(self, overstayed: tuple[str, ...]) -> bool:
+        """The stop's callbacks have returned (or overstayed): the tool sees its stop now.
+        False if the phase was over already."""
+        with self._lock:
+            if self._seen.is_set():
+                return False
+            self._overstayed = overstayed
+            self._mode = "stop"
+            self._requested.set()
+            self._seen.set()
+            then, self._then = self._then, None
+        if then is not None:
+            then(overstayed)
+        return True
+
+    def _settle(self, timeout: float | None = None) -> bool:
+        """If a stop has arrived, wait (at most ``timeout``) until the tool sees it; True
+        unless the wait timed out. The runtime's own helpers (``run_command``) call it
+        before they look at the flag, so that a stop they noticed first is seen as a stop."""
+        return self._seen.wait(timeout) if self._stopped else True
+
+    def _still_running(self) -> tuple[str, ...]:
+        """The names of the stop's callbacks that have not returned yet."""
+        with self._lock:
+            return tuple(self._running.values())
 
     def callbacks_returned(self, timeout: float | None = None) -> bool:
-        """Wait until the stop's callbacks have all returned (True), or ``timeout`` passes."""
-        return self._callbacks_done.wait(timeout)
+        """Wait until every callback the stop took has returned (True), or ``timeout`` passes."""
+        return self._returned.wait(timeout)
 
     def _close(self) -> None:
-        """The call has ended: drop what is left; later stops run nothing."""
+        """The call has ended: drop what is left; no callback of the call starts from now on."""
         with self._lock:
             self._closed = True
             self._callbacks.clear()
+
+
+def _name(callback: Callable[[], Any]) -> str:
+    """A callback's name for the tool message and the log: ``close_index``, ``Index.close``."""
+    name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None) or repr(callback)
+    return str(name).rsplit("<locals>.", 1)[-1]
 
 
 def _run_callback(callback: Callable[[], Any]) -> None:
@@ -158,34 +248,6 @@ def _run_callback(callback: Callable[[], Any]) -> None:
         callback()
     except BaseException:  # noqa: BLE001 - SystemExit from a callback fails that callback alone
         log().exception("an on_stop callback raised; the stop goes on")
-
-
-def _run_callbacks(callbacks: list[Callable[[], Any]], done_all: threading.Event) -> None:
-    """The stop's callbacks, on their own thread; a watchdog logs one that overstays."""
-    try:
-        _run_each(callbacks)
-    finally:
-        done_all.set()
-
-
-def _run_each(callbacks: list[Callable[[], Any]]) -> None:
-    for callback in callbacks:
-        done = threading.Event()
-        watchdog = threading.Timer(CALLBACK_DEADLINE, _overstayed, args=(callback, done))
-        watchdog.daemon = True
-        watchdog.start()
-        try:
-            _run_callback(callback)
-        finally:
-            done.set()
-            watchdog.cancel()
-
-
-def _overstayed(callback: Callable[[], Any], done: threading.Event) -> None:
-    if not done.is_set():
-        name = getattr(callback, "__qualname__", repr(callback))
-        log().warning("an on_stop callback (%s) is still running after %g s; the stop went on without it",
-                      name, CALLBACK_DEADLINE)  # fmt: skip
 
 
 class ToolContext:
@@ -200,6 +262,7 @@ class ToolContext:
         tool_name: str,
         idempotency_key: str,
         attempt: int = 1,
+        epoch: int = 0,
         stop_grace: float = 2.0,
         cancellation: Cancellation | None = None,
         progress: Callable[[Any], None] | None = None,
@@ -212,9 +275,10 @@ class ToolContext:
         self.call_id = call_id
         self.tool_name = tool_name
         self.idempotency_key = idempotency_key
-        self.attempt = attempt
+        self.attempt = attempt  # which run of the call this is (a retry_safe call may run again)
+        self.epoch = epoch  # the epoch its turn's host holds the turn at in the store (0: no store)
         self.stop_grace = stop_grace
-        self.cancellation = cancellation or Cancellation()
+        self.cancellation = cancellation or Cancellation(stop_grace / 2)
         self.provider = provider
         self.trace_context = trace_context  # W3C carrier of the call's execute_tool span, if traced
         self._progress = progress

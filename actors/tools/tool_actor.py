@@ -10,12 +10,18 @@ everything it has to say (progress, a child turn to start, the outcome) goes thr
 
 - ``interrupt("cancel", reason)`` sets the call's flag; the tool sees it at its next
   ``throw_if_requested()``;
-- ``interrupt("stop", reason)`` sets the flag, starts the ``on_stop`` callbacks at once on
-  a thread of their own (``context.Cancellation``), and cancels an ``async def`` tool's task;
-- the outcome is reported exactly once: ``("result", (outcome, content))``, where a value
-  becomes ``{"ok": true, "data": ...}`` and an exception ``{"ok": false, "error": ...}``,
-  as the seeds do it; arguments that do not fit the tool's parameters come back as such an
-  error saying what was wrong. When the call ends its remaining registrations are dropped.
+- ``interrupt("stop", reason)`` starts the ``on_stop`` callbacks at once, each on a thread
+  of its own (``context.Cancellation``); once they have returned, or their deadline
+  (``stop_grace / 2``) has passed, the tool sees its flag and an ``async def`` tool's task
+  is cancelled;
+- the outcome is reported exactly once, and only when the tool has returned *and* a stop's
+  callbacks are over: ``("result", (outcome, content))``, where a value becomes
+  ``{"ok": true, "data": ...}`` and an exception ``{"ok": false, "error": ...}``, as the
+  seeds do it, with a note naming any callback that overstayed its deadline; arguments that
+  do not fit the tool's parameters come back as such an error saying what was wrong. When
+  the call ends its remaining registrations are dropped: none of its callbacks starts after
+  its outcome is reported. ``abandon`` is its owner's last resort (the tool did not return
+  within its stop grace).
 """
 
 from __future__ import annotations
@@ -31,13 +37,13 @@ from messages import InterruptTool, RunTool
 from ..errors import ToolCancelled, ToolDefinitionError, ToolError
 from ..mailbox import Kernel, LocalActor
 from ..telemetry.spans import attach
-from ..turn.results import error_result, interrupted_content, ok_result
+from ..turn.results import error_result, interrupted_content, ok_result, with_note
 from ..turn.sanitize import safe_text
 from .context import ToolContext
 from .definition import Tool
 from .loading import load_tool
 
-__all__ = ["ToolActor", "run_tool_inline"]
+__all__ = ["ToolActor", "overstay_note", "run_tool_inline"]
 
 Report = Callable[[str, Any], None]
 
@@ -103,7 +109,11 @@ class ToolActor(LocalActor):
         self._task_loop: asyncio.AbstractEventLoop | None = None
         self.ctx: ToolContext | None = None
         self.finished = False
-        self.stopping = False
+        self.stopping = False  # a stop has arrived (its callbacks may still run)
+        self._lock = threading.Lock()
+        self._phase = ""  # "running" while a stop's callbacks run, "over" once the tool sees its stop
+        self._held: tuple[str, str] | None = None  # the tool's outcome, waiting for the callbacks
+        self._reported = False
 
     @property
     def call_id(self) -> str:
@@ -111,7 +121,7 @@ class ToolActor(LocalActor):
 
     def receiveMsg_InterruptTool(self, message: InterruptTool, sender: Any) -> None:
         if message.call_id == self.call_id:
-            self.interrupt(message.mode, message.reason)
+            self.interrupt(message.mode, message.reason, message.grace)
 
     def start(self) -> None:
         run = self.run
@@ -129,6 +139,7 @@ class ToolActor(LocalActor):
             tool_name=run.spec.name,
             idempotency_key=run.idempotency_key,
             attempt=run.attempt,
+            epoch=run.epoch,
             stop_grace=run.stop_grace,
             progress=self._progress,
             provider=run.provider,
@@ -172,13 +183,31 @@ class ToolActor(LocalActor):
         self._done(_outcome_of(exc, self.ctx) if exc is not None else ("success", ok_result(task.result())))
 
     def _remember_task(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
-        self._task_loop, self._task = loop, task
-        if self.stopping:
+        with self._lock:
+            self._task_loop, self._task = loop, task
+            seen = self._phase == "over"
+        if seen:
             loop.call_soon_threadsafe(task.cancel)
 
     def _done(self, outcome: tuple[str, str]) -> None:
-        """Report the call's one outcome; one too long for ``RunTool.max_result_bytes`` fails
-        here, in the tool's process, before anything large crosses the wire."""
+        """The tool has returned: report its outcome now, or once its stop's callbacks are over."""
+        with self._lock:
+            if self._phase == "running":
+                self._held = outcome
+                return
+        self._report_once(outcome)
+
+    def _report_once(self, outcome: tuple[str, str]) -> None:
+        """Report the call's one outcome, noting callbacks that overstayed; one too long for
+        ``RunTool.max_result_bytes`` fails here, in the tool's process, before anything large
+        crosses the wire."""
+        with self._lock:
+            if self._reported:
+                return
+            self._reported = True
+        if self.ctx is not None:
+            self.ctx.cancellation._close()  # the call ends: none of its callbacks starts from now on
+            outcome = (outcome[0], with_note(outcome[1], overstay_note(self.ctx)))
         content = safe_text(outcome[1])
         size, limit = len(content.encode("utf-8", "replace")), self.run.max_result_bytes
         if size > limit:
@@ -198,19 +227,62 @@ class ToolActor(LocalActor):
             data = {"dropped": f"a progress report of {size:,} bytes, over the limit of {self.run.max_result_bytes:,}"}
         self._report("progress", data)
 
-    def interrupt(self, mode: str, reason: str) -> None:
-        """Cancel (cooperative) or stop (callbacks now, async task cancelled) this call."""
+    def interrupt(self, mode: str, reason: str, grace: float | None = None) -> None:
+        """Cancel (cooperative) or stop (callbacks now; then the flag and the async task) this
+        call; with ``grace``, the stop's callbacks have half of it, if that is less."""
         if self.ctx is None or self.finished:
             return
+        if grace is not None:
+            cancellation = self.ctx.cancellation
+            cancellation.callback_deadline = min(cancellation.callback_deadline, grace / 2)
         if mode == "cancel":
             self.ctx.cancellation._request("cancel", reason)
             return
         if self.stopping:
             return
         self.stopping = True
-        self.ctx.cancellation._request("stop", reason)
-        if self._task_loop is not None and self._task is not None:
+        with self._lock:
+            self._phase = "running"
+        if not self.ctx.cancellation._request("stop", reason, then=self._stop_seen):
+            self._stop_seen(())  # the tool has just returned: there is nothing to wait for
+
+    def _stop_seen(self, overstayed: tuple[str, ...]) -> None:
+        """A stop's callbacks are over (any thread): the tool sees its stop; an ``async def``
+        tool's task is cancelled; an outcome that waited for this is reported."""
+        with self._lock:
+            self._phase = "over"
+            held, self._held = self._held, None
+            loop, task = self._task_loop, self._task
+        if loop is not None and task is not None:
             try:
-                self._task_loop.call_soon_threadsafe(self._task.cancel)
+                loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:
                 pass  # the loop has closed: the tool already returned
+        if held is not None:
+            self._report_once(held)
+
+    def abandon(self, why: str) -> tuple[str, str] | None:
+        """The tool did not return within its stop grace and its process ends it: the call's
+        outcome to send instead (the tool's own if it had returned), or None if it was reported."""
+        with self._lock:
+            if self._reported:
+                return None
+            self._reported = True
+            held, self._held = self._held, None
+        ctx = self.ctx
+        reason = ctx.cancellation._reason if ctx is not None else ""
+        outcome = held or ("interrupted", interrupted_content(why, reason or "stopped"))
+        if ctx is None:
+            return outcome
+        ctx.cancellation._close()
+        late = ctx.cancellation.overstayed or ctx.cancellation._still_running()
+        return outcome[0], safe_text(with_note(outcome[1], overstay_note(ctx, late)))
+
+
+def overstay_note(ctx: ToolContext, names: tuple[str, ...] | None = None) -> str:
+    """``on_stop callback close_index did not return within 1 s``, or ``""`` if none overstayed."""
+    late = ctx.cancellation.overstayed if names is None else names
+    if not late:
+        return ""
+    which = f"callback {late[0]}" if len(late) == 1 else f"callbacks {', '.join(late)}"
+    return f"on_stop {which} did not return within {ctx.cancellation.callback_deadline:g} s"

@@ -10,10 +10,13 @@ subreaper, so a tool's double-forked daemon is re-parented to it and stays in re
 
 - when a call ends, whatever it left running below the worker gets SIGTERM, then SIGKILL
   after ``stop_grace``;
-- on stop: the ``on_stop`` callbacks run at once, every process below the worker gets
-  SIGTERM at once and SIGKILL after ``stop_grace``; a call still running then (a blocking
-  tool that ignores its flag) ends with its process: the worker exits and the pool
-  replaces it;
+- on stop: the ``on_stop`` callbacks start at once (each on its own thread; the tool sees
+  its flag once they are over, at most ``stop_grace / 2`` later: ``ToolActor``), every
+  process below the worker gets SIGTERM at once and SIGKILL after ``stop_grace``; the
+  call's ``WorkerResult`` leaves once the tool has returned and the callbacks are over. A
+  call still running at ``stop_grace`` (a blocking tool that ignores its flag) ends with its
+  process: the worker sends the call's result itself (``interrupted``, saying so), then
+  exits, and the pool replaces it;
 - after ``recycle_after`` calls the worker retires (says so with its last result);
 - a call placed on another node sends ``ToolAlive`` every ``heartbeat`` seconds.
 """
@@ -27,6 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from thespian.actors import ActorExitRequest, ThespianWatch
+from thespian.system.transport import TransmitIntent
 
 from messages import (
     CancelTurn,
@@ -76,7 +80,9 @@ class ToolWorker(Dispatcher):
         self._progress_seq = 0
         self._children: dict[str, Any] = {}  # child turn id -> ChildTurn (sub-agents)
         self._exiting = False
+        self._retiring = False  # its last result is on its way: it exits once that is acknowledged
         self._generation = 0  # which call a timer belongs to
+        self._grace = 0.0  # the stop grace of the call being stopped
         self._initialized = False
         self._early: list[tuple[Any, Any]] = []  # (message, sender) that overtook WorkerInit
         self._tombstones: dict[tuple[str, str, int], tuple[str, str, float]] = {}  # interrupts ahead of their call
@@ -110,8 +116,9 @@ class ToolWorker(Dispatcher):
             content = interrupted_content(f"{what} before it started", interrupted[1])
             self.send(sender, WorkerResult(_result(run, "interrupted", content)))
             return
-        if self._call is not None or self._exiting:
-            reason = "exiting" if self._exiting else f"busy with call {self._call.call_id}"  # type: ignore[union-attr]
+        if self._call is not None or self._exiting or self._retiring:
+            busy = f"busy with call {self._call.call_id}" if self._call is not None else ""
+            reason = "exiting" if self._exiting or self._retiring else busy
             content = error_result(f"Tool '{run.spec.name}' could not start: its tool process was {reason}")
             self.send(sender, WorkerResult(_result(run, "failed", content), retiring=True))
             return
@@ -128,6 +135,9 @@ class ToolWorker(Dispatcher):
 
     def receiveMsg_WatchMessage(self, msg: Any, sender: Any) -> None:
         for generation, kind, payload in self._handoff.drain():
+            if kind == "retire":  # its last result was acknowledged
+                self._retire()
+                continue
             call = self._call
             if call is None or generation != self._generation:
                 continue
@@ -138,24 +148,37 @@ class ToolWorker(Dispatcher):
             elif kind == "result":
                 self._finish(call, payload)
 
-    def _finish(self, call: ToolActor, outcome: tuple[str, str]) -> None:
+    def _finish(self, call: ToolActor, outcome: tuple[str, str], retire: bool = False) -> None:
         call.finished = True
         self._call = None
-        retiring = self._recycle_after > 0 and self._calls >= self._recycle_after
-        self.send(self._host, WorkerResult(_result(call.run, outcome[0], outcome[1]), retiring=retiring))
+        retiring = retire or (self._recycle_after > 0 and self._calls >= self._recycle_after)
+        result = WorkerResult(_result(call.run, outcome[0], outcome[1]), retiring=retiring)
+        if retiring:
+            self._send_then_retire(result)
+        else:
+            self.send(self._host, result)
         left = descendants(os.getpid())
         if left:  # what the call left running is the call's: end it
             signal_all(left, signal.SIGTERM)
             self.wakeupAfter(timedelta(seconds=call.run.stop_grace), payload=("sweep", left))
-        if retiring:
-            self._retire()
+
+    def _send_then_retire(self, result: WorkerResult) -> None:
+        """Send the last result, and exit once it was acknowledged (or could not be delivered):
+        so its host has it before the pool can say this process exited (two senders, no order)."""
+
+        def sent(*_: Any) -> None:  # in Thespian's ACK callback: send nothing from here
+            self._handoff.put((self._generation, "retire", None))
+
+        self._retiring = True
+        self._myRef._send_intent(TransmitIntent(self._host, result, onSuccess=sent, onError=sent))
 
     def _progress(self, call: ToolActor, data: Any, approval: dict[str, Any] | None = None) -> None:
         if not call.stopping:
             run = call.run
             report = ReportProgress(
-                turn_id=run.turn_id, call_id=run.call.id, seq=self._progress_seq, data=data, approval=approval
-            )
+                turn_id=run.turn_id, call_id=run.call.id, seq=self._progress_seq, data=data, approval=approval,
+                attempt=run.attempt, epoch=run.epoch,
+            )  # fmt: skip
             self.send(self._host, report)
             self._progress_seq += 1
 
@@ -171,7 +194,8 @@ class ToolWorker(Dispatcher):
         self._steer_children(msg.mode, msg.reason)
         if msg.mode == "stop":
             signal_all(descendants(os.getpid()), signal.SIGTERM)
-            self.wakeupAfter(timedelta(seconds=call.run.stop_grace), payload=("grace", self._generation))
+            self._grace = min(call.run.stop_grace, msg.grace if msg.grace is not None else call.run.stop_grace)
+            self.wakeupAfter(timedelta(seconds=self._grace), payload=("grace", self._generation))
 
     def _tombstone(self, msg: InterruptTool) -> None:
         """Keep an interrupt for a call this process has not been given yet (Thespian does not
@@ -192,15 +216,22 @@ class ToolWorker(Dispatcher):
         elif what == "grace" and arg == self._generation:
             signal_all(descendants(os.getpid()), signal.SIGKILL)
             reap_children()
-            if self._call is not None:  # the call ignored its stop: it ends with this process
-                log().warning("tool call %s did not stop within its grace; its process exits", self._call.call_id)
-                self._retire()
+            self.receiveMsg_WatchMessage(None, None)  # a result the call reported meanwhile goes first
+            call = self._call
+            if call is not None:  # the call ignored its stop: it ends with this process
+                log().warning("tool call %s did not stop within its grace; its process exits", call.call_id)
+                grace = f"its stop grace ({self._grace:g} s)"
+                outcome = call.abandon(f"the tool did not return within {grace} and its process was ended")
+                if outcome is None:  # its own result came just now
+                    self.receiveMsg_WatchMessage(None, None)
+                else:
+                    self._finish(call, outcome, retire=True)  # and this process exits
         elif what == "heartbeat" and arg == self._generation:
             self._alive()
 
     def _alive(self) -> None:
-        call = self._call
-        if call is None or call.stopping or self._exiting or call.run.heartbeat is None:
+        call = self._call  # a stopped call beats too, until it has ended: its host waits for its end
+        if call is None or self._exiting or call.run.heartbeat is None:
             return
         self.send(self._host, ToolAlive(turn_id=call.run.turn_id, call_id=call.call_id, node=self._node))
         self.wakeupAfter(timedelta(seconds=call.run.heartbeat), payload=("heartbeat", self._generation))
@@ -256,4 +287,8 @@ class ToolWorker(Dispatcher):
 
 
 def _result(run: RunTool, outcome: str, content: str) -> ToolResult:
-    return ToolResult(turn_id=run.turn_id, call_id=run.call.id, outcome=outcome, content=content)  # type: ignore[arg-type]
+    """The call's one result, naming the run it reports (its attempt, its turn's epoch)."""
+    return ToolResult(
+        turn_id=run.turn_id, call_id=run.call.id, outcome=outcome, content=content,  # type: ignore[arg-type]
+        attempt=run.attempt, epoch=run.epoch,
+    )  # fmt: skip

@@ -18,7 +18,7 @@ from messages import CallState, ChatMessage, RunTool, ToolCall, ToolSpec, TurnSt
 from .results import error_result
 from .sanitize import TooDeep, safe_json
 
-__all__ = ["Fails", "NeedsApproval", "Runs", "Waits", "answered_before", "classify", "run_message"]
+__all__ = ["Fails", "NeedsApproval", "Runs", "Waits", "answered_before", "classify", "run_message", "timer_call"]
 
 NeedsApproval = Callable[[ToolSpec, dict[str, Any]], bool]
 
@@ -67,6 +67,16 @@ def answered_before(messages: Sequence[ChatMessage], call_id: str) -> bool:
     return any(call_id in [c.id for c in m.tool_calls or ()] for m in messages)
 
 
+def idempotency_key(state: TurnState, call: CallState) -> str:
+    """The call's key, made at its first run and kept (``CallState.key``) for every attempt:
+    ``TURN:ROUND:CALL``, unique per call though a provider reuse its call ids from round to
+    round. A call started by greenroom before keys had rounds keeps its old key."""
+    if call.key is None:
+        old = call.attempt > 1  # run before, by an older greenroom (its state has no key)
+        call.key = f"{state.turn_id}:{call.call.id}" if old else f"{state.turn_id}:{state.round}:{call.call.id}"
+    return call.key
+
+
 def run_message(state: TurnState, call: CallState, spec: ToolSpec) -> RunTool:
     """The ``RunTool`` for attempt ``call.attempt`` of ``call``: what a tool process needs and
     nothing secret (the provider names its key's variable; a tool process drops it)."""
@@ -76,10 +86,17 @@ def run_message(state: TurnState, call: CallState, spec: ToolSpec) -> RunTool:
         call=call.call,
         spec=spec,
         arguments=call.arguments or {},
-        idempotency_key=f"{state.turn_id}:{call.call.id}",
+        idempotency_key=idempotency_key(state, call),
         attempt=call.attempt,
         stop_grace=state.options.stop_grace,
         heartbeat=state.options.heartbeat if spec.requires else None,
         provider=state.provider,
         max_result_bytes=state.options.max_result_bytes,
     )
+
+
+def timer_call(name: str) -> tuple[str, str, str]:
+    """``(what, call_id, attempt)`` of a call's timer, named ``"{what}:{call_id}:{attempt}"``."""
+    what, _, rest = name.partition(":")
+    call_id, _, attempt = rest.rpartition(":")
+    return what, call_id, attempt

@@ -9,29 +9,39 @@ open) and the rules carry out what it returns, then ask again, until it says ``w
 ``Situation``; a test reads this table and checks it against the code for every
 combination of them):
 
-    ====  =================================  ==========  ==========  ==================================
-    row   condition                          at a step   otherwise   meaning
-    ====  =================================  ==========  ==========  ==================================
-     1    finished                           wait        wait        nothing happens after the end
-     2    stop                               stop        stop        a stop acts at once
-     3    cancel and (streaming or running)  wait        wait        a cancel lets them finish
-     4    cancel and answered                cancel      cancel      the answer was the boundary
-     5    cancel                             cancel      step        at the next step, before the rest
-     6    streaming                          wait        wait        the response comes first
-     7    commit_due                         resume      resume      approvals commit after the window
-     8    running                            wait        wait        the batch is not done
-     9    batch_done                         collect     collect     tool messages, then round += 1
-    10    undecided and not paused           pause       pause       Finish(awaiting_approval), once
-    11    undecided or decided               wait        wait        for decisions, for the window
-    12    answered                           answer      answer      Finish(stop) or Finish(length)
-    13    not rounds_left                    max_rounds  step        max rounds, at a step
-    14    True                               stream      step        the next LLM call, at a step
-    ====  =================================  ==========  ==========  ==================================
+    ====  =============================================  ==========  ==========  ======================================
+    row   condition                                      at a step   otherwise   meaning
+    ====  =============================================  ==========  ==========  ======================================
+     1    finished                                       wait        wait        nothing happens after the end
+     2    stop and (streaming or running)                halt        halt        a stop acts at once: abort, interrupt
+     3    stop and stopping                              wait        wait        for every stopped call's end
+     4    stop                                           stop        stop        Error and Finish(stopped), once
+     5    cancel and (streaming or running or stopping)  wait        wait        a cancel lets them finish
+     6    cancel and answered                            cancel      cancel      the answer was the boundary
+     7    cancel                                         cancel      step        at the next step, before the rest
+     8    streaming                                      wait        wait        the response comes first
+     9    commit_due                                     resume      resume      approvals commit after the window
+    10    running or stopping                            wait        wait        the batch is not done
+    11    batch_done                                     collect     collect     tool messages, then round += 1
+    12    undecided and not paused                       pause       pause       Finish(awaiting_approval), once
+    13    undecided or decided                           wait        wait        for decisions, for the window
+    14    answered                                       answer      answer      Finish(stop) or Finish(length)
+    15    not rounds_left                                max_rounds  step        max rounds, at a step
+    16    True                                           stream      step        the next LLM call, at a step
+    ====  =============================================  ==========  ==========  ======================================
 
 ``step`` means: send the turn a ``TakeStep`` at the tail of its mailbox, so that whatever
 is already queued (a stop, a cancel) is handled first; the loop goes on in that step. An
-approval commits in a timer after ``approval_window`` (row 7), so a cancel sent right
-behind an approval is handled before it (row 5 wins over row 7).
+approval commits in a timer after ``approval_window`` (row 9), so a cancel sent right
+behind an approval is handled before it (row 7 wins over row 9).
+
+A stop acts in two parts. ``halt`` (row 2) aborts the stream and interrupts every running
+call at once; each such call is then ``stopping`` until its tool process reports its end
+(or a backstop timer closes it), and the turn ends (row 4) only once none is: so
+``Finish(stopped)`` (``Finish(cancelled)`` after a cancel) means every call of the turn
+has ended and its ``on_stop`` callbacks have run (returned, or passed their deadline). A
+call stopped alone (``StopTool``, its time limit) is ``stopping`` too, and its batch waits
+for it like for a running one (row 10).
 """
 
 from __future__ import annotations
@@ -43,7 +53,9 @@ from messages import TurnState
 
 __all__ = ["Action", "Situation", "next_action", "situation"]
 
-Action = Literal["wait", "stop", "cancel", "resume", "collect", "pause", "answer", "max_rounds", "stream", "step"]
+Action = Literal[
+    "wait", "halt", "stop", "cancel", "resume", "collect", "pause", "answer", "max_rounds", "stream", "step"
+]
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,7 @@ class Situation:
     cancel: bool = False
     streaming: bool = False
     running: bool = False
+    stopping: bool = False  # a stopped call's process has not reported its end yet
     commit_due: bool = False  # decided approvals whose window has passed
     batch_done: bool = False  # a batch exists and every call in it has ended
     undecided: bool = False  # a call waits for approval
@@ -70,16 +83,18 @@ def next_action(s: Situation) -> Action:
     if s.finished:
         return "wait"
     if s.stop:
-        return "stop"
-    if s.cancel:
         if s.streaming or s.running:
+            return "halt"
+        return "wait" if s.stopping else "stop"
+    if s.cancel:
+        if s.streaming or s.running or s.stopping:
             return "wait"
         return "cancel" if s.at_step or s.answered else "step"
     if s.streaming:
         return "wait"
     if s.commit_due:
         return "resume"
-    if s.running:
+    if s.running or s.stopping:
         return "wait"
     if s.batch_done:
         return "collect"
@@ -104,6 +119,7 @@ def situation(state: TurnState, *, at_step: bool, commit_due: bool, answered: bo
         cancel=state.cancel is not None,
         streaming=state.phase == "streaming",
         running="running" in statuses,
+        stopping="stopping" in statuses,
         commit_due=commit_due and state.commit_pending,
         batch_done=bool(batch) and statuses == {"done"},
         undecided="pending_approval" in statuses,

@@ -22,11 +22,13 @@ max-rounds > the next LLM call, with a stop acting at once). Guarantees, each te
 - stop and cancel are idempotent: the first request decides the finish reason, its text and
   its cause, and every decision derived from it (abort, interrupts, synthesized tool
   messages, ``Error``) carries the same ones; a later stop still acts at once;
+- a stop interrupts every running call at once, and ends the turn once each has reported its end
+  (or its backstop has closed it, saying so); ``StopTool`` and a time limit alike, for their call;
 - approvals commit in a timer after ``approval_window``, so a cancel already queued wins;
 - an input that changes nothing returns no decision and touches nothing, not even a time;
   a refused command returns only its ``Reply``.
 
-Why one module of about 640 lines: these handlers share the one mutable state and each
+Why one module of about 660 lines: these handlers share the one mutable state and each
 ends by asking ``next_action``; split by idea, they could not be built or tested apart.
 """
 
@@ -37,74 +39,38 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from messages import (
-    TURN_COMMANDS,
-    CallState,
-    CancelTurn,
-    ChatMessage,
-    Error,
-    Finish,
-    InterruptTool,
-    LLMCompleted,
-    LLMDeltas,
-    LLMFailed,
-    LLMRetrying,
-    Marker,
-    RejectCode,
-    ReportProgress,
-    RespondToApprovals,
-    StartTurn,
-    StopCause,
-    StopTool,
-    StopTurn,
-    StreamChat,
-    TextDelta,
-    ToolApprovalRequest,
-    ToolApprovalResponse,
-    ToolCallStarted,
-    ToolFinished,
-    ToolOutcome,
-    ToolProgress,
-    ToolResult,
-    ToolSpec,
-    TurnEvent,
-    TurnRetrying,
-    TurnStarted,
-    TurnState,
-    reply_for,
-)
+    TURN_COMMANDS, CallState, CancelTurn, ChatMessage, Error, Finish, InterruptTool, LLMCompleted, LLMDeltas,
+    LLMFailed, LLMRetrying, Marker, RejectCode, ReportProgress, RespondToApprovals, StartTurn, StopCause, StopTool,
+    StopTurn, StreamChat, TextDelta, ToolApprovalRequest, ToolApprovalResponse, ToolCallStarted, ToolFinished,
+    ToolOutcome, ToolProgress, ToolResult, ToolSpec, TurnEvent, TurnRetrying, TurnStarted, TurnState, reply_for,
+)  # fmt: skip
 from messages.events import FinishReason
 
 from .approvals import refusal
 from .assembly import StreamAssembly, StreamMessage
-from .calls import Fails, NeedsApproval, Runs, answered_before, classify, run_message
+from .calls import Fails, NeedsApproval, Runs, answered_before, classify, run_message, timer_call
 from .decisions import (
-    Abort,
-    Decision,
-    Done,
-    Emit,
-    Interrupt,
-    Persist,
-    Reply,
-    ScheduleStep,
-    SetTimer,
-    Spawn,
-    StoreFailed,
-    Stream,
-    StreamLost,
-    TakeStep,
-    TimerFired,
-    ToolLost,
-)
+    Abort, Decision, Done, Emit, Interrupt, Persist, Reply, ScheduleStep, SetTimer, Spawn, StoreFailed, Stream,
+    StreamLost, TakeStep, TimerFired, ToolLost,
+)  # fmt: skip
 from .history import opening_problems
 from .priority import next_action, situation
-from .results import error_result, interrupted_content
+from .results import RECOVERED, Recovery, error_result, interrupted_content, with_note
 from .sanitize import safe_command, safe_message, safe_text
 
-__all__ = ["NeedsApproval", "TurnRules"]
+__all__ = ["STOP_CONFIRM_MARGIN", "NeedsApproval", "Recovery", "TurnRules"]
+
+STOP_CONFIRM_MARGIN = 5.0  # seconds past stop_grace a stopped call's process has to report its end
+
+Mode = Literal["stop", "cancel"]
+End = tuple[ToolOutcome, str]  # a call's outcome and its tool message
 
 
 def _static_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
     return spec.approval != "never"
+
+
+ANSWERS = 64  # the replies a turn keeps, by request id, so that a command sent again is applied once
 
 
 class TurnRules:
@@ -158,32 +124,36 @@ class TurnRules:
             return out + self._end("error", ("invalid_turn", "; ".join(problems)))
         return out + [Persist("started"), ScheduleStep()]
 
-    def recover(self) -> list[Decision]:
-        """Carry on a turn loaded from the store after a restart.
+    def recover(self, why: Recovery = "restart") -> list[Decision]:
+        """Carry on a turn loaded from the store: after a restart, on the host that took it
+        over from a lost one (``takeover``), or on the host that claimed it back once its
+        store answered again (``store``); each says so in what follows.
 
-        A stop marker ends the turn stopped; a stream that died is asked for again; a call
-        that was running is closed as interrupted, or run again with the same idempotency
-        key if its tool is ``retry_safe``; recorded results never run again; a pause stays a
-        pause (its ``Finish`` is not repeated) and its approval timeout keeps its deadline.
+        A stop marker ends the turn stopped; a stream that died is asked for again (its
+        partial text was streamed, not kept: a ``TurnRetrying`` says to drop it); a call that
+        was running is closed as interrupted, or run again with the same idempotency key if
+        its tool is ``retry_safe``; recorded results never run again; a pause stays a pause
+        (its ``Finish`` is not repeated) and its approval timeout keeps its deadline.
         """
         s = self.state
         if s.phase in ("finished", "created"):
             return self.start() if s.phase == "created" else []
+        what, reason = RECOVERED[why]
         out: list[Decision] = []
         if s.phase == "streaming":
             s.phase, s.stream_id = "idle", None
             if s.stop is None:
-                reason = "recovered after a restart: asking the model again"
-                out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason=reason))
+                out.append(self._emit(TurnRetrying, attempt=1, delay=0.0, reason=f"{reason}: asking the model again"))
         for cs in s.batch or ():
+            if cs.status == "stopping" and s.stop is None:  # it was stopped alone: its end is known
+                out.extend(self._done(cs, *_unreported(cs, f"{reason} before its process reported")))
             if cs.status != "running" or s.stop is not None:
                 continue
             spec = self._specs.get(cs.call.name)
             if spec is not None and spec.retry_safe and s.cancel is None:
                 out.extend(self._spawn(cs, spec))
             else:
-                why = interrupted_content("the runtime stopped while the call ran", "recovered after a restart")
-                out.extend(self._done(cs, "interrupted", why))
+                out.extend(self._done(cs, "interrupted", interrupted_content(what, reason)))
         if s.commit_pending:
             out.append(SetTimer("commit", s.options.approval_window, s.round))
         if s.pending_approvals and s.approval_deadline is not None:
@@ -196,14 +166,28 @@ class TurnRules:
 
     def handle(self, msg: Any) -> list[Decision]:
         """Apply one input and return what to do. An input that changes nothing returns [];
-        a refused command returns only its ``Reply`` and changes nothing, not even a time."""
+        a refused command returns only its ``Reply`` and changes nothing, not even a time. A
+        command whose ``request_id`` the turn has answered before, with a change, is not
+        applied again: it gets the same answer (``TurnState.answered``)."""
         if isinstance(msg, TURN_COMMANDS):
+            rid = getattr(msg, "request_id", None)
+            if rid is not None and rid in self.state.answered:
+                return [Reply(self.state.answered[rid])]
             msg = safe_command(msg)  # a reason becomes history and events: it must be valid text
         handler = _HANDLERS.get(type(msg))
         out = handler(self, msg) if handler is not None else []
         if any(not isinstance(d, Reply) for d in out):
             self.state.updated_at = self._clock()
+        if any(isinstance(d, Persist) for d in out):
+            self._remember_answers(out)
         return out
+
+    def _remember_answers(self, out: list[Decision]) -> None:
+        """The replies to commands that changed the turn, kept with it (the last ``ANSWERS``)."""
+        kept = self.state.answered
+        kept.update((d.reply.request_id, d.reply) for d in out if isinstance(d, Reply) and d.reply.ok and d.reply.request_id)
+        for rid in list(kept)[: max(0, len(kept) - ANSWERS)]:
+            del kept[rid]
 
     def _on_step(self, msg: TakeStep) -> list[Decision]:
         return self._advance(at_step=True)
@@ -221,8 +205,8 @@ class TurnRules:
             return []  # a timer of a batch that has ended
         if msg.name == "commit" and s.commit_pending:
             return self._advance(commit_due=True)
-        if msg.name.startswith("tool_timeout:"):
-            return self._on_tool_timeout(*msg.name.split(":")[1:])
+        if msg.name.startswith(("tool_timeout:", "stop_backstop:")):
+            return self._on_call_timer(*timer_call(msg.name))
         if msg.name == "approval_timeout" and s.pending_approvals:
             for cs in s.batch:
                 if cs.status == "pending_approval":
@@ -245,8 +229,11 @@ class TurnRules:
                 return out
             if action == "step":
                 return out + [ScheduleStep()]
+            if action == "halt":
+                out += self._halt()
+                continue
             if action == "stop":
-                return out + self._halt()
+                return out + self._end("cancelled" if self.state.cancel is not None else "stopped")
             if action == "cancel":
                 return out + self._end("cancelled")
             if action == "answer":
@@ -290,13 +277,16 @@ class TurnRules:
     # -- the model's stream ---------------------------------------------------------------
 
     def _start_stream(self) -> list[Decision]:
+        """The next model call; its start is recorded, so a turn recovered mid-stream says it
+        asks again (``recover``)."""
         s = self.state
         s.streams += 1
         s.stream_id = f"{s.turn_id}/s{s.streams}"
         s.phase = "streaming"
         self._stream = StreamAssembly(s.stream_id)
         tools = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in s.tools]
-        return [Stream(StreamChat(stream_id=s.stream_id, provider=s.provider, messages=list(s.messages), tools=tools))]
+        chat = StreamChat(stream_id=s.stream_id, provider=s.provider, messages=list(s.messages), tools=tools)
+        return [Persist("stream_started"), Stream(chat)]
 
     def _on_stream_message(self, msg: StreamMessage) -> list[Decision]:
         if self.state.phase != "streaming" or self._stream is None:
@@ -398,35 +388,51 @@ class TurnRules:
         s.approval_deadline = s.waiting_since = None
 
     def _on_tool_result(self, msg: ToolResult) -> list[Decision]:
+        if _stale(self.state.call(msg.call_id), msg.attempt):
+            return []  # an earlier run's: never recorded
         return self._call_ended(msg.call_id, msg.outcome, safe_text(msg.content))
 
     def _on_tool_lost(self, msg: ToolLost) -> list[Decision]:
+        cs = self.state.call(msg.call_id)
+        if cs is not None and cs.status == "stopping":  # stopped, and its process is gone
+            return self._call_ended(msg.call_id, *_unreported(cs, msg.message))
         return self._call_ended(msg.call_id, "failed", error_result(msg.message))
 
     def _call_ended(self, call_id: str, outcome: ToolOutcome, content: str) -> list[Decision]:
+        """A call's end as reported (a stopped call's too: completed work is kept), but a time limit's stays."""
         s = self.state
         cs = s.call(call_id)
-        if s.phase == "finished" or cs is None or cs.status != "running":
-            return []  # a call that was stopped, or a duplicate: the first end wins
+        if s.phase == "finished" or cs is None or cs.status not in ("running", "stopping"):
+            return []  # a duplicate, or the turn has ended: the first end wins
+        if cs.status == "stopping" and cs.outcome == "failed":  # past its time limit
+            outcome, content = "failed", cs.content or content
         return self._done(cs, outcome, content) + [Persist("tool_result")] + self._advance()
 
-    def _on_tool_timeout(self, call_id: str, attempt: str) -> list[Decision]:
-        """A call that outlived its time limit is stopped and fails, saying so."""
-        s = self.state
+    def _on_call_timer(self, what: str, call_id: str, attempt: str) -> list[Decision]:
+        """A call past its time limit is stopped (it fails, saying so, once ended); a stopped call whose
+        process never reported (its node vanished, say) ends as it was told it would, saying so."""
+        s, status = self.state, "stopping" if what == "stop_backstop" else "running"
         cs = s.call(call_id)
-        if cs is None or cs.status != "running" or str(cs.attempt) != attempt:
+        if cs is None or str(cs.attempt) != attempt or cs.status != status:
             return []
+        if what == "stop_backstop":
+            why = f"its tool process did not report its end within {s.options.stop_grace + STOP_CONFIRM_MARGIN:g} s"
+            return self._call_ended(call_id, *_unreported(cs, why))
         spec = self._specs[cs.call.name]
         limit = spec.timeout if spec.timeout is not None else s.options.tool_timeout
         reason = f"Tool '{cs.call.name}' timed out after {limit:g} s"
-        interrupt = Interrupt(
-            InterruptTool(turn_id=s.turn_id, call_id=call_id, mode="stop", reason=reason, attempt=cs.attempt)
-        )
-        return [interrupt, *self._done(cs, "failed", error_result(reason)), Persist("tool_result"), *self._advance()]
+        return self._stop_call(cs, reason, ("failed", error_result(reason))) + [Persist("call_stopping")]
+
+    def _stop_call(self, cs: CallState, why: str, end: End, cause: StopCause = "user") -> list[Decision]:
+        """Interrupt a running call: ``stopping`` until its process reports, or its backstop gives it ``end``."""
+        s = self.state
+        cs.status, (cs.outcome, cs.content) = "stopping", end
+        name, delay = f"stop_backstop:{cs.call.id}:{cs.attempt}", s.options.stop_grace + STOP_CONFIRM_MARGIN
+        return [self._interrupt(cs, "stop", why, cause), SetTimer(name, delay, s.round)]
 
     def _on_progress(self, msg: ReportProgress) -> list[Decision]:
         cs = self.state.call(msg.call_id)
-        if cs is None or cs.status != "running" or self.state.phase == "finished":
+        if cs is None or cs.status != "running" or self.state.phase == "finished" or _stale(cs, msg.attempt):
             return []
         if msg.approval is not None:  # a child turn's call waits for a human: say so here
             a = msg.approval
@@ -511,12 +517,29 @@ class TurnRules:
             out.append(SetTimer("cancel_grace", msg.grace, 0))
         return out + self._advance() + ok
 
+    def stop_work(self, reason: str, cause: StopCause = "user", grace: float | None = None) -> list[Decision]:
+        """What stops the turn's work now without ending it or changing it: an ``Abort`` of
+        its stream in flight and a stop of every running call. The TurnActor's one path to
+        stop a turn's work on its host, whatever the reason (another host took the turn, its
+        store did not answer in time, the runtime is closing, the store refused its write); a
+        stop or cancel of the turn itself stops the same work in ``_halt``, then ends the turn
+        once its calls have. ``grace``: the calls end within it, if it is shorter than their
+        ``stop_grace`` (a host whose lease lapses has that long before another may claim)."""
+        s = self.state
+        abort: list[Decision] = [Abort(s.stream_id, reason, cause)] if s.phase == "streaming" and s.stream_id else []
+        return abort + self._interrupt_running("stop", reason, cause, grace)
+
     def _halt(self) -> list[Decision]:
-        """Stop now: abort the stream, interrupt every running call, end the turn."""
+        """Stop now: abort the stream, interrupt every running call (it ends later: rows 2 to 4)."""
+        s = self.state
         cause, why = self._first_request()
         out: list[Decision] = [Persist("stop_marker"), *self._abort_stream(why, cause)]
-        out += self._interrupt_running("stop", why, cause)
-        return out + self._end("cancelled" if self.state.cancel is not None else "stopped")
+        if s.phase == "streaming":
+            s.phase = "idle"
+        what = "the turn was cancelled" if s.cancel is not None else "the turn was stopped"
+        for cs in [cs for cs in s.batch or () if cs.status == "running"]:
+            out += self._stop_call(cs, why, ("interrupted", interrupted_content(what, why)), cause)
+        return out
 
     def _abort_stream(self, reason: str, cause: StopCause = "user") -> list[Decision]:
         s = self.state
@@ -526,24 +549,12 @@ class TurnRules:
         self._keep_partial_text()
         return [abort]
 
-    def _interrupt_running(
-        self, mode: Literal["stop", "cancel"], reason: str, cause: StopCause = "user"
-    ) -> list[Decision]:
-        s = self.state
-        return [
-            Interrupt(
-                InterruptTool(
-                    turn_id=s.turn_id,
-                    call_id=cs.call.id,
-                    mode=mode,
-                    reason=reason,
-                    cause=cause,
-                    attempt=cs.attempt,
-                )
-            )
-            for cs in s.batch or ()
-            if cs.status == "running"
-        ]
+    def _interrupt_running(self, mode: Mode, reason: str, cause: StopCause = "user", grace: float | None = None) -> list[Decision]:
+        return [self._interrupt(cs, mode, reason, cause, grace) for cs in self.state.batch or () if cs.status == "running"]
+
+    def _interrupt(self, cs: CallState, mode: Mode, reason: str, cause: StopCause, grace: float | None = None) -> Interrupt:
+        t, c = self.state.turn_id, cs.call.id
+        return Interrupt(InterruptTool(turn_id=t, call_id=c, mode=mode, reason=reason, cause=cause, attempt=cs.attempt, grace=grace))
 
     def _on_stop_tool(self, msg: StopTool) -> list[Decision]:
         s = self.state
@@ -556,22 +567,25 @@ class TurnRules:
             return self._reply(msg, False, "unknown_call", f"call {msg.call_id!r} is not running in turn {s.turn_id}")
         if cs.status == "done":
             return self._reply(msg, False, "not_waiting", f"call {msg.call_id!r} has already finished")
-        out: list[Decision] = []
+        if cs.status == "stopping":
+            return self._reply(msg, True, None, "no effect")
         resumes_at = s.next_seq if s.paused else None  # ending the last waiting call resumes the turn
-        if cs.status == "running":
-            stop = InterruptTool(
-                turn_id=s.turn_id, call_id=msg.call_id, mode="stop", reason=msg.reason, attempt=cs.attempt
-            )
-            out.append(Interrupt(stop))
-        out += self._done(cs, "interrupted", interrupted_content("the call was stopped", msg.reason))
-        out += [Persist("tool_result")] + self._advance()
+        stopped = interrupted_content("the call was stopped", msg.reason)
+        if cs.status == "running":  # it ends once its process has reported its end
+            out = self._stop_call(cs, msg.reason, ("interrupted", stopped)) + [Persist("call_stopping")]
+            return out + self._reply(msg, True, None, "", resumes_at)
+        out = self._done(cs, "interrupted", stopped) + [Persist("tool_result")] + self._advance()
         return out + self._reply(msg, True, None, "", resumes_at if not s.paused else None)
 
     def _on_store_failed(self, msg: StoreFailed) -> list[Decision]:
+        """The store refused the turn's write (not an outage: that only delays the turn); the
+        turn, as last stored, ends with an error, its work stopped."""
         if self.state.phase == "finished":
             return []
-        out = self._abort_stream("the store failed") + self._interrupt_running("stop", "the store failed")
-        return out + self._end("error", ("store_error", f"the turn store failed: {msg.detail}"))
+        out = self.stop_work("the turn store refused its write")
+        if self.state.phase == "streaming":
+            self._keep_partial_text()
+        return out + self._end("error", ("store_error", f"the turn store refused its write: {msg.detail}"))
 
     # -- the end --------------------------------------------------------------------------
 
@@ -615,6 +629,11 @@ class TurnRules:
         return [Reply(reply_for(command, ok, code, message, turn_id=self.state.turn_id, resumes_at=resumes_at))]
 
 
+def _unreported(cs: CallState, why: str) -> End:
+    """The end of a stopped call whose process did not report it: the one it was given, saying why."""
+    return cs.outcome or "interrupted", with_note(cs.content or "", why)
+
+
 _HANDLERS: dict[type, Callable[[TurnRules, Any], list[Decision]]] = {
     TakeStep: TurnRules._on_step,
     TimerFired: TurnRules._on_timer,
@@ -634,3 +653,8 @@ _HANDLERS: dict[type, Callable[[TurnRules, Any], list[Decision]]] = {
     StopTool: TurnRules._on_stop_tool,
 }
 """Which handler takes each input: every message the rules know, in one place."""
+
+
+def _stale(cs: CallState | None, attempt: int | None) -> bool:
+    """A result or progress report from another run of the call than its current one."""
+    return cs is not None and attempt is not None and attempt != cs.attempt

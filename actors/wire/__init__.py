@@ -3,8 +3,8 @@ internals it leans on, and the messages its own processes exchange.
 
 Runs in: every process of a tree (installed in the owner before anything forks).
 
-``transport`` hardens Thespian's TCP transport (signed or encrypted ``frames``, bounds,
-resends); ``thespian_compat`` lists and checks the Thespian internals greenroom patches;
+``transport`` hardens Thespian's TCP transport (signed or encrypted ``frames``, each bound
+to its receiver's ``incarnation``, bounds, resends); ``thespian_compat`` lists and checks the Thespian internals greenroom patches;
 ``protocol`` holds the messages between greenroom's own processes; ``dispatch`` is the one
 dispatch style of its actors; ``placement`` says which host a turn goes to.
 

@@ -1,27 +1,38 @@
-"""Frames on the wire: parsed within bounds, authenticated, bound to their target, never
-accepted twice, optionally encrypted.
+"""Frames on the wire: parsed within bounds, authenticated, bound to their target and to its
+incarnation, never accepted twice, optionally encrypted.
 
 Thespian frames a message as ``<length>>`` followed by the serialized envelope, over TCP,
 and answers each with a fixed ACK. greenroom replaces the serialization (``FrameCodec``) and
 the length parser (``BoundedReceiveBuffer``):
 
-    GRv2 | flags (1) | key id (8) | sender (16) | counter (8) | time ms (8)
+    GRv3 | flags (1) | key id (8) | sender (16) | receiver (16) | counter (8) | time ms (8)
          | target port (2) | target host length (1) | target host | body, then the tag
 
 - the body is the pickled envelope, protected by HMAC-SHA256 over the header and body, or
   encrypted with AES-GCM (the header as associated data) when ``encrypt`` is on; keys come
   from the deployment key through HKDF, one encryption key per sender, whose nonce is its
-  counter (never reused);
+  counter (never reused: a frame sealed again gets a new counter);
+- *sender* is the incarnation of the process that sealed it, *receiver* the incarnation the
+  sender knows listens on the target (``incarnation``: a random id per process);
 - a frame is accepted only by a process listening on its target port and host, within
-  ``FRESHNESS`` seconds of its time, and once: each sender (a random id per process) numbers
-  its frames, and a receiver keeps, per sender, the highest number and a window of the
-  ones below it it has seen, as IPsec does;
+  ``FRESHNESS`` seconds of its time, whose incarnation is its *receiver*, and once: each
+  sender numbers its frames, and a receiver keeps, per sender, the highest number and a
+  window of the ones below it it has seen, as IPsec does;
+- a frame for the right endpoint but another incarnation (its sender did not know this
+  one, or it was recorded from an earlier process on the same address and port) is refused
+  with a notice (a frame of its own, ``NOTICE_MAGIC``) naming this incarnation, signed with the deployment key and bound
+  to the refused frame's sender and counter; the sender that gets it, in answer to its
+  frame, learns where to send (``FrameCodec.heed``) and seals its message again
+  (``transport``); anyone else who replayed the frame gets nothing they can use;
 - a frame already accepted (its number is in the window) is opened as ``DUPLICATE``: the
   transport acknowledges it again and delivers nothing. Thespian resends the same sealed
   bytes when an ACK is lost, so the resend succeeds and the message is delivered once; a
   replay by anyone else is dropped the same way, having done nothing;
 - nothing is unpickled before all of that holds; anything else raises ``FrameRejected``
   (the connection is then closed, and the reason logged once per peer and reason).
+
+Thespian's two ACK frames are fixed bytes, compared, never unpickled, and not signed: they
+carry nothing but "delivered" or "refused" for the frame just sent on that connection.
 
 The length prefix is read as at most 12 ASCII digits, and a size over ``max_frame`` or a
 prefix that is not digits fails the frame before any buffer is sized from it.
@@ -31,12 +42,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import pickle
 import struct
-import threading
 import time
-from typing import Any, Literal
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -44,23 +53,28 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ..logs import logger
+from .incarnation import CURRENT, FRESHNESS, UNKNOWN, Incarnation
 
 __all__ = [
     "DUPLICATE",
     "FRESHNESS",
     "BoundedReceiveBuffer",
+    "ForAnother",
     "FrameCodec",
     "FrameRejected",
+    "Notice",
     "add_endpoint",
-    "is_duplicate",
+    "is_marker",
     "log_rejection",
 ]
 
-MAGIC = b"GRv2"
-FRESHNESS = 300.0  # seconds a frame stays acceptable; also how long a sender's window is kept
-WINDOW = 4096  # frames a sender may deliver out of order
+MAGIC = b"GRv3"
+NOTICE_MAGIC = b"GRn1"
 _FLAG_ENCRYPTED = 1
-_HEAD = struct.Struct("!4sB8s16sQQHB")  # magic, flags, key id, sender, counter, ms, port, host length
+# magic, flags, key id, sender, receiver, counter, ms, port, host length
+_HEAD = struct.Struct("!4sB8s16s16sQQHB")
+# magic, key id, the refused frame's sender and counter, the incarnation here, ms, port, host length
+_NOTICE = struct.Struct("!4s8s16sQ16sQHB")
 
 
 log = logger("greenroom.transport")
@@ -68,6 +82,15 @@ log = logger("greenroom.transport")
 
 class FrameRejected(ValueError):
     """A frame that is malformed, forged, stale, misdirected or replayed."""
+
+
+class ForAnother(FrameRejected):
+    """A frame for this endpoint sealed for another incarnation of it; ``notice`` is the
+    framed answer that tells its sender which one listens here."""
+
+    def __init__(self, reason: str, notice: bytes) -> None:
+        super().__init__(reason)
+        self.notice = notice
 
 
 _logged: dict[tuple[str, str], float] = {}
@@ -82,94 +105,36 @@ def log_rejection(peer: str, reason: str) -> None:
         log().warning("refused a frame from %s: %s", peer, reason)
 
 
-# -- who we are --------------------------------------------------------------------------
-
-_endpoints: set[tuple[str, int]] = set()  # (host, port) this process listens on
-_sender = os.urandom(16)
-_counter = 0
-_counter_lock = threading.Lock()
-
-
 def add_endpoint(host: str, port: int) -> None:
     """This process listens on ``host:port``: frames for it are accepted here."""
-    _endpoints.add((host, port))
+    CURRENT.listen(host, port)
 
 
-def _forked() -> None:
-    global _sender, _counter
-    _sender, _counter = os.urandom(16), 0
-    _endpoints.clear()
-    _windows.clear()
+class _Marker:
+    """What a frame opens as when it delivers nothing: acknowledged, given to nobody."""
 
-
-os.register_at_fork(after_in_child=_forked)
-
-
-def _next_counter() -> int:
-    global _counter
-    with _counter_lock:
-        _counter += 1
-        return _counter
-
-
-# -- replay windows ----------------------------------------------------------------------
-
-
-class _Window:
-    __slots__ = ("last", "seen", "top")
-
-    def __init__(self) -> None:
-        self.top = 0
-        self.seen = 0  # bit i: frame top - i was accepted
-        self.last = 0.0
-
-    def accept(self, n: int) -> Receipt:
-        if n > self.top:
-            shift = n - self.top
-            self.seen = ((self.seen << shift) | 1) & ((1 << WINDOW) - 1) if shift < WINDOW else 1
-            self.top = n
-            return "new"
-        offset = self.top - n
-        if offset >= WINDOW:
-            return "outside"
-        if self.seen >> offset & 1:
-            return "again"
-        self.seen |= 1 << offset
-        return "new"
-
-
-_windows: dict[bytes, _Window] = {}
-_windows_lock = threading.Lock()
-
-
-Receipt = Literal["new", "again", "outside"]  # first time; already accepted; too old to tell
-
-
-class _Duplicate:
-    """What a frame already accepted opens as: acknowledged again, delivered to nobody."""
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def __repr__(self) -> str:
-        return "DUPLICATE"
+        return self.name
 
 
-DUPLICATE: Any = (None, _Duplicate())  # in the shape of an opened frame: (sender's address, message)
+class Notice(_Marker):
+    """A notice, opened: ``incarnation`` listens on ``host:port``. Only the sender waiting
+    for the answer to its frame to that endpoint learns from it (``FrameCodec.heed``);
+    anywhere else it is acknowledged and dropped, having taught nothing."""
+
+    def __init__(self, host: str, port: int, incarnation: bytes) -> None:
+        super().__init__("NOTICE")
+        self.host, self.port, self.incarnation = host, port, incarnation
 
 
-def is_duplicate(message: Any) -> bool:
-    return message is DUPLICATE[1]
+DUPLICATE: Any = (None, _Marker("DUPLICATE"))  # a frame already accepted, as (sender's address, message)
 
 
-def _receipt(sender: bytes, counter: int) -> Receipt:
-    now = time.monotonic()
-    with _windows_lock:
-        window = _windows.get(sender)
-        if window is None:
-            if len(_windows) > 10_000:  # forget senders silent for longer than a frame stays fresh
-                for k in [k for k, w in _windows.items() if now - w.last > FRESHNESS]:
-                    del _windows[k]
-            window = _windows[sender] = _Window()
-        window.last = now
-        return window.accept(counter)
+def is_marker(message: Any) -> bool:
+    return isinstance(message, _Marker)
 
 
 # -- the codec ---------------------------------------------------------------------------
@@ -180,14 +145,17 @@ def _hkdf(key: bytes, info: bytes, length: int = 32) -> bytes:
 
 
 class FrameCodec:
-    """Seals and opens frames with one deployment key; see the module docstring."""
+    """Seals and opens frames with one deployment key, as ``incarnation`` (this process's,
+    unless a test plays another); see the module docstring."""
 
-    def __init__(self, key: bytes, encrypt: bool) -> None:
+    def __init__(self, key: bytes, encrypt: bool, incarnation: Incarnation = CURRENT) -> None:
         if len(key) < 16:
             raise ValueError("the transport key must be at least 16 bytes")
         self.encrypt = encrypt
+        self.incarnation = incarnation
         self.key_id = _hkdf(key, b"key id", 8)
         self._mac_key = _hkdf(key, b"frame mac")
+        self._notice_key = _hkdf(key, b"notice mac")
         self._enc_root = _hkdf(key, b"frame encryption")
         self._ciphers: dict[bytes, AESGCM] = {}
 
@@ -200,22 +168,30 @@ class FrameCodec:
         return cipher
 
     def seal(self, obj: Any, host: str, port: int) -> bytes:
-        """The frame of ``obj`` for the endpoint ``host:port``."""
+        """The frame of ``obj`` for the endpoint ``host:port``, for the incarnation this
+        process knows listens there (``UNKNOWN`` if none: it will be told)."""
         body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        counter = _next_counter()
+        me = self.incarnation
+        counter = me.next_counter()
         target = host.encode()
         flags = _FLAG_ENCRYPTED if self.encrypt else 0
-        head = _HEAD.pack(MAGIC, flags, self.key_id, _sender, counter, int(time.time() * 1000), port, len(target))
+        head = _HEAD.pack(
+            MAGIC, flags, self.key_id, me.me, me.of(host, port), counter, int(time.time() * 1000), port, len(target)
+        )
         head += target
         if self.encrypt:
-            return head + self._cipher(_sender).encrypt(counter.to_bytes(12, "big"), body, head)
+            return head + self._cipher(me.me).encrypt(counter.to_bytes(12, "big"), body, head)
         return head + body + hmac.new(self._mac_key, head + body, hashlib.sha256).digest()
 
     def open(self, data: bytes) -> Any:
-        """The object in a frame, once every check has passed; ``FrameRejected`` says which failed."""
+        """The object in a frame, once every check has passed; ``FrameRejected`` says which
+        failed (``ForAnother`` carries the notice to answer with). A notice for this process
+        opens as ``(None, Notice)``."""
+        if data[:4] == NOTICE_MAGIC:
+            return self._open_notice(data)
         if len(data) < _HEAD.size:
             raise FrameRejected("too short to be a frame")
-        magic, flags, key_id, sender, counter, ms, port, host_len = _HEAD.unpack_from(data)
+        magic, flags, key_id, sender, receiver, counter, ms, port, host_len = _HEAD.unpack_from(data)
         if magic != MAGIC:
             raise FrameRejected("not a greenroom frame")
         if key_id != self.key_id:
@@ -238,16 +214,54 @@ class FrameCodec:
             ):
                 raise FrameRejected("bad signature")
         host = data[_HEAD.size : start].decode("ascii", "replace")
-        if (host, port) not in _endpoints:
+        me = self.incarnation
+        if (host, port) not in me.endpoints:
             raise FrameRejected(f"meant for {host}:{port}, not for this process")
         if abs(time.time() - ms / 1000) > FRESHNESS:
             raise FrameRejected("stale")
-        receipt = _receipt(sender, counter)
+        if receiver != me.me:
+            why = "an unknown" if receiver == UNKNOWN else "another"
+            notice = self._notice(sender, counter, host, port)
+            raise ForAnother(f"sealed for {why} incarnation of {host}:{port}", notice)
+        receipt = me.receipt(sender, counter)
         if receipt == "again":
             return DUPLICATE
         if receipt == "outside":
             raise FrameRejected("replayed, or too old to tell")
         return pickle.loads(body)
+
+    # -- notices ---------------------------------------------------------------------------
+
+    def _notice(self, to: bytes, counter: int, host: str, port: int) -> bytes:
+        """The framed notice to the sender of frame ``counter`` of ``to``: this incarnation
+        listens on ``host:port``."""
+        target = host.encode()
+        ms = int(time.time() * 1000)
+        head = _NOTICE.pack(NOTICE_MAGIC, self.key_id, to, counter, self.incarnation.me, ms, port, len(target))
+        body = head + target
+        body += hmac.new(self._notice_key, body, hashlib.sha256).digest()
+        return b"%d>" % len(body) + body
+
+    def _open_notice(self, data: bytes) -> Any:
+        if len(data) < _NOTICE.size + 32:
+            raise FrameRejected("a truncated notice")
+        _, key_id, to, _, incarnation, ms, port, host_len = _NOTICE.unpack_from(data)
+        end = _NOTICE.size + host_len
+        if key_id != self.key_id:
+            raise FrameRejected("a notice made with another key")
+        if len(data) != end + 32 or not hmac.compare_digest(
+            data[end:], hmac.new(self._notice_key, data[:end], hashlib.sha256).digest()
+        ):
+            raise FrameRejected("a notice with a bad signature")
+        if to != self.incarnation.me:
+            raise FrameRejected("a notice for another process")
+        if abs(time.time() - ms / 1000) > FRESHNESS:
+            raise FrameRejected("a stale notice")
+        return None, Notice(data[_NOTICE.size : end].decode("ascii", "replace"), port, incarnation)
+
+    def heed(self, notice: Notice) -> None:
+        """Send to the incarnation ``notice`` names from now on (see ``Notice``)."""
+        self.incarnation.told(notice.host, notice.port, notice.incarnation)
 
 
 class BoundedReceiveBuffer:
@@ -263,6 +277,7 @@ class BoundedReceiveBuffer:
         self._buf = bytearray()
         self._extra = b""
         self._opened: tuple[Any] | None = None  # Thespian may ask for the same frame twice
+        self._failed: Exception | None = None  # and is refused the same way each time
 
     def addMore(self, data: bytes | str) -> None:
         if not data:
@@ -304,6 +319,12 @@ class BoundedReceiveBuffer:
     def completed(self) -> tuple[Any, bytes] | None:
         if not self.isDone():
             return None
+        if self._failed is not None:
+            raise self._failed
         if self._opened is None:
-            self._opened = (self._deserialize(bytes(self._buf)),)
+            try:
+                self._opened = (self._deserialize(bytes(self._buf)),)
+            except Exception as exc:
+                self._failed = exc
+                raise
         return self._opened[0], self._extra

@@ -135,6 +135,7 @@ class HostConfig(_Internal):
 @dataclass(frozen=True)
 class HostReady(_Internal):
     slot: int
+    identity: str | None = None  # with a store: the host's identity there (``store.ownership``)
 
 
 @dataclass(frozen=True)

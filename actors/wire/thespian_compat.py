@@ -13,7 +13,13 @@ What greenroom patches or calls, and why:
   ``MAX_INCOMING_SOCKET_PERIOD``, ``_acceptNewIncoming``, ``_handlePossibleIncoming`` and
   ``_processReceivedEnvelope``: frames sealed and opened by ``frames``, lengths read within
   bounds, connections limited, a resent frame acknowledged and dropped (``transport``);
-- ``IPActorAddress.bindArgs``: binds sockets to the configured interface (``transport``);
+- ``TCPTransport._addedDataToIncoming``, ``_check_XMIT_4_done``, the ``_XMITStep*`` stages,
+  a transport's ``_waitingTransmits`` and ``_safeSocketShutdown``: a frame for another
+  incarnation of its endpoint answered with a notice, and a notice making its message (and
+  those queued behind it) sealed again and sent at once (``transport``, ``incarnation``);
+- ``IPActorAddress.bindArgs``: binds sockets to the configured interface; its
+  ``__getstate__`` (and a ``__setstate__``): a pickled address carries its endpoint's
+  incarnation (``transport``);
 - ``convention`` timer globals: notice a lost node in seconds, not minutes (``tune_convention``);
 - ``TransmitIntent.__init__``'s default retry period and the transport's
   ``DEFAULT_MAX_TRANSMIT_PERIOD``: a message whose ACK was lost is sent again in a fraction
@@ -77,6 +83,12 @@ def _internals() -> list[tuple[object, str]]:
         (TCPTransport.TCPTransport, "_acceptNewIncoming"),
         (TCPTransport.TCPTransport, "_handlePossibleIncoming"),
         (TCPTransport.TCPTransport, "_processReceivedEnvelope"),
+        (TCPTransport.TCPTransport, "_addedDataToIncoming"),
+        (TCPTransport.TCPTransport, "_check_XMIT_4_done"),
+        (TCPTransport.TCPTransport, "_XMITStepSendConnect"),
+        (TCPTransport.TCPTransport, "_XMITStepRetry"),
+        (TCPTransport, "_safeSocketShutdown"),
+        (IPBase.IPActorAddress, "__getstate__"),
         (TCPTransport.TCPTransport, "serializer"),
         (streamBuffer, "toSendBuffer"),
         (streamBuffer, "ackPacket"),

@@ -7,9 +7,15 @@ completes a frame for seven minutes. ``install()`` changes all of that, in this 
 in every admin and actor forked from it (so it runs before the ActorSystem starts):
 
 - every listening socket binds to ``bind_host`` only, and the system advertises it;
-- frames are sealed and opened by ``frames.FrameCodec`` (signed or encrypted, target-bound,
-  fresh, accepted once); nothing is unpickled before every check has passed; a frame
-  already accepted (a resend after a lost ACK) is acknowledged again and dropped;
+- frames are sealed and opened by ``frames.FrameCodec`` (signed or encrypted, bound to their
+  target and its incarnation, fresh, accepted once); nothing is unpickled before every
+  check has passed; a frame already accepted (a resend after a lost ACK) is acknowledged
+  again and dropped;
+- a frame for another incarnation of the endpoint it reached is answered with a notice
+  instead of Thespian's refusal; a sender that gets a notice for its frame seals the
+  message again for the incarnation it names and sends it at once, at most three times
+  per message (``incarnation``); an actor address, when pickled, carries the incarnation
+  the pickling process knows for it, and teaches it to the process that unpickles it;
 - the length prefix is read within bounds (``TransportConfig.max_frame``); a malformed,
   oversized, forged or replayed frame closes its connection only, and is logged once;
 - a connection must deliver a whole frame within ``frame_timeout`` seconds; from one peer
@@ -37,7 +43,17 @@ from typing import Any
 
 from ..debug_trace import trace
 from ..errors import ConfigurationError, TransportAuthError
-from .frames import BoundedReceiveBuffer, FrameCodec, FrameRejected, add_endpoint, is_duplicate, log_rejection
+from .frames import (
+    BoundedReceiveBuffer,
+    ForAnother,
+    FrameCodec,
+    FrameRejected,
+    Notice,
+    add_endpoint,
+    is_marker,
+    log_rejection,
+)
+from .incarnation import CURRENT
 from .thespian_compat import check, report_child_exits, tune_delivery
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "TransportConfig", "current_key", "install", "load_key"]
@@ -68,6 +84,14 @@ class TransportConfig:
     deliver_within: float = 30.0
 
 
+class _Refused(TransportAuthError):
+    """A frame sealed for another incarnation of this endpoint: answered with ``notice``."""
+
+    def __init__(self, message: str, notice: bytes) -> None:
+        super().__init__(message)
+        self.notice = notice
+
+
 class _Serializer:
     """What Thespian's transport calls ``serializer``: opens frames (and its two fixed ACKs)."""
 
@@ -83,6 +107,9 @@ class _Serializer:
             return self._acks[data]
         try:
             return self.codec.open(data)
+        except ForAnother as exc:  # its sender learns from the notice: not worth a warning
+            trace("frame for another incarnation", str(exc))
+            raise _Refused(f"refused a frame: {exc}", exc.notice) from None
         except FrameRejected as exc:
             log_rejection("a peer", str(exc))
             raise TransportAuthError(f"refused a frame: {exc}") from None
@@ -154,23 +181,41 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
         trace("frame", type(intent.message).__name__)
         return toSendBuffer((self.myAddress, intent.message), lambda obj: codec.seal(obj, host, port))  # type: ignore[no-any-return]
 
-    original_init = TCPTransport.TCPTransport.__init__
+    original_init, original_close = TCPTransport.TCPTransport.__init__, TCPTransport.TCPTransport.close
+
+    def endpoint(self: Any) -> tuple[str, int] | None:
+        connect = getattr(getattr(getattr(self, "myAddress", None), "addressDetails", None), "connectArgs", None)
+        return (connect[0][0], connect[0][1]) if connect else None
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
-        connect = getattr(getattr(getattr(self, "myAddress", None), "addressDetails", None), "connectArgs", None)
-        if connect:
-            add_endpoint(*connect[0][:2])
+        self.greenroom_endpoint = endpoint(self)
+        if self.greenroom_endpoint is not None:
+            add_endpoint(*self.greenroom_endpoint)
+
+    def close(self: Any) -> None:
+        listened, self.greenroom_endpoint = getattr(self, "greenroom_endpoint", None), None
+        original_close(self)
+        if listened is not None:  # its port is free for any process now: frames for it are not ours
+            CURRENT.unlisten(*listened)
 
     IPBase.IPActorAddress.bindArgs = property(bind_args)
     TCPTransport.serializer = _Serializer(codec)
     TCPTransport.TCPTransport.serializer = seal
     TCPTransport.TCPTransport.__init__ = init
+    TCPTransport.TCPTransport.close = close
     TCPTransport.TCPTransport._acceptNewIncoming = _accept_with_limits(config)
     TCPTransport.TCPTransport._handlePossibleIncoming = _expire_slow(TCPTransport.TCPTransport._handlePossibleIncoming)
-    TCPTransport.TCPTransport._processReceivedEnvelope = _drop_duplicates(
+    TCPTransport.TCPTransport._processReceivedEnvelope = _drop_markers(
         TCPTransport.TCPTransport._processReceivedEnvelope
     )
+    TCPTransport.TCPTransport._addedDataToIncoming = _answer_with_notices(
+        TCPTransport.TCPTransport._addedDataToIncoming
+    )
+    TCPTransport.TCPTransport._check_XMIT_4_done = _learn_from_notices(
+        TCPTransport.TCPTransport._check_XMIT_4_done, codec
+    )
+    _addresses_carry_incarnations(IPBase.IPActorAddress)
     TCPTransport.ReceiveBuffer = BoundedReceiveBuffer
     tune_delivery(retry_every=config.retry_every, deliver_within=config.deliver_within)
     report_child_exits()
@@ -181,17 +226,116 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
         IPBase.thisSystem.add_local_addr(bind_host)
 
 
-def _drop_duplicates(process: Any) -> Any:
+def _drop_markers(process: Any) -> Any:
     """A frame already accepted was acknowledged again (Thespian sends the ACK before this
-    runs); it is delivered to nobody."""
+    runs), and so was a notice that came where no frame of ours waited for an answer; each
+    is delivered to nobody."""
 
     def process_envelope(self: Any, envelope: Any, has_exclusive_flag: bool = False) -> Any:
-        if is_duplicate(envelope.message):
-            trace("duplicate frame dropped")
+        if is_marker(envelope.message):
+            trace("frame dropped", envelope.message)
             return None
         return process(self, envelope, has_exclusive_flag=has_exclusive_flag)
 
     return process_envelope
+
+
+def _answer_with_notices(added: Any) -> Any:
+    """A whole frame received for another incarnation of this endpoint is answered with a
+    notice (``frames``) and its connection closed; every other frame as Thespian does (a
+    refused one with ``ACK+DATAERR``)."""
+
+    def added_data(self: Any, inc: Any, skipFinish: bool = False, has_exclusive_flag: bool = False) -> Any:
+        if inc.receivedAllData():
+            try:
+                inc.data  # opened once; Thespian's own read below gets the same answer
+            except _Refused as refused:
+                try:
+                    inc.socket.send(refused.notice)
+                except OSError:
+                    pass  # its sender tries again, and is told again
+                inc.close()
+                return None
+            except Exception:
+                pass  # refused: Thespian answers ACK+DATAERR and closes the connection
+        return added(self, inc, skipFinish=skipFinish, has_exclusive_flag=has_exclusive_flag)
+
+    return added_data
+
+
+_RESEALS = 3  # notices a message may get before its send is retried as if its connection broke
+
+
+def _learn_from_notices(check: Any, codec: FrameCodec) -> Any:
+    """While a sent frame waits for its ACK: a notice from its target (``frames.Notice``)
+    is heeded, and makes the message sealed again for the incarnation it names and sent at
+    once on a new connection, and the messages queued behind it for that target sealed
+    again too; an answer that cannot be read (or a notice about another endpoint) is taken
+    as a broken connection (the message is sent again later), where Thespian would drop
+    the message."""
+    from thespian.system.transport.TCPTransport import _safeSocketShutdown
+
+    def check_ack(self: Any, intent: Any, rcv: Any) -> Any:
+        try:
+            intent.ackbuf.addMore(rcv)
+            opened = intent.ackbuf.completed()
+        except (FrameRejected, TransportAuthError):
+            intent.backoffPause(True)
+            intent.stage = self._XMITStepRetry
+            return self._nextTransmitStep(intent)
+        notice = opened[0][1] if opened is not None and isinstance(opened[0], tuple) else None
+        if not isinstance(notice, Notice):
+            return check(self, intent, b"")  # the data is in the buffer: Thespian's own reading of it
+        resealed = getattr(intent, "greenroom_reseals", 0)
+        target = intent.targetAddr.addressDetails.connectArgs[0][:2]
+        if resealed >= _RESEALS or (notice.host, notice.port) != tuple(target):
+            intent.backoffPause(True)
+            intent.stage = self._XMITStepRetry
+            return self._nextTransmitStep(intent)
+        codec.heed(notice)
+        intent.greenroom_reseals = resealed + 1
+        _safeSocketShutdown(intent)
+        delattr(intent, "socket")
+        delattr(intent, "ackbuf")
+        intent.serMsg = self.serializer(intent)  # for the incarnation just learned, with a new counter
+        trace("frame sealed again", type(intent.message).__name__)
+        for queued in getattr(self, "_waitingTransmits", ()):  # sealed before the notice, unsent: sealed again
+            if queued.targetAddr == intent.targetAddr and queued.stage == self._XMITStepSendConnect:
+                if not hasattr(queued, "socket"):
+                    queued.serMsg = self.serializer(queued)
+        intent.stage = self._XMITStepSendConnect
+        return self._nextTransmitStep(intent)
+
+    return check_ack
+
+
+def _addresses_carry_incarnations(address_class: Any) -> None:
+    """A pickled actor address carries the incarnation this process knows for it (its own,
+    for an address of this process); unpickling it teaches it (``Incarnation.learn``)."""
+    getstate = address_class.__getstate__
+
+    def get_state(self: Any) -> Any:
+        state = getstate(self)
+        endpoint = self.__dict__.get("sockname")
+        if endpoint is not None and len(endpoint) != 2:
+            endpoint = endpoint[:2]  # IPv6: (host, port, flow, scope)
+        known = CURRENT.peers.get(endpoint) if endpoint else None
+        if known is None:
+            return state
+        state = dict(state)
+        state["greenroom_incarnation"] = (known, endpoint in CURRENT.endpoints)
+        return state
+
+    def set_state(self: Any, state: dict[str, Any]) -> None:
+        known = state.pop("greenroom_incarnation", None)
+        self.__dict__.update(state)
+        endpoint = state.get("sockname")
+        if isinstance(known, tuple) and len(known) == 2 and isinstance(known[0], bytes) and endpoint:
+            if CURRENT.peers.get(endpoint[:2]) != known[0]:
+                CURRENT.learn(endpoint[0], endpoint[1], known[0], sure=bool(known[1]))
+
+    address_class.__getstate__ = get_state
+    address_class.__setstate__ = set_state
 
 
 def _expire_slow(handle: Any) -> Any:

@@ -78,30 +78,32 @@ function showList() {
   const filter = new URLSearchParams(location.hash.split("?")[1] || "").get("status") || "all";
   const table = el("tbody", { id: "turn-rows" });
   const numbers = el("section", { id: "numbers" });
+  const nodes = el("section", { id: "nodes" });
   const filters = el("nav", { id: "filters" }, STATUSES.map((s) =>
     el("a", { href: s === "all" ? "#/" : `#/?status=${s}`, class: s === filter ? "active" : null, "data-status": s }, s.replace("_", " "))));
   const main = document.getElementById("main");
   main.replaceChildren(
     el("h1", {}, "Turns"), filters,
     el("table", { id: "turns" },
-      el("thead", {}, el("tr", {}, ["turn", "status", "round", "pending approvals", "waiting since", "parent", "children", "updated"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["turn", "status", "host", "round", "pending approvals", "waiting since", "parent", "children", "updated"].map((h) => el("th", {}, h)))),
       table),
-    numbers);
+    nodes, numbers);
   // Rows are kept by turn id and only their cells change, so a link stays where it is while
   // the list updates under the pointer.
   const kept = new Map();
   const render = (data) => {
-    const rows = data.turns.filter((t) => filter === "all" || t.status === filter);
+    const rows = data.turns.filter((t) => filter === "all" || t.status.split(" ")[0] === filter);
     const trs = rows.map((t) => {
       let tr = kept.get(t.turn_id);
       if (!tr) {
         tr = el("tr", { "data-turn": t.turn_id }, el("td", {}, el("a", { href: `#/turn/${encodeURIComponent(t.turn_id)}` }, t.turn_id)));
-        for (let i = 0; i < 7; i++) tr.append(el("td", {}));
+        for (let i = 0; i < 8; i++) tr.append(el("td", {}));
         kept.set(t.turn_id, tr);
       }
       tr.className = t.status;
       const cells = [
-        [t.status === "finished" ? `finished: ${t.finish_reason}` : t.status],
+        [statusText(t)],
+        [t.owner_host || t.owner || "-"],
         [t.round],
         [t.pending_approvals.join(", ") || "-"],
         [t.waiting_since ? `${when(t.waiting_since)} (${ago(t.waiting_since)})` : "-"],
@@ -116,14 +118,34 @@ function showList() {
         if (td.dataset.key !== key) { td.dataset.key = key; td.replaceChildren(...content.flat()); }
       });
       tds[1].className = "status";
-      tds[3].className = "pending-count";
+      tds[2].className = "host";
+      tds[4].className = "pending-count";
       return tr;
     });
-    if (!rows.length) table.replaceChildren(el("tr", {}, el("td", { colspan: 8 }, "no turns")));
+    if (!rows.length) table.replaceChildren(el("tr", {}, el("td", { colspan: 9 }, "no turns")));
     else if (trs.some((tr, i) => table.children[i] !== tr) || table.children.length !== trs.length) table.replaceChildren(...trs);
+    renderNodes(nodes, data);
     renderNumbers(numbers, data.numbers);
   };
   follow("api/stream/turns", { turns: (d) => { document.getElementById("where").textContent = d.where; render(d); } });
+}
+
+// A turn's status, and "(no live host)" when it is not finished and no live host holds it: nothing
+// acts on it until a host takes it over (or, on SQLite, a runtime opens the file again).
+function statusText(t) {
+  if (t.status === "finished") return `finished: ${t.finish_reason}`;
+  return t.held === false ? `${t.status} (no live host)` : t.status;
+}
+
+// Where the turns run: each node with live hosts, how many, and the unfinished turns they hold.
+function renderNodes(node, data) {
+  const nodes = data.nodes || [];
+  if (!nodes.length && !data.unheld) { node.replaceChildren(); return; }
+  node.replaceChildren(el("h2", {}, "Nodes"),
+    el("table", { class: "small", id: "node-rows" },
+      el("tr", {}, el("th", {}, "node"), el("th", {}, "live hosts"), el("th", {}, "turns")),
+      nodes.map((n) => el("tr", { "data-node": n.node }, el("td", {}, n.node), el("td", { class: "hosts" }, n.hosts ?? "-"), el("td", { class: "turns" }, n.turns))),
+      data.unheld ? el("tr", { "data-node": "" }, el("td", {}, "(no live host)"), el("td", { class: "hosts" }, "-"), el("td", { class: "turns" }, data.unheld)) : ""));
 }
 
 function renderNumbers(node, n) {
@@ -186,6 +208,7 @@ function showTurn(turnId) {
   window.addEventListener("hashchange", () => clearInterval(timer), { once: true });
   follow(`api/stream/turns/${encodeURIComponent(turnId)}`, {
     update: (d) => {
+      if (d.where) document.getElementById("where").textContent = d.where;
       for (const e of d.events) {
         parts.events.append(eventItem(e));
         if (e.kind === "text_delta") text += e.text;
@@ -206,28 +229,38 @@ function showTurn(turnId) {
 function renderHead(node, view) {
   const t = view.turn;
   const status = t.status === "finished" ? `finished: ${t.finish_reason}` : t.status;
+  const host = t.owner_host || t.owner;
+  const where = !t.owner ? (t.held === false ? "no live host holds it" : "")
+    : t.held === false ? `no live host holds it (last on host ${host})`
+    : `${t.status === "finished" ? "ran on" : "on"} host ${host} (node ${t.owner_node})`;
   node.replaceChildren(
     el("h1", {}, "Turn ", el("span", { id: "turn-id" }, t.turn_id)),
     el("p", {}, "Status: ", el("strong", { id: "turn-status", class: t.status }, status), `, round ${t.round}`,
       t.waiting_since ? `, waiting since ${when(t.waiting_since)} (${ago(t.waiting_since)})` : "",
       view.usage ? `, tokens: ${view.usage.prompt_tokens} in, ${view.usage.completion_tokens} out` : ""),
+    where ? el("p", {}, "Where: ", el("span", { id: "turn-host", class: t.held === false ? "unheld" : null }, where)) : "",
     t.parent_turn_id ? el("p", {}, "Parent: ", el("a", { href: `#/turn/${encodeURIComponent(t.parent_turn_id)}`, id: "parent" }, t.parent_turn_id)) : "",
     t.children.length ? el("p", { id: "children" }, "Sub-agents: ", t.children.map((c) => el("a", { href: `#/turn/${encodeURIComponent(c)}`, class: "child" }, c, " "))) : "",
     view.stop ? el("p", {}, `Stop requested at ${when(view.stop.at)} (${view.stop.cause}): ${view.stop.reason}`) : "",
     view.cancel ? el("p", {}, `Cancel requested at ${when(view.cancel.at)} (${view.cancel.cause}): ${view.cancel.reason}`) : "");
 }
 
+// Each button's answer is drawn beside that button, and the other one's is cleared: a stop's
+// "applied" never stands next to "Cancel with grace".
 function renderControls(node, turnId) {
-  const reply = el("span", { id: "turn-reply", class: "reply" });
+  const stopReply = el("span", { id: "stop-reply", class: "reply" });
+  const cancelReply = el("span", { id: "cancel-reply", class: "reply" });
   const reason = el("input", { id: "turn-reason", placeholder: "reason (optional)" });
   const grace = el("input", { id: "cancel-grace", type: "number", min: "0", step: "0.5", placeholder: "grace, s" });
   const base = `api/turns/${encodeURIComponent(turnId)}`;
+  const send = (reply, other, label, path, body) => { other.className = "reply"; other.textContent = ""; return command(reply, label, path, body); };
   node.replaceChildren(el("h2", {}, "Steer"),
     el("div", { class: "row" }, reason,
-      el("button", { id: "stop-turn", class: "danger", onclick: () => command(reply, "stop the turn", `${base}/stop`, reason.value ? { reason: reason.value } : {}) }, "Stop the turn"),
-      grace,
-      el("button", { id: "cancel-turn", onclick: () => command(reply, "cancel the turn", `${base}/cancel`, { ...(reason.value ? { reason: reason.value } : {}), grace: grace.value === "" ? null : Number(grace.value) }) }, "Cancel with grace"),
-      reply),
+      el("button", { id: "stop-turn", class: "danger", onclick: () => send(stopReply, cancelReply, "stop the turn", `${base}/stop`, reason.value ? { reason: reason.value } : {}) }, "Stop the turn"),
+      stopReply),
+    el("div", { class: "row" }, grace,
+      el("button", { id: "cancel-turn", onclick: () => send(cancelReply, stopReply, "cancel the turn", `${base}/cancel`, { ...(reason.value ? { reason: reason.value } : {}), grace: grace.value === "" ? null : Number(grace.value) }) }, "Cancel with grace"),
+      cancelReply),
     el("p", {}, "Last answer: ", el("span", { id: "last-reply", class: "reply" }, "-")));
 }
 

@@ -1,0 +1,106 @@
+"""The ``greenroom`` commands that steer a turn: each sent to its turn and answered.
+
+On a SQLite store, to the runtime running on it (found by ``<store>.runtime.json``); with none
+running, checked against the stored turn with its own rules and queued in the store's inbox.
+On PostgreSQL, through the store's inbox, which wakes the turn's host; its reply is waited for.
+A queued command is reported as queued, exit status 0: it is applied once, when its turn's host
+or the next runtime takes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from messages import CancelTurn, ControlReply, Message, RespondToApprovals, StopTurn, ToolApprovalResponse
+
+from .cli_base import CliError, ask_runtime, load, open_named_store, request_id, say, seconds, store_path
+from .console.commands import OFFLINE, refusal, through_store
+from .store import TurnStore
+from .store.base import is_url
+from .store.files import running_runtime
+from .store.ownership import host_of
+
+__all__ = ["add_steering", "steer"]
+
+
+def steer(args: argparse.Namespace, command: Message, verb: str) -> int:
+    """Send a command to its turn; print what became of it: applied (by whom), or queued in the
+    store's inbox (exit status 0 either way: a queued command is applied once, when its turn's
+    host or the next runtime takes it)."""
+    path = store_path(args)
+    store = open_named_store(args)
+    state = load(store, args.turn_id)
+    if state.phase == "finished":
+        raise CliError(f"turn {args.turn_id} has already finished ({state.finish_reason})")
+    base = {"turn_id": args.turn_id, "ok": True}
+    if is_url(path):
+        return _steer_shared(args, store, command, verb)
+    info = running_runtime(path)  # None for a stale runtime file: its pid is dead or its lock free
+    if info is not None:
+        reply = ask_runtime(info, command, args.timeout)
+        if not isinstance(reply, ControlReply):
+            raise CliError(f"the runtime (pid {info.get('pid', '?')}) answered {type(reply).__name__}")
+        if not reply.ok:
+            raise CliError(reply.message)
+        data = {**base, "sent_to": "runtime", "queued": False, "pid": info["pid"], "message": reply.message}
+        say(args, data, f"{verb}: done by the running runtime (pid {info['pid']})")
+        return 0
+    refused = refusal(store, command)  # the stored turn's own rules
+    if refused is not None:
+        raise CliError(refused.message)
+    command_id = store.inbox.add(args.turn_id, command)
+    data = {**base, "sent_to": "store", "queued": True, "command_id": command_id, "message": OFFLINE}
+    say(args, data, f"{verb}: {OFFLINE}")
+    return 0
+
+
+def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Message, verb: str) -> int:
+    """Through a store every node reaches: queued, its host woken, its reply waited for."""
+    reply, command_id, by_host = through_store(store, command, args.timeout)
+    if not reply.ok:
+        raise CliError(reply.message)
+    data = {"turn_id": args.turn_id, "command_id": command_id, "ok": True, "message": reply.message}
+    if not by_host:
+        say(args, {**data, "sent_to": "store", "queued": True}, f"{verb}: {reply.message}")
+        return 0
+    route = store.owners.route(args.turn_id)
+    host = host_of(route.host_id) if route is not None and route.host_id else None
+    say(args, {**data, "sent_to": "host", "queued": False, "host": host}, f"{verb}: done by host {host}")
+    return 0
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    approved = args.command == "approve"
+    response = ToolApprovalResponse(call_id=args.call_id, approved=approved, reason=args.reason)
+    command = RespondToApprovals(turn_id=args.turn_id, responses=[response], request_id=request_id())
+    return steer(args, command, "approved" if approved else "denied")
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    return steer(args, StopTurn(turn_id=args.turn_id, reason=args.reason, request_id=request_id()), "stopped")
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    return steer(
+        args, CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, request_id=request_id()), "cancelled"
+    )
+
+
+def add_steering(sub: Any, common: argparse.ArgumentParser) -> None:
+    """The steering commands, on the ``greenroom`` parser's subcommands."""
+    for verb in ("approve", "deny"):
+        p = sub.add_parser(verb, parents=[common], help=f"{verb} a pending tool call")
+        p.add_argument("turn_id")
+        p.add_argument("call_id")
+        p.add_argument("--reason", default=None)
+        p.set_defaults(fn=cmd_decide)
+    stop = sub.add_parser("stop", parents=[common], help="stop a turn now")
+    stop.add_argument("turn_id")
+    stop.add_argument("--reason", default="stopped from the command line")
+    stop.set_defaults(fn=cmd_stop)
+    cancel = sub.add_parser("cancel", parents=[common], help="cancel a turn at its next step")
+    cancel.add_argument("turn_id")
+    cancel.add_argument("--reason", default="cancelled from the command line")
+    cancel.add_argument("--grace", type=seconds, default=None, help="seconds before the cancel becomes a stop")
+    cancel.set_defaults(fn=cmd_cancel)

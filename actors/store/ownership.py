@@ -1,0 +1,187 @@
+"""Who owns a durable turn, and for how long: identity, lease, fence, claim, heir and reconcile.
+
+On a store every node reaches (PostgreSQL) any host may run any durable turn. Each turn has
+an *owner* in the store, a host's identity, and an *epoch* that every claim raises. These
+are the rules, all of them here; the SQL of the store uses the two texts below (``HELD``,
+``CLAIMABLE``) and nothing else to decide who may write or take a turn:
+
+- **identity**: a host is ``node/slot`` (where the Runtime looks for it, the same after a
+  restart) and an *incarnation*, random at each start: ``node/slot#incarnation``
+  (``identity``). No two processes share one, whatever their addresses.
+- **lease**: a host renews its lease every ``TICK`` seconds, for ``LEASE`` seconds on the
+  *database's* clock. The host counts a lease from the *start* of the request that renewed
+  it (the database read its clock no earlier than that), for as long as the database said:
+  ``Lease.confirmed(started, granted)``.
+- **fence**: ``FENCE_AFTER`` seconds after the start of its last confirmed renewal a host
+  stops the work of every turn it runs (streams aborted, calls interrupted), whatever its
+  threads are doing (``Lease.must_fence``, checked on its actor thread, which never waits
+  for the store), so its calls have ``LEASE - FENCE_AFTER`` seconds to end before any other
+  host may claim them: they are stopped with a grace of ``STOP_WITHIN`` at most, whatever
+  their ``stop_grace``. Every write of a turn holds only while the writer is its owner at
+  its epoch (``HELD``): a host that was cut off and replaced can never write it again.
+- **claim**: a host takes an unfinished turn whose owner is nobody, itself, or a host whose
+  lease has run out (``CLAIMABLE``); never one whose owner's lease is live, whatever its
+  address. A claim raises the epoch and records when, on the database's clock. A claim
+  whose load fails is given back.
+- **heir**: an orphan (an unfinished turn whose owner's lease ran out) goes to the live
+  host that rendezvous hashing ranks first by ``node/slot``, where a new turn would be
+  placed (``heir``); the other hosts leave it alone.
+- **reconcile**: a host that renews after a lapse checks the turns it runs against the
+  store: those another host claimed meanwhile are lost to it, and its own that it stopped
+  are to be claimed again (``reconcile``).
+
+The clock is injected (``Lease(clock=...)``), so the timing is tested without waiting.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from ..placement import rendezvous
+from .base import HostRecord, Owner, Route
+
+__all__ = [
+    "CLAIMABLE",
+    "FENCE_AFTER",
+    "HELD",
+    "LEASE",
+    "STOP_WITHIN",
+    "TICK",
+    "Lease",
+    "Reconciled",
+    "heir",
+    "host_of",
+    "identity",
+    "new_incarnation",
+    "reconcile",
+]
+
+LEASE = 5.0  # seconds a renewal keeps a host's lease, on the database's clock
+TICK = 1.0  # seconds between two renewals
+FENCE_AFTER = LEASE / 2  # seconds after a confirmed renewal's start at which a host stops its turns' work
+STOP_WITHIN = LEASE - FENCE_AFTER - 0.5  # seconds a fenced host's calls have to end (their stop grace, at most)
+
+HELD = "turn_id = ? AND owner = ? AND epoch = ?"
+"""The fencing condition, the one text of it: the row of a turn its writer still holds
+(parameters: ``held(turn_id, owner)``)."""
+
+CLAIMABLE = (
+    "status != 'finished' AND (owner IS NULL OR owner = ? OR owner NOT IN"
+    " (SELECT host_id FROM hosts WHERE lease_until > {now}))"
+)
+"""The row of a turn a host may claim (parameter: its identity; ``{now}``: the database's clock)."""
+
+
+def held(turn_id: str, owner: Owner) -> tuple[str, str, int]:
+    """The parameters of ``HELD``."""
+    return (turn_id, owner.host_id, owner.epoch)
+
+
+def new_incarnation() -> str:
+    return secrets.token_hex(6)
+
+
+def identity(host_id: str, incarnation: str) -> str:
+    """``node/slot#incarnation``: the owner a host writes as."""
+    return f"{host_id}#{incarnation}"
+
+
+def host_of(owner: str) -> str:
+    """``node/slot`` of an identity (an identity from before incarnations is its own)."""
+    return owner.split("#", 1)[0]
+
+
+def heir(turn_id: str, live: Iterable[HostRecord]) -> str | None:
+    """The identity of the live host that takes over the orphan ``turn_id``: the one
+    rendezvous hashing ranks first by ``node/slot``; of two incarnations of one slot (one
+    just replaced the other), the one renewed last."""
+    newest: dict[str, HostRecord] = {}
+    for record in live:
+        slot = host_of(record.host_id)
+        if slot not in newest or record.lease_until > newest[slot].lease_until:
+            newest[slot] = record
+    chosen = rendezvous(turn_id, newest)
+    return newest[chosen].host_id if chosen is not None else None
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """What a host that renewed after a lapse does with its turns."""
+
+    lost: list[str]  # turns it runs that another host or epoch holds now: their work stops here
+    again: list[str]  # its own turns it does not run (it stopped them): to be claimed again
+
+
+def reconcile(running: Mapping[str, Owner], routes: Mapping[str, Route | None], mine: Iterable[str]) -> Reconciled:
+    """``running``: the turns a host runs, each with the owner it writes as; ``routes``: what
+    the store says of each; ``mine``: the unfinished turns the store says this host owns."""
+    lost = [
+        turn_id
+        for turn_id, owner in running.items()
+        if (route := routes.get(turn_id)) is not None and (route.host_id, route.epoch) != (owner.host_id, owner.epoch)
+    ]
+    return Reconciled(lost, [t for t in mine if t not in running])
+
+
+class Lease:
+    """One host's lease as the host knows it, on its own monotonic clock. Thread-safe: the
+    thread that renews confirms, the actor thread reads and fences."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, fence_after: float = FENCE_AFTER) -> None:
+        self._clock = clock
+        self._fence_after = fence_after
+        self._lock = threading.Lock()
+        self._born = clock()  # before a first renewal, the lease is counted from here
+        self._started: float | None = None  # the start of the last confirmed renewal
+        self._granted = LEASE
+        self._fenced = False
+
+    def now(self) -> float:
+        return self._clock()
+
+    def confirmed(self, started: float, granted: float) -> bool:
+        """A renewal that started at ``started`` was answered: the lease holds ``granted``
+        seconds from then. True if it had lapsed (the host had fenced, or its previous lease
+        ran out before this renewal started): the host reconciles its turns. An answer that
+        comes after its own fence point counts for nothing (the host fences, or has)."""
+        with self._lock:
+            if self._clock() >= started + min(self._fence_after, granted):
+                return False
+            previous = self._started
+            lapsed = self._fenced or (previous is not None and started >= previous + self._granted)
+            if previous is None or started > previous:
+                self._started, self._granted = started, granted
+            self._fenced = False
+            return lapsed
+
+    def _from(self) -> float:
+        return self._born if self._started is None else self._started
+
+    @property
+    def fence_at(self) -> float:
+        """When the host must stop its turns' work unless it renews first."""
+        with self._lock:
+            return self._from() + min(self._fence_after, self._granted)
+
+    @property
+    def expires_at(self) -> float:
+        """When other hosts may claim this host's turns at the earliest, on this clock."""
+        with self._lock:
+            return self._from() + self._granted
+
+    @property
+    def fenced(self) -> bool:
+        with self._lock:
+            return self._fenced
+
+    def must_fence(self) -> bool:
+        """True once, when the fence is due and the host has not fenced: it fences now."""
+        with self._lock:
+            if self._fenced or self._clock() < self._from() + min(self._fence_after, self._granted):
+                return False
+            self._fenced = True
+            return True
