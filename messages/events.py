@@ -108,7 +108,9 @@ class ToolApprovalRequest(TurnEvent):
 
 
 class TurnRetrying(TurnEvent):
-    """The provider request failed before its first delta and will be retried."""
+    """The provider request failed before its first delta and will be retried; or a turn
+    carried on from its store asks the model again for a stream cut off: drop the text that
+    stream had sent (its deltas since the previous event of another kind)."""
 
     kind: Literal["turn_retrying"] = "turn_retrying"
     attempt: int

@@ -1165,7 +1165,7 @@ def check(outcome: Outcome) -> list[str]:
             v.append(f"call {tc.id}: ToolFinished content {content!r} is not its tool message {message!r}")
     v.extend(f"call {cid}: started {n} times" for cid, n in started.items() if n > 1)
     if not host_lost:
-        seen = "".join(e.text for e in events if isinstance(e, TextDelta))
+        seen = _streamed_text(events)
         kept = "".join(m.content or "" for m in finish.messages if m.role == "assistant")
         if seen != kept:
             v.append(f"the text streamed to the caller ({len(seen)} chars) is not the history's ({len(kept)} chars)")
@@ -1363,3 +1363,19 @@ def json_safe(outcome: Outcome, violations: list[str]) -> dict[str, Any]:
         "violations": violations,
         "scenario": outcome.scenario.describe(),
     }
+
+
+def _streamed_text(events: list[TurnEvent]) -> str:
+    """The text a caller keeps from the deltas: a ``TurnRetrying`` right after some (a turn
+    recovered mid-stream asks the model again) says to drop the stream's partial text."""
+    kept: list[str] = []
+    partial: list[str] = []
+    for e in events:
+        if isinstance(e, TextDelta):
+            partial.append(e.text)
+            continue
+        if not isinstance(e, TurnRetrying):
+            kept.extend(partial)
+        partial = []
+    return "".join(kept + partial)
+
