@@ -906,7 +906,7 @@ class _Driver:
                 target = str(getattr(e, "call_id", None) or c.call_id)
                 out.control_call = target
                 try:
-                    self.handle.stop_tool(target, reason=c.reason)
+                    self.handle.stop_tool(target, reason=c.reason, timeout=self.command_timeout)
                     out.fired, out.control_effective = f"stop_tool {target}: accepted", True
                     out.sent_reasons.append(c.reason)
                 except ControlRejected as exc:
@@ -952,7 +952,7 @@ class _Driver:
         try:
             if c.action == "stop_tool":
                 try:
-                    self.handle.stop_tool(c.call_id or "r1c1")
+                    self.handle.stop_tool(c.call_id or "r1c1", timeout=self.command_timeout)
                     out.late.append("a stop_tool after the end was accepted")
                 except ControlRejected as exc:
                     if exc.code != "turn_finished":
