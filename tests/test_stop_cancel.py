@@ -215,6 +215,21 @@ def test_stop_tool_ends_one_of_two_parallel_calls_and_the_turn_goes_on(
     provider_accepts(provider, result.messages)
 
 
+def test_a_tool_that_fails_because_its_stop_ended_its_child_ends_interrupted_naming_the_error(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
+    provider.add(use_tools(call("count_child_output", {})), say("It was stopped."))
+    turn = runtime.run("count", tools=[T.count_child_output])
+    child = turn.wait_for(lambda e: isinstance(e, ToolProgress), timeout=30).data["child"]
+    turn.stop_tool("call_1", reason="enough")
+    finished = turn.wait_for(lambda e: isinstance(e, ToolFinished), timeout=30)
+    assert finished.outcome == "interrupted"
+    expected = interrupted_content("the call was stopped", "enough")
+    assert finished.content == with_note(expected, "it raised ValueError: invalid literal for int() with base 10: ''")
+    assert turn.result(30).finish_reason == "stop"
+    assert wait_until(lambda: not pid_alive(child))
+
+
 def test_stop_before_a_tool_starts_leaves_a_valid_history(runtime: Runtime, provider: ScriptedProvider) -> None:
     provider.add(use_tools(call("delete_file", {"path": "/x"}), call("add", {"a": 1, "b": 2})))
     turn = runtime.run("go", tools=[T.delete_file, T.add])

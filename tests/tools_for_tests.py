@@ -58,6 +58,18 @@ def shell(command: str, marker: str | None = None) -> dict[str, Any]:
 
 
 @tool
+def count_child_output() -> int:
+    """Read a number from a child that prints it after 300 s: the child dies on a stop's
+    SIGTERM first, and ``int("")`` raises."""
+    import subprocess
+
+    ctx = ToolContext.current()
+    child = subprocess.Popen(["sh", "-c", "sleep 300; echo 1"], stdout=subprocess.PIPE, text=True)
+    ctx.report_progress({"child": child.pid})
+    return int(child.communicate()[0])
+
+
+@tool
 def wait_for_stop(marker: str) -> str:
     """Register an on_stop callback that writes ``marker``, wait until it ran, then leave as
     stopped (the tool sees its stop once its callbacks have returned)."""

@@ -81,10 +81,13 @@ def _outcome_of(exc: BaseException, ctx: ToolContext) -> tuple[str, str]:
         return "interrupted", interrupted_content(what, exc.reason)
     if isinstance(exc, asyncio.CancelledError):
         return "interrupted", interrupted_content("the call was stopped", ctx.cancellation.reason or "cancelled")
-    if isinstance(exc, ToolError):
-        return "failed", error_result(safe_text(str(exc)))
     # SystemExit and friends from a tool must not end its process either
-    return "failed", error_result(safe_text(f"{type(exc).__name__}: {exc}"))
+    error = safe_text(str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}")
+    cancellation = ctx.cancellation
+    if cancellation._stopped or cancellation.requested:  # it failed as it stopped: its processes had SIGTERM
+        what = "the call was stopped" if cancellation._stopped else "the call was cancelled"
+        return "interrupted", with_note(interrupted_content(what, cancellation._reason), f"it raised {error}")
+    return "failed", error_result(error)
 
 
 class ToolActor(LocalActor):
