@@ -18,6 +18,7 @@ from messages import (
     CancelTurn,
     ChatMessage,
     Error,
+    ReportProgress,
     RespondToApprovals,
     StopTool,
     StopTurn,
@@ -254,3 +255,14 @@ def test_a_cancel_is_marked_with_who_sent_it_and_its_error_says_so() -> None:
     out = rules.handle(StopTurn(turn_id="t", reason="now", by="intern"))  # the cancel came first: its name is kept
     assert rules.state.stop is not None and rules.state.stop.by == "intern"
     assert [(e.error_type, e.detail, e.by) for e in events(out, Error)] == [("cancelled", "wind down", "ops")]
+
+
+def test_a_sub_agents_request_reaches_the_parent_with_its_approvers() -> None:
+    rules, _ = new()
+    step(rules)
+    respond(rules, ("c1", "safe", False))
+    child = {"turn_id": "child", "call_id": "k1", "name": "release", "arguments": {}, "approvers": ["ops"]}
+    out = rules.handle(ReportProgress(turn_id="t", call_id="c1", seq=0, approval=child, attempt=1))
+    assert [(e.call_id, e.child_turn_id, e.approvers) for e in events(out, ToolApprovalRequest)] == [
+        ("k1", "child", ["ops"])
+    ]

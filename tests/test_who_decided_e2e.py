@@ -5,12 +5,13 @@ provider on 127.0.0.1, the command line in its own process."""
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 
 import pytest
 
-from actors import ControlRejected, Runtime
+from actors import AsyncRuntime, ControlRejected, Runtime
 from actors.store import open_store
 from actors.testing import ScriptedProvider, call, say, use_tools
 from messages import Error, RespondToApprovals, StopTurn, ToolApprovalRequest, ToolApprovalResponse, ToolCallStarted
@@ -163,3 +164,22 @@ def test_with_no_runtime_running_the_stored_turns_rules_refuse_a_decision_not_al
 def test_a_bad_name_for_as_is_a_usage_error(name: str, why: str) -> None:
     out = greenroom("stop", "turn_x", "--as", name, "--store", "/nonexistent.db")
     assert out.returncode == 2 and why in out.stderr and "--as" in out.stderr
+
+
+def test_the_async_handle_names_who_decides_too(provider: ScriptedProvider) -> None:
+    provider.add(use_tools(call("release", {"version": "7.0"})), say("Released."))
+
+    async def main() -> tuple[str, list[str | None]]:
+        async with AsyncRuntime(provider.provider(), hosts=1, tool_processes=1) as rt:
+            turn = await rt.run("release", tools=[A.release])
+            await turn.result(30)
+            try:
+                await turn.approve("call_1", by="intern")
+                code = "applied"
+            except ControlRejected as refused:
+                code = refused.code
+            await turn.approve("call_1", by="ops")
+            await turn.result(30, final=True)
+            return code, [e.by for e in turn.all_events if isinstance(e, ToolCallStarted)]
+
+    assert asyncio.run(main()) == ("not_allowed", ["ops"])
