@@ -102,6 +102,9 @@ def test_a_decision_is_sent_in_the_users_name_and_one_by_anyone_else_is_refused_
             assert answer.status_code == 409
             assert answer.json()["message"] == f"call 'call_1' of release may be decided only by ops, reviewer: {who}"
             assert [r["code"] for r in answer.json()["replies"]] == ["not_allowed"]
+        claimed = {"decisions": [{**decide(turn_id)["decisions"][0], "by": "reviewer"}], "by": "reviewer"}
+        answer = httpx.post(url, headers=bearer(USERS["intern"]), json=claimed)  # a name in the body is not a login
+        assert (answer.status_code, answer.json()["replies"][0]["code"]) == (409, "not_allowed")
         assert pending(base(rt), turn_id) == [("call_1", ["ops", "reviewer"], None, None)]  # still undecided
         applied = httpx.post(url, headers=bearer(USERS["reviewer"]), json=decide(turn_id))
         assert (applied.status_code, applied.json()["message"]) == (200, "applied")
@@ -142,7 +145,7 @@ def test_a_users_csrf_token_is_theirs_alone(provider: ScriptedProvider) -> None:
 @pytest.mark.parametrize(
     "key, users, message",
     [
-        (None, {"ops": "short"}, "user 'ops''s token must be at least 16 characters"),
+        (None, {"ops": "short"}, "the token of user 'ops' must be at least 16 characters"),
         (None, {"ops": USERS["ops"], "dev": USERS["ops"]}, "two of the console's users (or a user and its key) have the same token"),
         (USERS["ops"], {"ops": USERS["ops"]}, "two of the console's users (or a user and its key) have the same token"),
         (None, {"op\ns": USERS["ops"]}, "a console user's name: a principal has only printable characters"),

@@ -75,7 +75,7 @@ LOGIN_PAGE = """<!doctype html>
 <link rel="stylesheet" href="{root}/static/console.css"></head>
 <body class="login"><main><h1>greenroom console</h1>
 <p>This console needs its token. Open the address it printed when it started
-(<code>...?token=...</code>), or paste the token here.</p>
+(<code>...?token=...</code>), or paste the token here: the console's, or your own.</p>
 <form method="post" action="{root}/login"><input type="password" name="token" autocomplete="off"
  aria-label="token" autofocus> <button type="submit">Open</button></form>
 <p class="refused">{message}</p></main></body></html>
@@ -163,7 +163,7 @@ def logins(token: str | None, users: Mapping[str, str] | None) -> list[Login]:
         raise ValueError("a console needs a key or at least one user")
     for login in out:
         if not isinstance(login.token, str) or len(login.token) < 16:
-            who = f"user {login.user!r}'s token" if login.user is not None else "a console key"
+            who = f"the token of user {login.user!r}" if login.user is not None else "a console key"
             raise ValueError(f"{who} must be at least 16 characters")
     if len({login.token for login in out}) < len(out):
         raise ValueError("two of the console's users (or a user and its key) have the same token: each needs its own")
