@@ -33,15 +33,15 @@ from .tls_proxy import TlsProxy
 pytestmark = pytest.mark.integration
 
 KEY = "the-anonymous-console-key-0123"
+SAME_TOKEN = "two of the console's users (or a user and its key) have the same token"
 USERS = {"reviewer": "reviewer-token-0123456789", "ops": "ops-token-0123456789abc", "intern": "intern-token-0123456789"}
 
 
 @contextmanager
 def console_runtime(provider: ScriptedProvider, **console: Any) -> Iterator[Runtime]:
     options = {"port": 0, "quiet": True, "key": KEY, "users": USERS, **console}
-    rt = Runtime(
-        provider.provider(retry=RetryPolicy(max_attempts=1)), hosts=1, tool_processes=1, console=ConsoleConfig(**options)
-    ).start()
+    retry = RetryPolicy(max_attempts=1)
+    rt = Runtime(provider.provider(retry=retry), hosts=1, tool_processes=1, console=ConsoleConfig(**options)).start()
     try:
         yield rt
     finally:
@@ -110,7 +110,8 @@ def test_a_decision_is_sent_in_the_users_name_and_one_by_anyone_else_is_refused_
         assert (applied.status_code, applied.json()["message"]) == (200, "applied")
         turn = rt.attach(turn_id)
         assert turn.result(30, final=True).finish_reason == "stop"
-        assert [(e.call_id, e.by) for e in turn.all_events if isinstance(e, ToolCallStarted)] == [("call_1", "reviewer")]
+        started = [(e.call_id, e.by) for e in turn.all_events if isinstance(e, ToolCallStarted)]
+        assert started == [("call_1", "reviewer")]
         events = httpx.get(f"{base(rt)}/api/turns/{turn_id}", headers=bearer(KEY)).json()["events"]
         assert [(e["kind"], e["by"]) for e in events if e["kind"] == "tool_call_started"] == [
             ("tool_call_started", "reviewer")
@@ -139,15 +140,16 @@ def test_a_users_csrf_token_is_theirs_alone(provider: ScriptedProvider) -> None:
             forged = browser.post(f"/api/turns/{turn_id}/decide", headers=headers, json=decide(turn_id))
             assert (forged.status_code, forged.json()["code"]) == (403, "csrf")
             headers["X-Greenroom-CSRF"] = own
-            assert browser.post(f"/api/turns/{turn_id}/decide", headers=headers, json=decide(turn_id)).status_code == 200
+            applied = browser.post(f"/api/turns/{turn_id}/decide", headers=headers, json=decide(turn_id))
+            assert applied.status_code == 200
 
 
 @pytest.mark.parametrize(
     "key, users, message",
     [
         (None, {"ops": "short"}, "the token of user 'ops' must be at least 16 characters"),
-        (None, {"ops": USERS["ops"], "dev": USERS["ops"]}, "two of the console's users (or a user and its key) have the same token"),
-        (USERS["ops"], {"ops": USERS["ops"]}, "two of the console's users (or a user and its key) have the same token"),
+        (None, {"ops": USERS["ops"], "dev": USERS["ops"]}, SAME_TOKEN),
+        (USERS["ops"], {"ops": USERS["ops"]}, SAME_TOKEN),
         (None, {"op\ns": USERS["ops"]}, "a console user's name: a principal has only printable characters"),
         (None, None, "a console needs a key or at least one user"),
     ],
@@ -214,14 +216,14 @@ def test_untrusted_by_default_forwarded_headers_change_nothing(provider: Scripte
             assert "Secure" not in signed.headers["set-cookie"]
             csrf = browser.get("/api/session").json()["csrf"]
             claims = {"X-Forwarded-Proto": "https", "X-Forwarded-Host": "console.example.com", "X-Greenroom-CSRF": csrf}
-            forged = browser.post(
-                f"/api/turns/{turn_id}/decide", headers={**claims, "Origin": "https://console.example.com"}, json=decide(turn_id)
-            )
+            elsewhere = {**claims, "Origin": "https://console.example.com"}
+            forged = browser.post(f"/api/turns/{turn_id}/decide", headers=elsewhere, json=decide(turn_id))
             assert (forged.status_code, forged.json()) == (
                 403,
                 {"error": "a request from another origin (https://console.example.com) was refused", "code": "csrf"},
             )
-            own = browser.post(f"/api/turns/{turn_id}/decide", headers={**claims, "Origin": base(rt)}, json=decide(turn_id))
+            here = {**claims, "Origin": base(rt)}
+            own = browser.post(f"/api/turns/{turn_id}/decide", headers=here, json=decide(turn_id))
             assert own.status_code == 200
 
 
@@ -235,7 +237,8 @@ def test_behind_a_tls_proxy_an_untrusted_console_refuses_what_the_browser_sends(
             if style == "forwarded":  # the public Host reaches the console: not one of its loopback names
                 refused = browser.get("/api/session", headers=bearer(USERS["reviewer"]))
                 assert refused.status_code == 403
-                assert refused.json() == {"error": f"host '127.0.0.1:{proxy.port}' is not this console's", "code": "bad_host"}
+                why = f"host '127.0.0.1:{proxy.port}' is not this console's"
+                assert refused.json() == {"error": why, "code": "bad_host"}
             else:  # the Host is the console's own, but the page's origin is the proxy's
                 browser.get("/?token=" + USERS["reviewer"])
                 csrf = browser.get("/api/session").json()["csrf"]

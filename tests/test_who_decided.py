@@ -214,7 +214,8 @@ def test_a_denial_says_who_denied_in_the_calls_end() -> None:
     rules = waiting(("c1", "guarded", True))
     rules.handle(ToolApprovalResponse(call_id="c1", approved=False, reason="not today", by="ops"))
     out = rules.handle(TimerFired("commit", 0))
-    assert [(e.outcome, e.content, e.by) for e in events(out, ToolFinished)] == [("denied", "Rejected: not today", "ops")]
+    ended = [(e.outcome, e.content, e.by) for e in events(out, ToolFinished)]
+    assert ended == [("denied", "Rejected: not today", "ops")]
     assert rules.state.messages[-1] == ChatMessage.tool("Rejected: not today", "c1", name="guarded")  # as before
 
 

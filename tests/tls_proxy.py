@@ -29,6 +29,7 @@ from typing import Literal
 
 __all__ = ["TlsProxy", "self_signed"]
 
+Style = Literal["x-forwarded", "forwarded"]
 DROPPED = (b"forwarded", b"x-forwarded-host", b"x-forwarded-proto", b"x-forwarded-for", b"connection", b"keep-alive")
 
 
@@ -73,7 +74,7 @@ def self_signed(directory: Path) -> tuple[Path, Path, str]:
 class TlsProxy:
     """See the module docstring."""
 
-    def __init__(self, upstream_port: int, tmp: Path, style: Literal["x-forwarded", "forwarded"] = "x-forwarded") -> None:
+    def __init__(self, upstream_port: int, tmp: Path, style: Style = "x-forwarded") -> None:
         self.upstream = ("127.0.0.1", upstream_port)
         self.style = style
         self.cert, key, self.spki = self_signed(tmp)

@@ -177,7 +177,12 @@ class TurnHandle(_Handle):
             self._command(StopTurn(turn_id=self.turn_id, reason=reason, by=by), timeout)
 
     def cancel(
-        self, reason: str = "cancel requested", grace: float | None = None, timeout: float = 10.0, *, by: str | None = None
+        self,
+        reason: str = "cancel requested",
+        grace: float | None = None,
+        timeout: float = 10.0,
+        *,
+        by: str | None = None,
     ) -> None:
         """Cancel at the next safe boundary; a stop after ``grace`` seconds if given."""
         if not self.finished:
@@ -295,7 +300,12 @@ class AsyncTurnHandle(_Handle):
             await self._command(StopTurn(turn_id=self.turn_id, reason=reason, by=by), timeout)
 
     async def cancel(
-        self, reason: str = "cancel requested", grace: float | None = None, timeout: float = 10.0, *, by: str | None = None
+        self,
+        reason: str = "cancel requested",
+        grace: float | None = None,
+        timeout: float = 10.0,
+        *,
+        by: str | None = None,
     ) -> None:
         """Cancel at the next safe boundary; a stop after ``grace`` seconds if given."""
         if not self.finished:

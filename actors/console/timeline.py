@@ -83,7 +83,8 @@ def timeline(events: Sequence[Timed], now: float | None = None) -> dict[str, Any
             if not running and not asked:  # the round's results go back to the model
                 model_from = t
         elif isinstance(event, Error):
-            marks.append({"at": t, "kind": event.error_type, "cause": event.cause, "label": event.message, "by": event.by})
+            mark = {"at": t, "kind": event.error_type, "cause": event.cause, "label": event.message}
+            marks.append({**mark, "by": event.by})
         elif isinstance(event, Finish):
             close_model(t)
             if event.terminal:

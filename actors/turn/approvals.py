@@ -41,7 +41,8 @@ def refusal(
             return "duplicate", f"two responses for call {r.call_id!r} in one message"
         seen.add(r.call_id)
         if r.by is not None and by is not None and r.by != by:
-            return "invalid", f"the response for call {r.call_id!r} is by {r.by!r}, its batch by {by!r}: one principal decides"
+            why = f"the response for call {r.call_id!r} is by {r.by!r}, its batch by {by!r}: one principal decides"
+            return "invalid", why
         cs = s.call(r.call_id)
         if cs is None:
             if answered_before(s.messages, r.call_id):
