@@ -88,7 +88,8 @@ def test_a_reviewer_approves_an_intern_is_refused_and_every_record_names_who_dec
         sign_in(browser, origin, "reviewer", "#/turn/turn_team")  # another person, another login
         browser.wait_text(pending("call_1", "h3"), lambda s: s.startswith("release call_1"))
         browser.find(pending("call_1", "button.approve")).click()
-        assert browser.wait_text(pending("call_1", ".reply"), lambda s: s != "sending...") == "applied"
+        # the call runs at once and leaves the pending list: its answer stays in #last-reply
+        assert browser.wait_text("#last-reply", lambda s: s != "sending...") == "approve call_1: applied"
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
         started = event_texts(browser, "tool_call_started")
         assert len(started) == 1 and started[0].endswith('release call_1 { "version": "5.0" } (approved by reviewer)')
@@ -113,7 +114,7 @@ def test_behind_a_tls_proxy_a_person_signs_in_and_decides_with_a_secure_cookie(
             assert (cookie["secure"], cookie["httpOnly"], cookie["sameSite"]) == (True, True, "Strict")
             browser.wait_text(pending("call_1", "h3"), lambda s: s.startswith("release call_1"))
             browser.find(pending("call_1", "button.approve")).click()
-            assert browser.wait_text(pending("call_1", ".reply"), lambda s: s != "sending...") == "applied"
+            assert browser.wait_text("#last-reply", lambda s: s != "sending...") == "approve call_1: applied"
             browser.wait_text("#turn-status", lambda s: s == "finished: stop")  # the live stream came through the proxy
             assert event_texts(browser, "tool_call_started")[0].endswith("(approved by ops)")
             browser.screenshot("behind-a-tls-proxy")

@@ -3,8 +3,9 @@
 ``TlsProxy(upstream_port, tmp)`` listens on a free port of 127.0.0.1 with a throwaway
 self-signed certificate (made here with ``cryptography``, for ``127.0.0.1`` and
 ``localhost``, written under ``tmp``), ends TLS, and passes each request on to the console
-over plain HTTP, one request per connection (it asks for ``Connection: close``), bytes
-piped both ways (server-sent events included). Like a real proxy it drops the forwarded
+over plain HTTP, one request per connection (it asks for ``Connection: close``): the whole
+request is read, then the answer piped back as it comes (server-sent events included), all
+on the connection's one thread (an OpenSSL connection is not for two threads at once). Like a real proxy it drops the forwarded
 headers a client sent and writes its own:
 
 - ``style="x-forwarded"`` (nginx's way): ``X-Forwarded-Proto`` and ``X-Forwarded-Host``,
@@ -71,6 +72,15 @@ def self_signed(directory: Path) -> tuple[Path, Path, str]:
     return cert_file, key_file, b64encode(hashlib.sha256(spki).digest()).decode()
 
 
+def _length(head: bytes) -> int:
+    """The request's ``Content-Length`` (0 without one: the console's requests have no chunked body)."""
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value.strip())
+    return 0
+
+
 class TlsProxy:
     """See the module docstring."""
 
@@ -125,13 +135,17 @@ class TlsProxy:
                 if not chunk or len(head) > 65536:
                     return
                 head += chunk
-            head, _, rest = head.partition(b"\r\n\r\n")
+            head, _, body = head.partition(b"\r\n\r\n")
+            while len(body) < _length(head):  # the whole request first: one thread uses the TLS socket
+                chunk = tls.recv(65536)
+                if not chunk:
+                    return
+                body += chunk
             upstream = socket.create_connection(self.upstream, timeout=30)
             self._track(upstream)
-            upstream.sendall(self._rewrite(head) + rest)
+            upstream.sendall(self._rewrite(head) + body)
             with self._lock:
                 self.requests += 1
-            self._spawn(self._pipe, tls, upstream)
             self._pipe(upstream, tls)
         except (OSError, ssl.SSLError):
             return
