@@ -2,10 +2,10 @@
 
     greenroom turns list                       id, status, host, waiting since, pending approvals; turns per node
     greenroom turns show ID [--since N]        status and host, history, pending approvals, events
-    greenroom approve ID CALL [--reason R]
-    greenroom deny ID CALL [--reason R]
-    greenroom stop ID [--reason R]
-    greenroom cancel ID [--reason R] [--grace S]
+    greenroom approve ID CALL [--reason R] [--as NAME]
+    greenroom deny ID CALL [--reason R] [--as NAME]
+    greenroom stop ID [--reason R] [--as NAME]
+    greenroom cancel ID [--reason R] [--grace S] [--as NAME]
     greenroom nodes [--admin HOST:PORT]        the nodes of a running runtime's deployment, from any machine
     greenroom demo [--yes | --no]
     greenroom console ...                      a web page over the store (``greenroom console --help``)
@@ -22,7 +22,9 @@ the store's inbox (which wakes the turn's host), and, while any host is live, th
 host records is waited for, ``--timeout`` seconds. A command queued and not yet applied
 (no host live, or none answered in time: its owner may just have been lost) is reported
 as queued, with exit status 0 (``"queued": true``): it is applied once, when a host takes
-the turn. ``--json`` prints machine-readable output. ``--store``, ``--json`` and
+the turn. A steering command is sent as ``--as NAME``, else as the OS user
+(``getpass.getuser()``): its ``by``, recorded with what it decided and checked against a
+tool's ``approvers``. ``--json`` prints machine-readable output. ``--store``, ``--json`` and
 ``--timeout`` go before or after the command.
 
 Bad input (unknown turn or call, a turn that has ended, a bad option, a file that is not a
@@ -40,6 +42,7 @@ import sqlite3
 import sys
 from typing import Any, NoReturn
 
+from messages import Error, ToolCallStarted, ToolFinished
 from messages.codec import CodecError
 
 from .cli_base import CliError, ask_runtime, columns, load, open_named_store, printable, say, seconds, store_path, when
@@ -86,11 +89,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     store = open_named_store(args)
     state = load(store, args.turn_id)
     events = store.log.events(args.turn_id, args.since)
+    approvers = {t.name: t.approvers for t in state.tools}
     pending = [
-        {"call_id": c.call.id, "name": c.call.name, "arguments": c.arguments}
+        {"call_id": c.call.id, "name": c.call.name, "arguments": c.arguments, "approvers": approvers.get(c.call.name)}
         for c in state.batch or ()
         if c.status == "pending_approval"
     ]
+    decisions = [
+        {"call_id": c.call.id, "decision": c.decision, "by": c.decided_by, "reason": c.decision_reason}
+        for c in state.batch or ()
+        if c.decision is not None
+    ]
+    markers = {m.kind: m.model_dump(include={"reason", "cause", "by", "at"}) for m in (state.stop, state.cancel) if m}
     route = store.owners.route(args.turn_id)
     owner = route.host_id if route is not None else None
     held = Holders.of(store, store_path(args)).held(owner) if state.phase != "finished" else None
@@ -105,6 +115,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         "held": held,
         "messages": [m.model_dump(exclude={"kind"}, exclude_none=True) for m in state.messages],
         "pending_approvals": pending,
+        "decisions": decisions,
+        "stop": markers.get("stop"),
+        "cancel": markers.get("cancel"),
         "events": [e.model_dump(mode="json") for e in events],
     }
     lines = [f"turn {state.turn_id}: {data['status']}" + (f" ({state.finish_reason})" if state.finish_reason else "")]
@@ -119,10 +132,24 @@ def cmd_show(args: argparse.Namespace) -> int:
         lines.append(f"  {who}: {m.content if m.content is not None else ''}{extra}")
     lines.append("pending approvals:" + ("" if pending else " none"))
     for p in pending:
-        lines.append(f"  {p['call_id']}: {p['name']}({json.dumps(p['arguments'])})")
+        who = f" (approvers: {', '.join(p['approvers'])})" if p["approvers"] else ""
+        lines.append(f"  {p['call_id']}: {p['name']}({json.dumps(p['arguments'])}){who}")
+    lines.extend(["decisions:"] if decisions else [])
+    for d in decisions:
+        why = f": {d['reason']}" if d["reason"] else ""
+        lines.append(f"  {d['call_id']}: {d['decision']}" + (f" by {d['by']}" if d["by"] else "") + why)
+    for kind, mark in markers.items():
+        who = f" by {mark['by']}" if mark["by"] else ""
+        lines.append(f"{kind} requested{who} ({mark['cause']}): {mark['reason']}")
     lines.append(f"events (from {args.since}):")
     for e in events:
         detail = getattr(e, "text", None) or getattr(e, "finish_reason", None) or getattr(e, "call_id", None) or ""
+        if isinstance(e, ToolCallStarted) and e.by:  # who approved, denied, stopped
+            detail += f" approved by {e.by}"
+        elif isinstance(e, ToolFinished):
+            detail += f" {e.outcome}" + (f" by {e.by}" if e.by else "")
+        elif isinstance(e, Error) and e.by:
+            detail = f"{e.error_type} by {e.by}"
         lines.append(f"  #{e.seq} {e.kind} {detail}")
     say(args, data, "\n".join(lines))
     return 0

@@ -4,15 +4,17 @@ On a SQLite store, to the runtime running on it (found by ``<store>.runtime.json
 running, checked against the stored turn with its own rules and queued in the store's inbox.
 On PostgreSQL, through the store's inbox, which wakes the turn's host; its reply is waited for.
 A queued command is reported as queued, exit status 0: it is applied once, when its turn's host
-or the next runtime takes it.
+or the next runtime takes it. Each is sent as ``--as NAME``, else as the OS user (``by``).
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 from typing import Any
 
 from messages import CancelTurn, ControlReply, Message, RespondToApprovals, StopTurn, ToolApprovalResponse
+from messages.principals import check_principal
 
 from .cli_base import CliError, ask_runtime, load, open_named_store, request_id, say, seconds, store_path
 from .console.commands import OFFLINE, refusal, through_store
@@ -33,7 +35,7 @@ def steer(args: argparse.Namespace, command: Message, verb: str) -> int:
     state = load(store, args.turn_id)
     if state.phase == "finished":
         raise CliError(f"turn {args.turn_id} has already finished ({state.finish_reason})")
-    base = {"turn_id": args.turn_id, "ok": True}
+    base = {"turn_id": args.turn_id, "ok": True, "by": getattr(command, "by", None)}
     if is_url(path):
         return _steer_shared(args, store, command, verb)
     info = running_runtime(path)  # None for a stale runtime file: its pid is dead or its lock free
@@ -55,12 +57,12 @@ def steer(args: argparse.Namespace, command: Message, verb: str) -> int:
     return 0
 
 
-def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Message, verb: str) -> int:
+def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Any, verb: str) -> int:
     """Through a store every node reaches: queued, its host woken, its reply waited for."""
     reply, command_id, by_host = through_store(store, command, args.timeout)
     if not reply.ok:
         raise CliError(reply.message)
-    data = {"turn_id": args.turn_id, "command_id": command_id, "ok": True, "message": reply.message}
+    data = {"turn_id": args.turn_id, "command_id": command_id, "ok": True, "by": command.by, "message": reply.message}
     if not by_host:
         say(args, {**data, "sent_to": "store", "queued": True}, f"{verb}: {reply.message}")
         return 0
@@ -70,21 +72,48 @@ def _steer_shared(args: argparse.Namespace, store: TurnStore, command: Message, 
     return 0
 
 
+def principal(text: str) -> str:
+    """A principal (``--as``; an argparse type: anything else is a usage error)."""
+    try:
+        return check_principal(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def os_user() -> str | None:
+    """The OS user's name (``getpass.getuser()``), or None when it has none that is a principal."""
+    try:
+        return check_principal(getpass.getuser())
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def sender(args: argparse.Namespace) -> dict[str, Any]:
+    """Who sends the command, and its own request id."""
+    return {"by": args.by if args.by is not None else os_user(), "request_id": request_id()}
+
+
 def cmd_decide(args: argparse.Namespace) -> int:
     approved = args.command == "approve"
     response = ToolApprovalResponse(call_id=args.call_id, approved=approved, reason=args.reason)
-    command = RespondToApprovals(turn_id=args.turn_id, responses=[response], request_id=request_id())
+    command = RespondToApprovals(turn_id=args.turn_id, responses=[response], **sender(args))
     return steer(args, command, "approved" if approved else "denied")
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    return steer(args, StopTurn(turn_id=args.turn_id, reason=args.reason, request_id=request_id()), "stopped")
+    return steer(args, StopTurn(turn_id=args.turn_id, reason=args.reason, **sender(args)), "stopped")
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    return steer(
-        args, CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, request_id=request_id()), "cancelled"
-    )
+    command = CancelTurn(turn_id=args.turn_id, reason=args.reason, grace=args.grace, **sender(args))
+    return steer(args, command, "cancelled")
+
+
+def _as(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--as", dest="by", type=principal, default=None, metavar="NAME",
+        help="who sends it (default: the OS user); checked against a tool's approvers",
+    )  # fmt: skip
 
 
 def add_steering(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -94,13 +123,16 @@ def add_steering(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument("turn_id")
         p.add_argument("call_id")
         p.add_argument("--reason", default=None)
+        _as(p)
         p.set_defaults(fn=cmd_decide)
     stop = sub.add_parser("stop", parents=[common], help="stop a turn now")
     stop.add_argument("turn_id")
     stop.add_argument("--reason", default="stopped from the command line")
+    _as(stop)
     stop.set_defaults(fn=cmd_stop)
     cancel = sub.add_parser("cancel", parents=[common], help="cancel a turn at its next step")
     cancel.add_argument("turn_id")
     cancel.add_argument("--reason", default="cancelled from the command line")
     cancel.add_argument("--grace", type=seconds, default=None, help="seconds before the cancel becomes a stop")
+    _as(cancel)
     cancel.set_defaults(fn=cmd_cancel)

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 from .base import Message
 from .chat import ChatMessage
 from .llm import ProviderConfig
+from .principals import Principal
 from .tool import ToolSpec
 
 __all__ = [
@@ -103,11 +104,18 @@ class TurnCommand(Message):
     ``answer_within`` says how many seconds its sender waits for the answer: a host that
     does not know the turn (yet: the command may have overtaken its start) answers
     ``unknown_turn`` before then instead of holding it longer (``Runtime.control`` and the
-    handles set it from their ``timeout``); without it a command is held ``command_hold``."""
+    handles set it from their ``timeout``); without it a command is held ``command_hold``.
+
+    ``by`` names who sent it (a principal: ``messages.principals``): the console sets it from
+    the person's login, the command line from ``--as`` or the OS user, the API from the
+    caller. It is recorded with what the command decided (the call's ``decided_by``, the stop
+    or cancel marker, the events that show the effect) and checked against the tool's
+    ``approvers``; None names nobody."""
 
     turn_id: str | None = None
     request_id: str | None = None
     answer_within: float | None = Field(default=None, gt=0)
+    by: Principal | None = None
 
 
 class StartTurn(Message):
@@ -176,7 +184,9 @@ class CancelTurn(TurnCommand):
 
 
 class ToolApprovalResponse(TurnCommand):
-    """A decision on one approval request. Sendable alone (with ``turn_id``) or in a batch."""
+    """A decision on one approval request. Sendable alone (with ``turn_id``) or in a batch;
+    in a batch its ``by`` is the batch's unless it names one itself (a batch whose responses
+    name another principal than it does is refused, ``invalid``)."""
 
     kind: Literal["tool_approval_response"] = "tool_approval_response"
     call_id: str
@@ -259,7 +269,11 @@ RejectCode = Literal[
     "not_waiting",
     "duplicate",
     "invalid",
+    "not_allowed",
 ]
+"""Why a command was refused: the turn is unknown or has finished, the call is unknown or not
+waiting, the decision repeats one, the command is malformed, or (``not_allowed``) its ``by``
+is not one of the ``approvers`` of the call's tool."""
 
 
 class ControlReply(Message):

@@ -66,13 +66,15 @@ class TextDelta(TurnEvent):
 
 
 class ToolCallStarted(TurnEvent):
-    """A call's ToolActor was spawned and given the call, in tool round ``round``."""
+    """A call's ToolActor was spawned and given the call, in tool round ``round``; ``by`` is
+    who approved it (None: it needed no approval, or its approval named nobody)."""
 
     kind: Literal["tool_call_started"] = "tool_call_started"
     call_id: str
     name: str
     arguments: Any = None
     round: int = 0
+    by: str | None = None
 
 
 class ToolProgress(TurnEvent):
@@ -84,20 +86,23 @@ class ToolProgress(TurnEvent):
 
 
 class ToolFinished(TurnEvent):
-    """A call ended; ``content`` is exactly the tool message appended to the history."""
+    """A call ended; ``content`` is exactly the tool message appended to the history. ``by``
+    is who ended it by a command: who denied it (``denied``) or stopped it (``StopTool``)."""
 
     kind: Literal["tool_finished"] = "tool_finished"
     call_id: str
     name: str
     outcome: ToolOutcome
     content: str
+    by: str | None = None
 
 
 class ToolApprovalRequest(TurnEvent):
     """A call that needs a human decision; it does not run until it is approved.
 
     ``child_turn_id`` is set when the call belongs to a child turn (a sub-agent started by
-    one of this turn's tools): decide it with ``approve(call_id, turn_id=child_turn_id)``."""
+    one of this turn's tools): decide it with ``approve(call_id, turn_id=child_turn_id)``.
+    ``approvers`` are who may decide it (its tool's; None: anyone)."""
 
     kind: Literal["tool_approval_request"] = "tool_approval_request"
     call_id: str
@@ -105,6 +110,7 @@ class ToolApprovalRequest(TurnEvent):
     arguments: Any = None
     description: str = ""
     child_turn_id: str | None = None
+    approvers: list[str] | None = None
 
 
 class TurnRetrying(TurnEvent):
@@ -121,8 +127,9 @@ class TurnRetrying(TurnEvent):
 class Error(TurnEvent):
     """Something went wrong; ``error_type`` is a stable code, ``message`` is for people.
 
-    For a stopped or cancelled turn, ``detail`` is the first request's text and ``cause``
-    its kind (``user``, ``parent``, ``shutdown``, ``grace_expired``). For ``turn_moved``
+    For a stopped or cancelled turn, ``detail`` is the first request's text, ``cause``
+    its kind (``user``, ``parent``, ``shutdown``, ``grace_expired``) and ``by`` who sent it
+    (its command's ``by``). For ``turn_moved``
     (seq -1, to a subscriber: the host let the turn go), ``detail`` is that host's identity
     in the store and ``epoch`` the epoch it held the turn at."""
 
@@ -132,6 +139,7 @@ class Error(TurnEvent):
     detail: str | None = None
     cause: str | None = None
     epoch: int | None = None
+    by: str | None = None
 
 
 class Finish(TurnEvent):

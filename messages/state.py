@@ -23,8 +23,9 @@ from .tool import ToolOutcome, ToolSpec
 __all__ = ["READABLE_VERSIONS", "CallState", "CallStatus", "Marker", "Phase", "SCHEMA_VERSION", "TurnState"]
 
 # 2: trace contexts, tool configuration; 3: finish_mark; 4: a call's "stopping" status, answered commands, call keys
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+# 5: who decided (CallState.decided_by and stopped_by, Marker.by, ToolSpec.approvers)
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "finished"]
 CallStatus = Literal["queued", "pending_approval", "decided", "running", "stopping", "done"]
@@ -36,13 +37,14 @@ class _State(BaseModel):
 
 class Marker(_State):
     """A stop or cancel request: the first one of each kind is kept, with why (its cause
-    and its text)."""
+    and its text) and who sent it (``by``)."""
 
     kind: Literal["stop", "cancel"]
     reason: str
     at: float
     grace: float | None = None
     cause: StopCause = "user"
+    by: str | None = None
 
 
 class CallState(_State):
@@ -52,6 +54,9 @@ class CallState(_State):
     tool process has not reported its end yet; ``outcome`` and ``content`` then hold the end
     it gets if that report never comes. A ``failed`` one (the time limit's) is its end
     whatever the process reports; otherwise the report is.
+
+    ``decided_by`` is who approved or denied it (the decision's ``by``; None for a decision
+    that named nobody, or the approval timeout's); ``stopped_by`` who stopped it (``StopTool``).
     """
 
     call: ToolCall
@@ -59,6 +64,8 @@ class CallState(_State):
     status: CallStatus = "queued"
     decision: Literal["approved", "denied"] | None = None
     decision_reason: str | None = None
+    decided_by: str | None = None
+    stopped_by: str | None = None
     outcome: ToolOutcome | None = None
     content: str | None = None
     attempt: int = 0

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import Message
 from .chat import ToolCall
 from .llm import ProviderConfig
+from .principals import Principal
 
 __all__ = [
     "ApprovalMode",
@@ -35,7 +36,9 @@ class ToolSpec(Message):
     """What a turn needs to offer a tool to the model, gate it, place it and load it.
 
     ``approval`` says whether a call needs a human decision: ``"predicate"`` asks the
-    callable at ``approval_ref`` with the call's parsed arguments. ``requires`` lists the
+    callable at ``approval_ref`` with the call's parsed arguments; ``approvers`` names who
+    may decide its calls (the ``by`` of the decision; None: anyone, or a decision naming
+    nobody). ``requires`` lists the
     capabilities a node must advertise to run it. ``retry_safe`` declares that running a
     call twice with the same idempotency key is harmless (used on recovery). ``inline``
     runs an ``async def`` tool (``is_async``) in its turn's host instead of a tool process;
@@ -54,6 +57,7 @@ class ToolSpec(Message):
     ref: str
     approval: ApprovalMode = "never"
     approval_ref: str | None = None
+    approvers: list[Principal] | None = None
     requires: dict[str, Any] = Field(default_factory=dict)
     retry_safe: bool = False
     is_async: bool = False
@@ -61,6 +65,14 @@ class ToolSpec(Message):
     isolate: bool = False
     config: dict[str, Any] | None = None
     timeout: float | None = Field(default=None, gt=0)
+
+    @field_validator("approvers")
+    @classmethod
+    def _some_approvers(cls, value: list[str] | None) -> list[str] | None:
+        """Sorted, each once; an empty list would let nobody decide: refused."""
+        if value is not None and not value:
+            raise ValueError("approvers names at least one principal (None lets anyone decide)")
+        return sorted(set(value)) if value is not None else None
 
 
 class RunTool(Message):

@@ -57,9 +57,9 @@ def require_chromium() -> None:
 
 
 class Browser:
-    """One headless Chromium with a fresh profile."""
+    """One headless Chromium with a fresh profile (and ``flags`` of the test's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, flags: tuple[str, ...] = ()) -> None:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
 
@@ -68,7 +68,7 @@ class Browser:
         self.profile = tempfile.mkdtemp(prefix="greenroom-chromium-")
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
-        for flag in [*FLAGS, f"--user-data-dir={self.profile}"]:
+        for flag in [*FLAGS, *flags, f"--user-data-dir={self.profile}"]:
             options.add_argument(flag)
         self.service = Service(CHROMEDRIVER)
         self.driver = webdriver.Chrome(service=self.service, options=options)

@@ -50,6 +50,7 @@ SCRIPTS: dict[str, dict[str, list[Reply]]] = {
         ],
         "Export everything, in 500 batches": [use_tools(call("export_all", {"batches": 500})), say("Exported.")],
         "Tell me a long story": [LONG],
+        "Release version 2.0": [use_tools(call("release", {"version": "2.0"})), say("Released 2.0.")],
     },
     "docs/tools.md": {
         "Ping example.org, and tell me which process runs a call": [
@@ -102,6 +103,9 @@ EXPECT: dict[str, list[str]] = {
         "stop 1 38",
         "asks: delete_branch {'name': 'old-1'}",
         "refused: duplicate",
+        "may decide: ['ops', 'reviewer']",
+        "refused: not_allowed",
+        "approved by reviewer",
         "cancelled",
         '{"ok": false, "error": "Interrupted: the call was cancelled (the supervisor winds down)", "data": null}',
         "True stop_turn",

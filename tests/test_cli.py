@@ -7,6 +7,7 @@ it applies); no actor system runs, so every test takes a fraction of a second.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import random
@@ -315,6 +316,9 @@ def test_a_stale_runtime_file_is_ignored_and_the_command_is_written_to_the_store
     )
     ((_, queued),) = SQLiteStore(path).inbox.pending("turn_1")
     assert queued == RespondToApprovals(
-        turn_id="turn_1", responses=[ToolApprovalResponse(call_id="call_1", approved=True)], request_id=queued.request_id
+        turn_id="turn_1",
+        responses=[ToolApprovalResponse(call_id="call_1", approved=True)],
+        request_id=queued.request_id,
+        by=getpass.getuser(),  # sent as the OS user
     )
     assert (queued.request_id or "").startswith("cli-")  # its own: a turn that gets it twice applies it once

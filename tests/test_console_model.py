@@ -62,7 +62,7 @@ def test_the_timeline_shows_rounds_parallel_calls_the_wait_and_the_stop() -> Non
             {"call_id": "c1", "name": "publish", "round": 0, "start": 10.0, "end": 11.0, "outcome": "success"},
         ],
         "waits": [{"start": 2.0, "end": 10.0}],
-        "marks": [{"at": 12.5, "kind": "stopped", "cause": "user", "label": "Agent run stopped"}],
+        "marks": [{"at": 12.5, "kind": "stopped", "cause": "user", "label": "Agent run stopped", "by": None}],
     }
 
 
@@ -181,11 +181,11 @@ def test_with_a_snapshot_the_timeline_also_marks_when_a_stop_was_asked_for() -> 
     from messages import Marker
 
     state = _state()
-    state.stop = Marker(kind="stop", reason="enough", at=112.0, cause="user")
+    state.stop = Marker(kind="stop", reason="enough", at=112.0, cause="user", by="ops")
     events = paused_then_stopped()
     page = view(T, events, line=row(T, events), pending=[], state=state)
     assert page["timeline"]["marks"] == [
-        {"at": 12.5, "kind": "stopped", "cause": "user", "label": "Agent run stopped"},
-        {"at": 12.0, "kind": "stop_requested", "cause": "user", "label": "enough"},
+        {"at": 12.5, "kind": "stopped", "cause": "user", "label": "Agent run stopped", "by": None},
+        {"at": 12.0, "kind": "stop_requested", "cause": "user", "label": "enough", "by": "ops"},
     ]
-    assert page["stop"] == {"reason": "enough", "at": 112.0, "cause": "user", "grace": None}
+    assert page["stop"] == {"reason": "enough", "at": 112.0, "cause": "user", "grace": None, "by": "ops"}

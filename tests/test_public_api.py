@@ -79,3 +79,11 @@ def test_internal_message_names_do_not_collide_with_public_ones_because_thespian
 
     public = {cls.__name__ for cls in messages.message_classes().values()}
     assert set(internal.__all__).isdisjoint(public)
+
+
+def test_every_reject_code_is_locked() -> None:
+    from typing import get_args
+
+    assert get_args(messages.RejectCode) == (
+        "unknown_turn", "turn_finished", "unknown_call", "not_waiting", "duplicate", "invalid", "not_allowed",
+    )  # fmt: skip

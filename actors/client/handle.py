@@ -116,13 +116,17 @@ class _Handle:
         return reply
 
     @staticmethod
-    def _approvals(call_id: str, approved: bool, reason: str | None, turn_id: str | None, own: str) -> Any:
+    def _approvals(
+        call_id: str, approved: bool, reason: str | None, turn_id: str | None, own: str, by: str | None
+    ) -> Any:
         response = ToolApprovalResponse(call_id=call_id, approved=approved, reason=reason)
-        return RespondToApprovals(turn_id=turn_id or own, responses=[response])
+        return RespondToApprovals(turn_id=turn_id or own, responses=[response], by=by)
 
-    def _respond(self, responses: Sequence[ToolApprovalResponse], deny_rest: bool, reason: str | None) -> Any:
+    def _respond(
+        self, responses: Sequence[ToolApprovalResponse], deny_rest: bool, reason: str | None, by: str | None
+    ) -> Any:
         return RespondToApprovals(
-            turn_id=self.turn_id, responses=list(responses), deny_rest=deny_rest, deny_reason=reason
+            turn_id=self.turn_id, responses=list(responses), deny_rest=deny_rest, deny_reason=reason, by=by
         )
 
 
@@ -167,28 +171,48 @@ class TurnHandle(_Handle):
                 raise TurnTimeout(f"no answer to {command.kind} after {timeout:g} s") from None
             raise
 
-    def stop(self, reason: str = "stop requested", timeout: float = 10.0) -> None:
-        """Stop now (idempotent; no effect once the turn has ended)."""
+    def stop(self, reason: str = "stop requested", timeout: float = 10.0, *, by: str | None = None) -> None:
+        """Stop now (idempotent; no effect once the turn has ended); ``by`` names who asked."""
         if not self.finished:
-            self._command(StopTurn(turn_id=self.turn_id, reason=reason), timeout)
+            self._command(StopTurn(turn_id=self.turn_id, reason=reason, by=by), timeout)
 
-    def cancel(self, reason: str = "cancel requested", grace: float | None = None, timeout: float = 10.0) -> None:
+    def cancel(
+        self,
+        reason: str = "cancel requested",
+        grace: float | None = None,
+        timeout: float = 10.0,
+        *,
+        by: str | None = None,
+    ) -> None:
         """Cancel at the next safe boundary; a stop after ``grace`` seconds if given."""
         if not self.finished:
-            self._command(CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace), timeout)
+            self._command(CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace, by=by), timeout)
 
     def approve(
-        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, timeout: float = 10.0
+        self,
+        call_id: str,
+        reason: str | None = None,
+        *,
+        turn_id: str | None = None,
+        timeout: float = 10.0,
+        by: str | None = None,
     ) -> None:
-        """Approve one pending call (of a child turn, with its ``turn_id``); ``ControlRejected``
-        says why if the turn refused."""
-        self._command(self._approvals(call_id, True, reason, turn_id, self.turn_id), timeout)
+        """Approve one pending call (of a child turn, with its ``turn_id``), as ``by``;
+        ``ControlRejected`` says why if the turn refused (``not_allowed``: ``by`` is not one of
+        the tool's approvers)."""
+        self._command(self._approvals(call_id, True, reason, turn_id, self.turn_id, by), timeout)
 
     def deny(
-        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, timeout: float = 10.0
+        self,
+        call_id: str,
+        reason: str | None = None,
+        *,
+        turn_id: str | None = None,
+        timeout: float = 10.0,
+        by: str | None = None,
     ) -> None:
-        """Deny one pending call; its tool message will be ``Rejected: {reason}``."""
-        self._command(self._approvals(call_id, False, reason, turn_id, self.turn_id), timeout)
+        """Deny one pending call, as ``by``; its tool message will be ``Rejected: {reason}``."""
+        self._command(self._approvals(call_id, False, reason, turn_id, self.turn_id, by), timeout)
 
     def respond(
         self,
@@ -197,13 +221,16 @@ class TurnHandle(_Handle):
         deny_rest: bool = False,
         deny_reason: str | None = None,
         timeout: float = 10.0,
+        by: str | None = None,
     ) -> None:
-        """Several decisions in one message; ``deny_rest`` denies every call still undecided."""
-        self._command(self._respond(responses, deny_rest, deny_reason), timeout)
+        """Several decisions in one message, all by ``by``; ``deny_rest`` denies every call still undecided."""
+        self._command(self._respond(responses, deny_rest, deny_reason, by), timeout)
 
-    def stop_tool(self, call_id: str, reason: str = "tool stop requested", timeout: float = 10.0) -> None:
+    def stop_tool(
+        self, call_id: str, reason: str = "tool stop requested", timeout: float = 10.0, *, by: str | None = None
+    ) -> None:
         """Stop one call; it ends interrupted and the turn goes on."""
-        self._command(StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason), timeout)
+        self._command(StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason, by=by), timeout)
 
 
 class AsyncTurnHandle(_Handle):
@@ -267,27 +294,46 @@ class AsyncTurnHandle(_Handle):
             raise TurnTimeout(f"no answer to {command.kind} after {timeout:g} s") from None
         return self._after(reply)
 
-    async def stop(self, reason: str = "stop requested", timeout: float = 10.0) -> None:
-        """Stop now (idempotent; no effect once the turn has ended)."""
+    async def stop(self, reason: str = "stop requested", timeout: float = 10.0, *, by: str | None = None) -> None:
+        """Stop now (idempotent; no effect once the turn has ended); ``by`` names who asked."""
         if not self.finished:
-            await self._command(StopTurn(turn_id=self.turn_id, reason=reason), timeout)
+            await self._command(StopTurn(turn_id=self.turn_id, reason=reason, by=by), timeout)
 
-    async def cancel(self, reason: str = "cancel requested", grace: float | None = None, timeout: float = 10.0) -> None:
+    async def cancel(
+        self,
+        reason: str = "cancel requested",
+        grace: float | None = None,
+        timeout: float = 10.0,
+        *,
+        by: str | None = None,
+    ) -> None:
         """Cancel at the next safe boundary; a stop after ``grace`` seconds if given."""
         if not self.finished:
-            await self._command(CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace), timeout)
+            await self._command(CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace, by=by), timeout)
 
     async def approve(
-        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, timeout: float = 10.0
+        self,
+        call_id: str,
+        reason: str | None = None,
+        *,
+        turn_id: str | None = None,
+        timeout: float = 10.0,
+        by: str | None = None,
     ) -> None:
-        """Approve one pending call (of a child turn, with its ``turn_id``)."""
-        await self._command(self._approvals(call_id, True, reason, turn_id, self.turn_id), timeout)
+        """Approve one pending call (of a child turn, with its ``turn_id``), as ``by``."""
+        await self._command(self._approvals(call_id, True, reason, turn_id, self.turn_id, by), timeout)
 
     async def deny(
-        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, timeout: float = 10.0
+        self,
+        call_id: str,
+        reason: str | None = None,
+        *,
+        turn_id: str | None = None,
+        timeout: float = 10.0,
+        by: str | None = None,
     ) -> None:
-        """Deny one pending call; its tool message will be ``Rejected: {reason}``."""
-        await self._command(self._approvals(call_id, False, reason, turn_id, self.turn_id), timeout)
+        """Deny one pending call, as ``by``; its tool message will be ``Rejected: {reason}``."""
+        await self._command(self._approvals(call_id, False, reason, turn_id, self.turn_id, by), timeout)
 
     async def respond(
         self,
@@ -296,13 +342,16 @@ class AsyncTurnHandle(_Handle):
         deny_rest: bool = False,
         deny_reason: str | None = None,
         timeout: float = 10.0,
+        by: str | None = None,
     ) -> None:
-        """Several decisions in one message; ``deny_rest`` denies every call still undecided."""
-        await self._command(self._respond(responses, deny_rest, deny_reason), timeout)
+        """Several decisions in one message, all by ``by``; ``deny_rest`` denies every call still undecided."""
+        await self._command(self._respond(responses, deny_rest, deny_reason, by), timeout)
 
-    async def stop_tool(self, call_id: str, reason: str = "tool stop requested", timeout: float = 10.0) -> None:
+    async def stop_tool(
+        self, call_id: str, reason: str = "tool stop requested", timeout: float = 10.0, *, by: str | None = None
+    ) -> None:
         """Stop one call; it ends interrupted and the turn goes on."""
-        await self._command(StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason), timeout)
+        await self._command(StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason, by=by), timeout)
 
 
 class _Expired(Exception):

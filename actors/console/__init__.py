@@ -18,6 +18,7 @@ request, ``app`` holds the routes, ``server`` serves, ``cli`` is ``greenroom con
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -54,12 +55,20 @@ def start_console(runtime: RuntimeFace, config: ConsoleConfig | bool | None) -> 
     return start_for(runtime, ConsoleConfig() if config is True else config)
 
 
-def console_app(runtime: RuntimeFace | None = None, *, store: str | None = None, key: str) -> Any:
+def console_app(
+    runtime: RuntimeFace | None = None,
+    *,
+    store: str | None = None,
+    key: str | None = None,
+    users: Mapping[str, str] | None = None,
+    trust_proxy: bool = False,
+) -> Any:
     """The console as an ASGI app to mount in an application of yours (``Mount("/greenroom",
-    console_app(runtime, key=...))``); every request must carry ``key`` (``security``). Over
+    console_app(runtime, key=...))``); every request must carry ``key`` or the token of one
+    of ``users`` (name to token: their commands carry their name), see ``security``. Over
     ``runtime`` (its store's turns when it has one) or the store at ``store``."""
     try:
         from .server import console_app as build
     except ImportError as exc:
         raise ConfigurationError(f"{EXTRA} ({exc})") from None
-    return build(runtime, store=store, key=key)
+    return build(runtime, store=store, key=key, users=users, trust_proxy=trust_proxy)

@@ -5,7 +5,8 @@
 let ``serve`` run it. Routes, relative to where it is mounted:
 
 - ``GET /``: the page (static HTML and script; turns are drawn from the API as text nodes);
-- ``GET api/session``: the CSRF token the page sends with each command, and the source;
+- ``GET api/session``: the CSRF token the page sends with each command, who is signed in
+  (``user``: a named user's name, or None for the anonymous token), and the source;
 - ``GET api/turns``: the list and its numbers; ``GET api/turns/{id}``: one turn's events
   and view; unknown: 404 ``no turn {id}``;
 - ``GET api/stream/turns`` and ``GET api/stream/turns/{id}?since=N``: server-sent events,
@@ -16,7 +17,9 @@ let ``serve`` run it. Routes, relative to where it is mounted:
   ``ControlReply``s, status 200 when all were applied or queued in the store's inbox (the
   message says which: ``applied``, or ``queued (why)``, applied once a host or runtime takes
   the turn), 404 for an unknown turn or call, 409 for any other refusal, 504 when a runtime
-  of another process did not answer.
+  of another process did not answer. Each command is sent by the request's user (its
+  ``by``: ``security``), so a call whose tool names its ``approvers`` is decided only by them
+  (else 409, ``not_allowed``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +82,18 @@ def _source(request: Request) -> Source:
     return request.app.state.source
 
 
+def _user(request: Request) -> str | None:
+    """Who sent the request (``security``: a named user, or None for the anonymous token)."""
+    return request.scope.get("state", {}).get("user")
+
+
 async def page(request: Request) -> Response:
     return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
 
 
 async def session(request: Request) -> Response:
     about = await run_in_threadpool(_source(request).about)
-    return JSONResponse({"csrf": request.scope["state"]["csrf"], **about})
+    return JSONResponse({"csrf": request.scope["state"]["csrf"], "user": _user(request), **about})
 
 
 def _listing(source: Source) -> dict[str, Any]:
@@ -215,7 +223,8 @@ async def decide(request: Request) -> Response:
     for d in body.decisions:
         response = ToolApprovalResponse(call_id=d.call_id, approved=d.approved, reason=d.reason or None)
         by_turn.setdefault(d.turn_id, []).append(response)
-    commands: list[Message] = [RespondToApprovals(turn_id=t, responses=r) for t, r in by_turn.items()]
+    by = _user(request)
+    commands: list[Message] = [RespondToApprovals(turn_id=t, responses=r, by=by) for t, r in by_turn.items()]
     return await _send(request, turn_id, commands)
 
 
@@ -225,7 +234,7 @@ async def stop(request: Request) -> Response:
     if isinstance(body, JSONResponse):
         return body
     assert isinstance(body, StopBody)
-    return await _send(request, turn_id, [StopTurn(turn_id=turn_id, reason=body.reason)])
+    return await _send(request, turn_id, [StopTurn(turn_id=turn_id, reason=body.reason, by=_user(request))])
 
 
 async def cancel(request: Request) -> Response:
@@ -234,7 +243,8 @@ async def cancel(request: Request) -> Response:
     if isinstance(body, JSONResponse):
         return body
     assert isinstance(body, CancelBody)
-    return await _send(request, turn_id, [CancelTurn(turn_id=turn_id, reason=body.reason, grace=body.grace)])
+    command = CancelTurn(turn_id=turn_id, reason=body.reason, grace=body.grace, by=_user(request))
+    return await _send(request, turn_id, [command])
 
 
 async def stop_call(request: Request) -> Response:
@@ -243,11 +253,20 @@ async def stop_call(request: Request) -> Response:
     if isinstance(body, JSONResponse):
         return body
     assert isinstance(body, StopBody)
-    return await _send(request, turn_id, [StopTool(turn_id=turn_id, call_id=call_id, reason=body.reason)])
+    command = StopTool(turn_id=turn_id, call_id=call_id, reason=body.reason, by=_user(request))
+    return await _send(request, turn_id, [command])
 
 
-def build_app(source: Source, token: str, *, hosts: set[str] | None = None) -> Guard:
-    """The console over ``source``, behind its guard (``token`` required on every request)."""
+def build_app(
+    source: Source,
+    token: str | None,
+    *,
+    hosts: set[str] | None = None,
+    users: Mapping[str, str] | None = None,
+    trust_proxy: bool = False,
+) -> Guard:
+    """The console over ``source``, behind its guard (``token``, anonymous, or a ``users``' own
+    on every request; ``trust_proxy``: the forwarded scheme and host are its origin)."""
     app = Starlette(
         routes=[
             Route("/", page),
@@ -265,4 +284,4 @@ def build_app(source: Source, token: str, *, hosts: set[str] | None = None) -> G
     )
     app.state.source = source
     app.state.closing = False
-    return Guard(app, token, hosts=hosts)
+    return Guard(app, token, hosts=hosts, users=users, trust_proxy=trust_proxy)

@@ -1,12 +1,23 @@
 """``greenroom console``: serve the console over a store, until interrupted.
 
     greenroom console [--store PATH|URL] [--host 127.0.0.1] [--port 8765] [--key-file FILE]
+                      [--user NAME=TOKEN ...] [--users-file FILE] [--trust-proxy]
 
 The store is ``--store``, else ``$GREENROOM_STORE``, else ``./greenroom.db``; it must exist
 (a SQLite file, or a PostgreSQL URL whose password is never printed).
 The address to open, with its token, is printed on the first line of standard output
 (``greenroom console: http://127.0.0.1:8765/?token=...``). ``--key-file`` (or
 ``$GREENROOM_CONSOLE_KEY``) sets a key of at least 16 characters instead of a fresh token.
+That token (or key) is anonymous: the commands sent with it name nobody (``by``).
+``--user NAME=TOKEN`` (repeated; split at the first ``=``) and ``--users-file`` (one
+``NAME=TOKEN`` a line; blank lines and ``#`` comments skipped) name the console's users,
+each with a token of its own (16 characters or more): each person signs in with theirs and
+their commands carry their name. With users and no key, no anonymous token is drawn and the
+address is printed without one. A token on the command line is visible to other local users
+in the process list: prefer ``--users-file`` (mode 0600) on a shared machine.
+``--trust-proxy``: behind a TLS reverse proxy, take the scheme and host it forwards
+(``Forwarded``, ``X-Forwarded-Proto``/``-Host``) as the console's own; listen where only
+the proxy reaches it.
 Commands go to the runtime running on the store, or to the store's inbox when none runs
 (with PostgreSQL, the inbox wakes the turn's host, whose answer is shown).
 Bad input (no store, a port in use, a short key, the extra not installed) prints one line
@@ -38,7 +49,45 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=8765, help="the port (default: 8765; 0 takes a free one)")
     parser.add_argument("--key-file", default=None, help="a file holding the key (default: $GREENROOM_CONSOLE_KEY)")
+    parser.add_argument(
+        "--user", action="append", type=_user, default=[], metavar="NAME=TOKEN",
+        help="a named user and its token (repeat for each); their commands carry their name",
+    )  # fmt: skip
+    parser.add_argument("--users-file", default=None, help="a file of NAME=TOKEN lines, one user each")
+    parser.add_argument(
+        "--trust-proxy", action="store_true",
+        help="behind a TLS reverse proxy: its forwarded scheme and host are the console's",
+    )  # fmt: skip
     return parser
+
+
+def _user(text: str) -> tuple[str, str]:
+    """``NAME=TOKEN`` (an argparse type; the token is never repeated in an error)."""
+    name, sep, token = text.partition("=")
+    if not sep or not name or not token:
+        raise argparse.ArgumentTypeError("must be NAME=TOKEN")
+    return name, token
+
+
+def _users(args: argparse.Namespace) -> dict[str, str]:
+    """The named users of ``--user`` and ``--users-file``; a name given twice is an error."""
+    pairs = list(args.user)
+    if args.users_file is not None:
+        with open(args.users_file) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                try:
+                    pairs.append(_user(line))
+                except argparse.ArgumentTypeError:
+                    raise ValueError(f"{args.users_file}, line {n}: must be NAME=TOKEN") from None
+    users: dict[str, str] = {}
+    for name, token in pairs:
+        if name in users:
+            raise ValueError(f"the console user {name!r} is given twice")
+        users[name] = token
+    return users
 
 
 def _fail(message: str) -> int:
@@ -73,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     from ..errors import ConfigurationError, StoreError
 
     try:
-        key = _key(args)
-        console = Console(store=store, host=args.host, port=args.port, key=key).start()
+        key, users = _key(args), _users(args)
+        trust = args.trust_proxy
+        console = Console(store=store, host=args.host, port=args.port, key=key, users=users, trust_proxy=trust)
+        console.start()
     except (ConfigurationError, StoreError, OSError, ValueError) as exc:
         return _fail(str(exc))
     done = threading.Event()
@@ -86,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     print(f"greenroom console: {console.url}", flush=True)
     print(f"serving the store {redacted(store)}; Ctrl-C ends it", file=sys.stderr, flush=True)
+    if users:
+        print(f"users: {', '.join(sorted(users))} (each signs in with their own token)", file=sys.stderr, flush=True)
     while not done.wait(3600):
         pass
     console.close()

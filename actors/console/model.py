@@ -115,8 +115,10 @@ def _request(event: ToolApprovalRequest, target: str, at: float | None) -> dict[
         "name": event.name,
         "arguments": event.arguments,
         "description": event.description,
+        "approvers": event.approvers,
         "asked_at": at,
         "decision": None,
+        "decided_by": None,
     }
 
 
@@ -134,7 +136,7 @@ def pending_from_state(state: TurnState, events: Sequence[Timed]) -> list[dict[s
             continue
         event, at = requests[c.call.id]
         item = _request(event, state.turn_id, at)
-        item["decision"] = c.decision
+        item["decision"], item["decided_by"] = c.decision, c.decided_by
         out.append(item)
     return out
 
@@ -146,6 +148,7 @@ def running_calls(events: Sequence[Timed]) -> list[dict[str, Any]]:
         if isinstance(event, ToolCallStarted):
             started[event.call_id] = {
                 "call_id": event.call_id, "name": event.name, "arguments": event.arguments, "started_at": at,
+                "approved_by": event.by,
             }  # fmt: skip
         elif isinstance(event, ToolFinished):
             started.pop(event.call_id, None)
@@ -208,9 +211,8 @@ def view(
     for marker in (state.stop, state.cancel) if state is not None and picture["start"] is not None else ():
         if marker is not None:  # when it was asked for; its Error says where it landed
             at = marker.at - picture["start"]
-            picture["marks"].append(
-                {"at": at, "kind": f"{marker.kind}_requested", "cause": marker.cause, "label": marker.reason}
-            )
+            mark = {"at": at, "kind": f"{marker.kind}_requested", "cause": marker.cause, "label": marker.reason}
+            picture["marks"].append({**mark, "by": marker.by})
     return {
         "turn": line,
         "history": history(events, state),
@@ -226,4 +228,4 @@ def view(
 def _marker(marker: Any) -> dict[str, Any] | None:
     if marker is None:
         return None
-    return {"reason": marker.reason, "at": marker.at, "cause": marker.cause, "grace": marker.grace}
+    return {"reason": marker.reason, "at": marker.at, "cause": marker.cause, "grace": marker.grace, "by": marker.by}

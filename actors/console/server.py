@@ -1,10 +1,15 @@
 """Serving the console: uvicorn on a thread of its own, bound to one address, with a token.
 
-``Console(runtime=..., store=..., host="127.0.0.1", port=8765, key=None)``: ``start()``
-binds the port (a port already taken raises ``ConfigurationError`` saying which, before
-anything runs), then serves on a daemon thread; ``url`` is the address to open, with the
-token (``?token=...``), as Jupyter prints it; ``close()`` ends the streams and the server
-(bounded). Without ``key`` a fresh token is drawn at each start.
+``Console(runtime=..., store=..., host="127.0.0.1", port=8765, key=None, users=None,
+trust_proxy=False)``: ``start()`` binds the port (a port already taken raises
+``ConfigurationError`` saying which, before anything runs), then serves on a daemon thread;
+``url`` is the address to open, with the anonymous token (``?token=...``), as Jupyter prints
+it; ``close()`` ends the streams and the server (bounded). Without ``key`` a fresh anonymous
+token is drawn at each start, unless ``users`` are given (name to token): then there is
+none, ``url`` carries no token, and each person signs in with their own. ``trust_proxy``:
+a TLS reverse proxy is in front; its forwarded scheme and host are the console's origin
+(``security``), and the loopback ``Host`` check is left to it (the public name is the
+proxy's). uvicorn's own reading of forwarded headers is off: only the guard reads them.
 
 ``start_for`` serves a Runtime's console (``Runtime(console=ConsoleConfig(...))``): the
 Runtime starts it once it has started, it prints its address to stderr unless ``quiet``,
@@ -20,12 +25,14 @@ import secrets
 import socket
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigurationError
 from .app import build_app
 from .config import ConsoleConfig
 from .ports import RuntimeFace
+from .security import logins
 from .sources import Source, source_for
 
 __all__ = ["Console", "console_app", "start_for"]
@@ -38,11 +45,26 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def console_app(runtime: RuntimeFace | None = None, *, store: str | None = None, key: str) -> Any:
+def _checked(key: str | None, users: Mapping[str, str] | None) -> None:
+    try:
+        logins(key, users)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+def console_app(
+    runtime: RuntimeFace | None = None,
+    *,
+    store: str | None = None,
+    key: str | None = None,
+    users: Mapping[str, str] | None = None,
+    trust_proxy: bool = False,
+) -> Any:
     """The console as an ASGI app, to mount in an application of yours; every request must
-    carry ``key`` (see ``security``). Over ``runtime`` (its store's turns when it has one)
-    or over the store at ``store``."""
-    return build_app(source_for(runtime, store), key)
+    carry ``key`` or a ``users``' token (see ``security``). Over ``runtime`` (its store's
+    turns when it has one) or over the store at ``store``."""
+    _checked(key, users)
+    return build_app(source_for(runtime, store), key, users=users, trust_proxy=trust_proxy)
 
 
 class Console:
@@ -56,12 +78,15 @@ class Console:
         host: str = "127.0.0.1",
         port: int = 8765,
         key: str | None = None,
+        users: Mapping[str, str] | None = None,
+        trust_proxy: bool = False,
     ) -> None:
-        if key is not None and len(key) < 16:
-            raise ConfigurationError("a console key must be at least 16 characters")
+        self.users = dict(users or {})
+        self.token = key if key is not None or self.users else secrets.token_urlsafe(24)
+        _checked(self.token, self.users)
         self.host = host
         self.port = port
-        self.token = key if key is not None else secrets.token_urlsafe(24)
+        self.trust_proxy = trust_proxy
         self._runtime = runtime
         self._store = store
         self._source: Source | None = None
@@ -71,9 +96,9 @@ class Console:
 
     @property
     def url(self) -> str:
-        """The page's address, with the token."""
+        """The page's address, with the anonymous token if there is one."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/?token={self.token}"
+        return f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token is not None else "")
 
     def _bind(self) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -101,12 +126,17 @@ class Console:
         sock = self._bind()
         self._source = source_for(self._runtime, self._store)
         hosts = None
-        if _loopback(self.host):
+        if _loopback(self.host) and not self.trust_proxy:
             names = {self.host, "127.0.0.1", "localhost", "[::1]", f"[{self.host}]"}
             hosts = {f"{n}:{self.port}" for n in names}
-        self._app = build_app(self._source, self.token, hosts=hosts)
+        self._app = build_app(self._source, self.token, hosts=hosts, users=self.users, trust_proxy=self.trust_proxy)
         config = uvicorn.Config(
-            self._app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, access_log=False
+            self._app,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+            access_log=False,
+            proxy_headers=False,  # the guard alone reads forwarded headers, and only when told to trust them
         )
         self._server = uvicorn.Server(config)
         started = threading.Event()
@@ -155,7 +185,9 @@ class Console:
 
 def start_for(runtime: RuntimeFace, config: ConsoleConfig) -> Console:
     """Start ``runtime``'s console (``Runtime(console=...)``) and say where it is."""
-    console = Console(runtime, host=config.host, port=config.port, key=config.key).start()
+    console = Console(
+        runtime, host=config.host, port=config.port, key=config.key, users=config.users, trust_proxy=config.trust_proxy
+    ).start()
     if not config.quiet:
         print(f"greenroom console: {console.url}", file=sys.stderr, flush=True)
     return console

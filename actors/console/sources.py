@@ -233,7 +233,7 @@ class RuntimeSource(Source):
         self.runtime = runtime
         self._lock = threading.Lock()
         self._streams: OrderedDict[str, StreamFace] = OrderedDict()
-        self._decided: dict[tuple[str, str], str] = {}
+        self._decided: dict[tuple[str, str], tuple[str, str | None]] = {}  # (decision, by), by call
         self._offset = time.time() - time.monotonic()
         inbound = runtime._inbound
         inbound.on_open.append(self._opened)
@@ -306,7 +306,7 @@ class RuntimeSource(Source):
     def _pending(self, events: list[Timed]) -> list[dict[str, Any]]:
         pending = model.pending_from_events(events)
         for p in pending:
-            p["decision"] = self._decided.get((p["turn_id"], p["call_id"]))
+            p["decision"], p["decided_by"] = self._decided.get((p["turn_id"], p["call_id"]), (None, None))
         return pending
 
     def turn_version(self, turn_id: str) -> Any:
@@ -346,7 +346,8 @@ class RuntimeSource(Source):
         if reply.ok and isinstance(command, RespondToApprovals):
             with self._lock:
                 for r in command.responses:
-                    self._decided[(command.turn_id, r.call_id)] = "approved" if r.approved else "denied"
+                    decision = "approved" if r.approved else "denied"
+                    self._decided[(command.turn_id, r.call_id)] = (decision, r.by or command.by)
         return reply
 
     def about(self) -> dict[str, Any]:

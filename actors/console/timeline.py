@@ -12,7 +12,8 @@ returns times in seconds from the turn's first event:
   overlap;
 - ``waits``: the spans between a ``Finish(awaiting_approval)`` and the next event (``end``
   None while the turn still waits);
-- ``marks``: where a stop, a cancel or an error landed (its ``Error`` event), with its cause.
+- ``marks``: where a stop, a cancel or an error landed (its ``Error`` event), with its cause
+  and who sent it (``by``).
 
 Nothing here renders anything: the page draws the picture from this data, as text nodes.
 """
@@ -82,7 +83,8 @@ def timeline(events: Sequence[Timed], now: float | None = None) -> dict[str, Any
             if not running and not asked:  # the round's results go back to the model
                 model_from = t
         elif isinstance(event, Error):
-            marks.append({"at": t, "kind": event.error_type, "cause": event.cause, "label": event.message})
+            mark = {"at": t, "kind": event.error_type, "cause": event.cause, "label": event.message}
+            marks.append({**mark, "by": event.by})
         elif isinstance(event, Finish):
             close_model(t)
             if event.terminal:

@@ -192,13 +192,14 @@ class TurnActor(LocalActor):
 
     def receiveMsg_TurnCommand(self, message: TurnCommand, sender: Any) -> None:
         """Stop, cancel, approvals, ``StopTool``: one INFO line, then the rules."""
+        by = f" by {message.by!r}" if message.by is not None else ""
         if isinstance(message, (StopTurn, CancelTurn)):
-            log().info("turn %s: %s requested (%s)", self.turn_id, message.kind.split("_")[0], message.reason)
+            log().info("turn %s: %s requested%s (%s)", self.turn_id, message.kind.split("_")[0], by, message.reason)
         elif isinstance(message, (ToolApprovalResponse, RespondToApprovals)):
             for r in [message] if isinstance(message, ToolApprovalResponse) else message.responses:
                 verdict = "approved" if r.approved else "denied"
                 why = f" ({r.reason})" if r.reason else ""
-                log().info("turn %s: call %s %s%s", self.turn_id, r.call_id, verdict, why)
+                log().info("turn %s: call %s %s%s%s", self.turn_id, r.call_id, verdict, by, why)
         self._apply(self.rules.handle(message), sender, message)
 
     def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:

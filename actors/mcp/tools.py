@@ -165,6 +165,7 @@ class MCPTool(Tool):
             ref=_FACTORY,
             approval=approval,  # type: ignore[arg-type]
             approval_ref=approval_ref,
+            approvers=self.approvers,
             is_async=True,
             inline=True,
             config={"server": self.server.model_dump(mode="json"), "tool": self.mcp_name},

@@ -9,19 +9,22 @@ Approval: ``requires_approval=True`` on the decorator, ``requires_approval(exist
 to gate a tool you did not write, or a predicate on the call's parsed arguments
 (``requires_approval=outside_sandbox``). A predicate runs in the TurnActor's process and
 must be importable too (a module-level function, not a lambda); one that raises is taken
-as "needs approval".
+as "needs approval". ``approvers={"reviewer", "ops"}`` names who may decide a gated tool's
+calls (the decision's ``by``): a decision by anyone else, or naming nobody, is refused
+``not_allowed`` and changes nothing.
 """
 
 from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from messages import ToolSpec
+from messages.principals import check_principal
 
 from ..errors import ToolDefinitionError
 from .refs import import_ref, ref_of
@@ -72,6 +75,7 @@ class Tool:
         inline: bool = False,
         isolate: bool = False,
         timeout: float | None = None,
+        approvers: Collection[str] | None = None,
     ) -> None:
         if not callable(fn):
             raise ToolDefinitionError(f"a tool needs a function, got {fn!r}")
@@ -99,6 +103,7 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r}: timeout must be a positive number of seconds")
         self.timeout = timeout
         self.approval: bool | Callable[[dict[str, Any]], bool] = requires_approval
+        self.approvers = _approvers(self.name, approvers, requires_approval)
         self.args_model = self._build_model(arg_docs)
         try:
             self.parameters = _strip_titles(self.args_model.model_json_schema())
@@ -155,6 +160,7 @@ class Tool:
             ref=ref,
             approval=approval,  # type: ignore[arg-type]
             approval_ref=approval_ref,
+            approvers=self.approvers,
             requires=self.requires,
             retry_safe=self.retry_safe,
             is_async=self.is_async,
@@ -181,6 +187,22 @@ class Tool:
         except ValidationError as exc:
             raise ValueError(f"Invalid arguments for tool '{self.name}': {_describe(exc)}") from None
         return {name: getattr(model, name) for name in type(model).model_fields}
+
+
+def _approvers(name: str, approvers: Collection[str] | None, approval: Approval) -> list[str] | None:
+    """``approvers`` checked (``ToolSpec.approvers``): principals, at least one, of a gated tool."""
+    if approvers is None:
+        return None
+    if isinstance(approvers, str) or not isinstance(approvers, Collection):
+        raise ToolDefinitionError(f"tool {name!r}: approvers is a set of principals, not {approvers!r}")
+    if approval is False:
+        raise ToolDefinitionError(f"tool {name!r}: approvers decide approvals; the tool needs requires_approval")
+    if not approvers:
+        raise ToolDefinitionError(f"tool {name!r}: approvers names at least one principal (None lets anyone decide)")
+    try:
+        return sorted({check_principal(a) for a in approvers})
+    except ValueError as exc:
+        raise ToolDefinitionError(f"tool {name!r}: approvers: {exc}") from None
 
 
 def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -215,6 +237,7 @@ def tool(
     inline: bool = False,
     isolate: bool = False,
     timeout: float | None = None,
+    approvers: Collection[str] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -229,10 +252,12 @@ def tool(
     inline: bool = False,
     isolate: bool = False,
     timeout: float | None = None,
+    approvers: Collection[str] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make ``fn`` a ``Tool``; usable bare (``@tool``) or with options (``@tool(...)``).
     ``timeout`` (seconds) stops a call that runs longer and fails it, saying so; without it
-    the turn's ``TurnOptions.tool_timeout`` applies."""
+    the turn's ``TurnOptions.tool_timeout`` applies. ``approvers`` (principals) are who may
+    decide the calls of a tool that ``requires_approval``; None: anyone."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(
@@ -245,17 +270,26 @@ def tool(
             inline=inline,
             isolate=isolate,
             timeout=timeout,
+            approvers=approvers,
         )
 
     return wrap(fn) if fn is not None else wrap
 
 
-def requires_approval(t: Tool | Callable[..., Any], when: Callable[[dict[str, Any]], bool] | None = None) -> Tool:
-    """A copy of ``t`` that needs approval, always or when ``when(arguments)`` is true."""
+def requires_approval(
+    t: Tool | Callable[..., Any],
+    when: Callable[[dict[str, Any]], bool] | None = None,
+    *,
+    approvers: Collection[str] | None = None,
+) -> Tool:
+    """A copy of ``t`` that needs approval, always or when ``when(arguments)`` is true,
+    decided by ``approvers`` only if given (else by the tool's own, else by anyone)."""
     base = t if isinstance(t, Tool) else Tool(t)
     gated = object.__new__(type(base))  # an MCP server's tool stays one
     gated.__dict__.update(base.__dict__)
     gated.approval = when if when is not None else True
+    if approvers is not None:
+        gated.approvers = _approvers(base.name, approvers, gated.approval)
     return gated
 
 

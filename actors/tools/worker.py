@@ -256,7 +256,7 @@ class ToolWorker(Dispatcher):
             if child is None or call is None:
                 continue
             if isinstance(event, ToolApprovalRequest):  # the parent's caller decides it, by the child's id
-                fields = ("turn_id", "call_id", "name", "arguments", "description")
+                fields = ("turn_id", "call_id", "name", "arguments", "description", "approvers")
                 self._progress(call, None, event.model_dump(mode="json", include=set(fields)))
                 continue
             self._progress(

@@ -46,7 +46,7 @@ from messages import (
 )  # fmt: skip
 from messages.events import FinishReason
 
-from .approvals import refusal
+from .approvals import ended_by, record, refusal
 from .assembly import StreamAssembly, StreamMessage
 from .calls import Fails, NeedsApproval, Runs, answered_before, classify, run_message, timer_call
 from .decisions import (
@@ -360,7 +360,8 @@ class TurnRules:
             return self._spawn(cs, self._specs[cs.call.name])
         cs.status = "pending_approval"
         description = self._specs[cs.call.name].description
-        request = dict(call_id=cs.call.id, name=cs.call.name, arguments=fate.arguments, description=description)
+        request: dict[str, Any] = dict(call_id=cs.call.id, name=cs.call.name, arguments=fate.arguments)
+        request.update(description=description, approvers=self._specs[cs.call.name].approvers)
         return [self._emit(ToolApprovalRequest, **request)]
 
     def _spawn(self, cs: CallState, spec: ToolSpec) -> list[Decision]:
@@ -369,6 +370,7 @@ class TurnRules:
         cs.attempt += 1
         run = run_message(s, cs, spec)
         started = {"call_id": cs.call.id, "name": cs.call.name, "arguments": cs.arguments, "round": s.round}
+        started["by"] = cs.decided_by
         out: list[Decision] = [Spawn(run), self._emit(ToolCallStarted, **started)]
         timeout = spec.timeout if spec.timeout is not None else s.options.tool_timeout
         if timeout is not None:
@@ -377,7 +379,8 @@ class TurnRules:
 
     def _done(self, cs: CallState, outcome: ToolOutcome, content: str) -> list[Decision]:
         cs.status, cs.outcome, cs.content = "done", outcome, content
-        return [self._emit(ToolFinished, call_id=cs.call.id, name=cs.call.name, outcome=outcome, content=content)]
+        end = dict(call_id=cs.call.id, name=cs.call.name, outcome=outcome, content=content, by=ended_by(cs))
+        return [self._emit(ToolFinished, **end)]
 
     def _append_tool_messages(self) -> None:
         s = self.state
@@ -437,6 +440,7 @@ class TurnRules:
         if msg.approval is not None:  # a child turn's call waits for a human: say so here
             a = msg.approval
             fields = dict(name=a["name"], arguments=a.get("arguments"), description=a.get("description", ""))
+            fields["approvers"] = a.get("approvers")
             return [self._emit(ToolApprovalRequest, call_id=a["call_id"], child_turn_id=a["turn_id"], **fields)]
         return [self._emit(ToolProgress, call_id=msg.call_id, data=msg.data)]
 
@@ -456,17 +460,10 @@ class TurnRules:
         command: ToolApprovalResponse | RespondToApprovals,
     ) -> list[Decision]:
         s = self.state
-        refused = refusal(s, responses, deny_rest)
+        refused = refusal(s, responses, deny_rest, command.by)
         if refused is not None:
             return self._reply(command, False, *refused)
-        for r in responses:
-            cs = s.call(r.call_id)
-            assert cs is not None
-            cs.status, cs.decision, cs.decision_reason = "decided", "approved" if r.approved else "denied", r.reason
-        if deny_rest:
-            for cs in s.batch or ():
-                if cs.status == "pending_approval":
-                    cs.status, cs.decision, cs.decision_reason = "decided", "denied", deny_reason
+        record(s, responses, deny_rest, deny_reason, command.by)
         out: list[Decision] = [Persist("approval_decision")]
         resumes_at = None
         if not s.pending_approvals and not s.commit_pending:
@@ -503,7 +500,7 @@ class TurnRules:
         if s.phase == "finished" or s.stop is not None:
             return self._reply(msg, True, None, "no effect")
         resumes_at = s.next_seq if s.paused else None
-        s.stop = Marker(kind="stop", reason=msg.reason, at=self._clock(), cause=msg.cause)
+        s.stop = Marker(kind="stop", reason=msg.reason, at=self._clock(), cause=msg.cause, by=msg.by)
         return self._advance() + self._reply(msg, True, None, "", resumes_at)
 
     def _on_cancel(self, msg: CancelTurn) -> list[Decision]:
@@ -512,6 +509,7 @@ class TurnRules:
             return self._reply(msg, True, None, "no effect")
         ok = self._reply(msg, True, None, "", s.next_seq if s.paused else None)
         s.cancel = Marker(kind="cancel", reason=msg.reason, at=self._clock(), grace=msg.grace, cause=msg.cause)
+        s.cancel.by = msg.by
         out: list[Decision] = [Persist("cancel_marker"), *self._interrupt_running("cancel", msg.reason, msg.cause)]
         if msg.grace is not None:
             out.append(SetTimer("cancel_grace", msg.grace, 0))
@@ -570,6 +568,7 @@ class TurnRules:
         if cs.status == "stopping":
             return self._reply(msg, True, None, "no effect")
         resumes_at = s.next_seq if s.paused else None  # ending the last waiting call resumes the turn
+        cs.stopped_by = msg.by
         stopped = interrupted_content("the call was stopped", msg.reason)
         if cs.status == "running":  # it ends once its process has reported its end
             out = self._stop_call(cs, msg.reason, ("interrupted", stopped)) + [Persist("call_stopping")]
@@ -604,7 +603,8 @@ class TurnRules:
             self._append_tool_messages()
         if reason in ("stopped", "cancelled"):
             message = "Agent run stopped" if reason == "stopped" else "Agent run cancelled"
-            out.append(self._emit(Error, error_type=reason, message=message, detail=why, cause=cause))
+            by = getattr(s.cancel or s.stop, "by", None)  # who sent the first request
+            out.append(self._emit(Error, error_type=reason, message=message, detail=why, cause=cause, by=by))
         elif error is not None:
             out.append(self._emit(Error, error_type=error[0], message=error[1]))
         s.phase, s.finish_reason = "finished", reason

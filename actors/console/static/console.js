@@ -2,7 +2,10 @@
 // goes into text nodes (el(), textContent), never into markup: there is no innerHTML here.
 "use strict";
 
-const state = { csrf: null, source: null, page: null };
+const state = { csrf: null, source: null, page: null, user: null };
+
+// " by NAME" when a decision, stop or call names who sent it; "" when it names nobody.
+function by(name) { return name ? ` by ${name}` : ""; }
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -241,8 +244,8 @@ function renderHead(node, view) {
     where ? el("p", {}, "Where: ", el("span", { id: "turn-host", class: t.held === false ? "unheld" : null }, where)) : "",
     t.parent_turn_id ? el("p", {}, "Parent: ", el("a", { href: `#/turn/${encodeURIComponent(t.parent_turn_id)}`, id: "parent" }, t.parent_turn_id)) : "",
     t.children.length ? el("p", { id: "children" }, "Sub-agents: ", t.children.map((c) => el("a", { href: `#/turn/${encodeURIComponent(c)}`, class: "child" }, c, " "))) : "",
-    view.stop ? el("p", {}, `Stop requested at ${when(view.stop.at)} (${view.stop.cause}): ${view.stop.reason}`) : "",
-    view.cancel ? el("p", {}, `Cancel requested at ${when(view.cancel.at)} (${view.cancel.cause}): ${view.cancel.reason}`) : "");
+    view.stop ? el("p", { id: "stop-requested" }, `Stop requested at ${when(view.stop.at)}${by(view.stop.by)} (${view.stop.cause}): ${view.stop.reason}`) : "",
+    view.cancel ? el("p", { id: "cancel-requested" }, `Cancel requested at ${when(view.cancel.at)}${by(view.cancel.by)} (${view.cancel.cause}): ${view.cancel.reason}`) : "");
 }
 
 // Each button's answer is drawn beside that button, and the other one's is cleared: a stop's
@@ -271,7 +274,8 @@ function renderPending(node, turnId, view) {
   const items = view.pending.map((p) => {
     const key = `${p.turn_id}/${p.call_id}`;
     const old = keep.get(key);
-    if (old) { old.querySelector(".decision").textContent = p.decision ? `(${p.decision}; waiting for the other decisions)` : ""; return old; }
+    const decided = p.decision ? `(${p.decision}${by(p.decided_by)}; waiting for the other decisions)` : "";
+    if (old) { old.querySelector(".decision").textContent = decided; return old; }
     const reason = el("input", { class: "reason", placeholder: "reason the model will read (deny)" });
     const reply = el("span", { class: "reply" });
     const decide = (approved) => command(reply, `${approved ? "approve" : "deny"} ${p.call_id}`, `${base}/decide`, { decisions: [{ turn_id: p.turn_id, call_id: p.call_id, approved, reason: reason.value || null }] });
@@ -279,11 +283,12 @@ function renderPending(node, turnId, view) {
       el("h3", {}, el("span", { class: "tool" }, p.name), " ", el("code", {}, p.call_id),
         p.turn_id !== turnId ? el("span", { class: "of-child" }, " of sub-agent ", el("a", { href: `#/turn/${encodeURIComponent(p.turn_id)}` }, p.turn_id)) : ""),
       p.description ? el("p", { class: "description" }, p.description) : "",
+      p.approvers ? el("p", { class: "approvers" }, `May be decided by: ${p.approvers.join(", ")}`) : "",
       el("pre", { class: "arguments" }, json(p.arguments)),
       el("div", { class: "row" }, reason,
         el("button", { class: "approve", onclick: () => decide(true) }, "Approve"),
         el("button", { class: "deny danger", onclick: () => decide(false) }, "Deny"),
-        el("span", { class: "decision" }, p.decision ? `(${p.decision}; waiting for the other decisions)` : ""),
+        el("span", { class: "decision" }, decided),
         reply));
   });
   const allReason = node.querySelector("#all-reason") || el("input", { id: "all-reason", placeholder: "reason for denying all" });
@@ -305,7 +310,8 @@ function renderRunning(node, turnId, view) {
     if (keep.has(c.call_id)) return keep.get(c.call_id);
     const reply = el("span", { class: "reply" });
     return el("div", { class: "running-call", "data-call": c.call_id },
-      el("span", { class: "tool" }, c.name), " ", el("code", {}, c.call_id), ` since ${when(c.started_at)} `,
+      el("span", { class: "tool" }, c.name), " ", el("code", {}, c.call_id), ` since ${when(c.started_at)}`,
+      c.approved_by ? ` (approved${by(c.approved_by)})` : "", " ",
       el("pre", { class: "arguments" }, json(c.arguments)),
       el("button", { class: "stop-call danger", onclick: () => command(reply, `stop ${c.call_id}`, `${base}/calls/${encodeURIComponent(c.call_id)}/stop`, {}) }, "Stop this call"),
       reply);
@@ -315,11 +321,11 @@ function renderRunning(node, turnId, view) {
 function eventItem(e) {
   let detail = "";
   if (e.kind === "text_delta") detail = e.text;
-  else if (e.kind === "tool_call_started") detail = `${e.name} ${e.call_id} ${json(e.arguments)}`;
+  else if (e.kind === "tool_call_started") detail = `${e.name} ${e.call_id} ${json(e.arguments)}${e.by ? ` (approved${by(e.by)})` : ""}`;
   else if (e.kind === "tool_progress") detail = `${e.call_id} ${json(e.data)}`;
-  else if (e.kind === "tool_finished") detail = `${e.name} ${e.call_id} ${e.outcome}: ${e.content}`;
+  else if (e.kind === "tool_finished") detail = `${e.name} ${e.call_id} ${e.outcome}${by(e.by)}: ${e.content}`;
   else if (e.kind === "tool_approval_request") detail = `${e.name} ${e.call_id}${e.child_turn_id ? ` (sub-agent ${e.child_turn_id})` : ""} ${json(e.arguments)}`;
-  else if (e.kind === "error") detail = `${e.error_type}: ${e.message}${e.detail ? ` (${e.detail})` : ""}`;
+  else if (e.kind === "error") detail = `${e.error_type}${by(e.by)}: ${e.message}${e.detail ? ` (${e.detail})` : ""}`;
   else if (e.kind === "finish") detail = e.finish_reason;
   else if (e.kind === "turn_retrying") detail = `attempt ${e.attempt}: ${e.reason}`;
   return el("li", { "data-seq": e.seq, "data-kind": e.kind, class: e.kind },
@@ -369,7 +375,7 @@ function drawTimeline(node, t) {
     const asked = m.kind.endsWith("_requested");  // when a stop or cancel was asked for; the other kinds: where it landed
     g.append(svg("line", { x1: x(m.at), x2: x(m.at), y1: top - 10, y2: top + rows * rowH, class: `tl-mark ${m.kind}${asked ? " asked" : ""}` }));
     g.append(svg("text", { x: Math.min(x(m.at) + 3, width - 160), y: asked ? top + rows * rowH + 14 : 30, class: "tl-mark-label" },
-      `${m.kind.replace("_", " ")}${m.cause ? ` (${m.cause})` : ""}`));
+      `${m.kind.replace("_", " ")}${m.cause ? ` (${m.cause})` : ""}${by(m.by)}`));
   }
   for (let i = 0; i <= 4; i++) {
     const s = (span * i) / 4;
@@ -395,7 +401,9 @@ async function start() {
     return;
   }
   state.csrf = data.csrf;
+  state.user = data.user;
   document.getElementById("where").textContent = data.where;
+  document.getElementById("user").textContent = data.user ? `signed in as ${data.user}` : "anonymous (the console's key)";
   window.addEventListener("hashchange", route);
   route();
 }
