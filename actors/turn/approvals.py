@@ -1,20 +1,26 @@
-"""Whether a turn can take a set of approval decisions, checked before anything changes.
+"""Approvals: whether a turn can take a set of decisions, the decisions, and their commit.
 
 Only requests the turn itself issued can be decided: an unknown call, a call that is not
 waiting, a second answer for the same call, an answer while the turn is being stopped or
-after its end is refused with a ``RejectCode`` and a message for people. Pure: it reads the
-turn's state.
+after its end is refused with a ``RejectCode`` and a message for people (``refusal``, pure:
+it reads the turn's state), and changes nothing. Decisions are recorded at once and commit
+in a timer after ``approval_window`` once every pending call has one, so a cancel already
+queued wins (``commit``: approved calls run, denied ones are answered). The handlers are
+free functions ``(rules, message) -> decisions`` over a turn's ``Rules`` (``core``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from messages import RejectCode, ToolApprovalResponse, TurnState
+from messages import RejectCode, RespondToApprovals, ToolApprovalResponse, TurnState
 
 from .calls import answered_before
+from .core import Rules
+from .decisions import Decision, Persist, SetTimer
+from .running import done, spawn
 
-__all__ = ["refusal"]
+__all__ = ["commit", "on_approval", "on_approvals", "refusal"]
 
 
 def refusal(
@@ -43,3 +49,56 @@ def refusal(
                 return "duplicate", f"call {r.call_id!r} was already {cs.decision}"
             return "not_waiting", f"call {r.call_id!r} is not waiting for approval"
     return None
+
+
+def on_approval(rules: Rules, msg: ToolApprovalResponse) -> list[Decision]:
+    return _decide(rules, [msg], False, None, msg)
+
+
+def on_approvals(rules: Rules, msg: RespondToApprovals) -> list[Decision]:
+    return _decide(rules, msg.responses, msg.deny_rest, msg.deny_reason, msg)
+
+
+def _decide(
+    rules: Rules,
+    responses: Sequence[ToolApprovalResponse],
+    deny_rest: bool,
+    deny_reason: str | None,
+    command: ToolApprovalResponse | RespondToApprovals,
+) -> list[Decision]:
+    s = rules.state
+    refused = refusal(s, responses, deny_rest)
+    if refused is not None:
+        return rules.reply(command, False, *refused)
+    for r in responses:
+        cs = s.call(r.call_id)
+        assert cs is not None
+        cs.status, cs.decision, cs.decision_reason = "decided", "approved" if r.approved else "denied", r.reason
+    if deny_rest:
+        for cs in s.batch or ():
+            if cs.status == "pending_approval":
+                cs.status, cs.decision, cs.decision_reason = "decided", "denied", deny_reason
+    out: list[Decision] = [Persist("approval_decision")]
+    resumes_at = None
+    if not s.pending_approvals and not s.commit_pending:
+        s.commit_pending = True
+        resumes_at = s.next_seq if s.paused else None
+        out.append(SetTimer("commit", s.options.approval_window, s.round))
+    return out + rules.reply(command, True, None, "recorded", resumes_at)
+
+
+def commit(rules: Rules) -> list[Decision]:
+    """Approval-resume: run approved calls, answer denied ones."""
+    s = rules.state
+    s.commit_pending = False
+    s.phase = "tools"
+    out: list[Decision] = [Persist("approvals_committed")]
+    for cs in s.batch or ():
+        if cs.status != "decided":
+            continue
+        if cs.decision == "approved":
+            out.extend(spawn(rules, cs, rules.specs[cs.call.name]))
+        else:
+            reason = "User denied" if cs.decision_reason is None else cs.decision_reason
+            out.extend(done(rules, cs, "denied", f"Rejected: {reason}"))
+    return out
