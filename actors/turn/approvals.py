@@ -3,7 +3,9 @@
 Only requests the turn itself issued can be decided: an unknown call, a call that is not
 waiting, a second answer for the same call, an answer while the turn is being stopped or
 after its end is refused with a ``RejectCode`` and a message for people (``refusal``, pure:
-it reads the turn's state), and changes nothing. Decisions are recorded at once and commit
+it reads the turn's state), and changes nothing; so are edited arguments that do not fit
+the tool's parameters (``invalid``, with the check's message: the call stays undecided).
+An approved call with edited arguments runs with them, and its tool message names them. Decisions are recorded at once and commit
 in a timer after ``approval_window`` once every pending call has one, so a cancel already
 queued wins (``commit``: approved calls run, denied ones are answered). The handlers are
 free functions ``(rules, message) -> decisions`` over a turn's ``Rules`` (``core``).
@@ -12,6 +14,7 @@ free functions ``(rules, message) -> decisions`` over a turn's ``Rules`` (``core
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from messages import RejectCode, RespondToApprovals, ToolApprovalResponse, TurnState
 
@@ -19,6 +22,7 @@ from .calls import answered_before
 from .core import Rules
 from .decisions import Decision, Persist, SetTimer
 from .running import done, spawn
+from .sanitize import TooDeep, safe_json
 
 __all__ = ["commit", "on_approval", "on_approvals", "refusal"]
 
@@ -68,12 +72,17 @@ def _decide(
 ) -> list[Decision]:
     s = rules.state
     refused = refusal(s, responses, deny_rest)
+    edits: dict[str, dict[str, Any]] = {}
+    if refused is None:
+        refused = _misfit(rules, responses, edits)
     if refused is not None:
         return rules.reply(command, False, *refused)
     for r in responses:
         cs = s.call(r.call_id)
         assert cs is not None
         cs.status, cs.decision, cs.decision_reason = "decided", "approved" if r.approved else "denied", r.reason
+        if r.call_id in edits:
+            cs.arguments, cs.edited = edits[r.call_id], True
     if deny_rest:
         for cs in s.batch or ():
             if cs.status == "pending_approval":
@@ -85,6 +94,29 @@ def _decide(
         resumes_at = s.next_seq if s.paused else None
         out.append(SetTimer("commit", s.options.approval_window, s.round))
     return out + rules.reply(command, True, None, "recorded", resumes_at)
+
+
+def _misfit(
+    rules: Rules, responses: Sequence[ToolApprovalResponse], edits: dict[str, dict[str, Any]]
+) -> tuple[RejectCode, str] | None:
+    """Why an edit of these decisions cannot be taken (``invalid``), or None; the edits that
+    can go in ``edits``, by call id, made safe."""
+    for r in responses:
+        if r.arguments is None:
+            continue
+        if not r.approved:
+            return "invalid", f"call {r.call_id!r}: arguments are edited to approve a call, not to deny it"
+        cs = rules.state.call(r.call_id)
+        assert cs is not None  # refusal() has checked it
+        try:
+            arguments = safe_json(r.arguments)
+        except TooDeep as exc:
+            return "invalid", f"the edited arguments of call {r.call_id!r}: {exc}"
+        problem = rules.check_arguments(rules.specs[cs.call.name], arguments)
+        if problem is not None:
+            return "invalid", f"the edited arguments of call {r.call_id!r} do not fit tool '{cs.call.name}': {problem}"
+        edits[r.call_id] = arguments
+    return None
 
 
 def commit(rules: Rules) -> list[Decision]:

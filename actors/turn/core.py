@@ -2,7 +2,7 @@
 
 The rules of a turn are cut by what they are about: the model's stream (``stream``), the
 calls as they run (``running``), the approvals (``approvals``), stop and cancel
-(``stopping``), and ``TurnRules`` itself (``rules``), which takes every input, numbers the
+(``stopping``), new input, pause and resume (``steering``), and ``TurnRules`` itself (``rules``), which takes every input, numbers the
 events and asks ``priority.next_action`` what comes next. Each handler is a free function
 ``(rules, message) -> decisions`` over the ``Rules`` below, so no module needs another's
 class and none imports ``rules``; ``TurnRules`` is the one ``Rules`` there is.
@@ -16,7 +16,7 @@ from messages import RejectCode, ToolSpec, TurnEvent, TurnState
 from messages.events import FinishReason
 
 from .assembly import StreamAssembly
-from .calls import NeedsApproval
+from .calls import CheckArguments, NeedsApproval
 from .decisions import Decision, Emit
 
 __all__ = ["Rules"]
@@ -29,6 +29,8 @@ class Rules(Protocol):
     specs: dict[str, ToolSpec]  # the turn's tools by name
     assembly: StreamAssembly | None  # the stream in flight, if any
     needs_approval: NeedsApproval
+    check_arguments: CheckArguments  # edited arguments against a tool's parameters
+    alive: dict[str, float]  # when each running call last showed a sign of life (its idle bound)
 
     def now(self) -> float:
         """The clock the rules were given."""
@@ -43,6 +45,9 @@ class Rules(Protocol):
 
     def advance(self, *, at_step: bool = False, commit_due: bool = False, answered: str | None = None) -> list[Decision]:
         """Carry out ``priority.next_action`` until the turn waits."""
+
+    def finish(self, reason: FinishReason, **fields: Any) -> Emit:
+        """The run's ``Finish``: the history since the previous one (or all of it, if asked)."""
 
     def end(self, reason: FinishReason, error: tuple[str, str] | None = None) -> list[Decision]:
         """End the turn: close every open call, then ``Error`` if any, then ``Finish``."""

@@ -8,8 +8,9 @@ and knows nothing of actors, so tests drive it directly; the ``TurnActor`` carri
 decisions out. It alone numbers the turn's events (``emit``). The handlers are free
 functions ``(rules, message) -> decisions`` in a module per concern, over the ``Rules`` it
 is (``core``): the model's stream (``stream``), the calls as they run (``running``), the
-approvals (``approvals``), stop and cancel (``stopping``); the parts that need no state of
-their own are pure functions beside them (``assembly``, ``calls``, ``priority``).
+approvals (``approvals``), stop and cancel (``stopping``), new input, pause and resume
+(``steering``); the parts that need no state of their own are pure functions beside them
+(``assembly``, ``budget``, ``calls``, ``priority``).
 
 Every handler records what its input changed, then asks ``priority.next_action`` what the
 turn does next (the table there is the whole priority: cancel > approval-resume >
@@ -27,6 +28,9 @@ max-rounds > the next LLM call, with a stop acting at once). Guarantees, each te
 - a stop interrupts every running call at once, and ends the turn once each has reported its end
   (or its backstop has closed it, saying so); ``StopTool`` and a time limit alike, for their call;
 - approvals commit in a timer after ``approval_window``, so a cancel already queued wins;
+- new input enters the history just before a model call, once, with its ``InputAccepted``;
+  a paused turn ends its run with ``Finish(paused)`` and does nothing until resumed;
+- a spent budget ends the turn as a stop does, ``Finish(budget_exceeded)``;
 - an input that changes nothing returns no decision and touches nothing, not even a time;
   a refused command returns only its ``Reply``.
 """
@@ -38,15 +42,15 @@ from collections.abc import Callable
 from typing import Any
 
 from messages import (
-    TURN_COMMANDS, CancelTurn, Error, Finish, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, Marker, RejectCode,
-    ReportProgress, RespondToApprovals, StartTurn, StopCause, StopTool, StopTurn, ToolApprovalResponse, ToolResult,
-    ToolSpec, TurnEvent, TurnStarted, TurnRetrying, TurnState, reply_for,
+    TURN_COMMANDS, CancelTurn, Error, Finish, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, LLMUsage, Marker,
+    PauseTurn, RejectCode, ReportProgress, RespondToApprovals, ResumeTurn, SendInput, StartTurn, StopCause, StopTool,
+    StopTurn, ToolApprovalResponse, ToolResult, ToolSpec, TurnEvent, TurnStarted, TurnRetrying, TurnState, reply_for,
 )  # fmt: skip
 from messages.events import FinishReason
 
-from . import approvals, running, stopping, stream
+from . import approvals, running, steering, stopping, stream
 from .assembly import StreamAssembly
-from .calls import NeedsApproval, timer_call
+from .calls import CheckArguments, NeedsApproval, timer_call
 from .decisions import (
     Decision, Done, Emit, Persist, Reply, ScheduleStep, SetTimer, StoreFailed, StreamLost, TakeStep, TimerFired,
     ToolLost,
@@ -57,11 +61,15 @@ from .results import RECOVERED, Recovery, interrupted_content
 from .running import STOP_CONFIRM_MARGIN
 from .sanitize import safe_command
 
-__all__ = ["STOP_CONFIRM_MARGIN", "NeedsApproval", "Recovery", "TurnRules"]
+__all__ = ["STOP_CONFIRM_MARGIN", "CheckArguments", "NeedsApproval", "Recovery", "TurnRules"]
 
 
 def _static_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
     return spec.approval != "never"
+
+
+def _any_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+    return None  # where the tools cannot be loaded, their own process checks the arguments
 
 
 ANSWERS = 64  # the replies a turn keeps, by request id, so that a command sent again is applied once
@@ -75,13 +83,16 @@ class TurnRules:
         state: TurnState,
         *,
         needs_approval: NeedsApproval = _static_approval,
+        check_arguments: CheckArguments = _any_arguments,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
         self.needs_approval = needs_approval
+        self.check_arguments = check_arguments
         self._clock = clock
         self.specs = {t.name: t for t in state.tools}
         self.assembly: StreamAssembly | None = None  # the stream in flight, if any
+        self.alive: dict[str, float] = {}  # when each running call last reported, by call id
 
     @classmethod
     def from_start(
@@ -89,6 +100,7 @@ class TurnRules:
         start: StartTurn,
         *,
         needs_approval: NeedsApproval = _static_approval,
+        check_arguments: CheckArguments = _any_arguments,
         clock: Callable[[], float] = time.time,
     ) -> TurnRules:
         """A new turn for ``start``; call ``start()`` for its first decisions."""
@@ -104,7 +116,7 @@ class TurnRules:
             created_at=now,
             updated_at=now,
         )
-        return cls(state, needs_approval=needs_approval, clock=clock)
+        return cls(state, needs_approval=needs_approval, check_arguments=check_arguments, clock=clock)
 
     # -- opening and recovery -------------------------------------------------------------
 
@@ -126,8 +138,9 @@ class TurnRules:
         A stop marker ends the turn stopped; a stream that died is asked for again (its
         partial text was streamed, not kept: a ``TurnRetrying`` says to drop it); a call that
         was running is closed as interrupted, or run again with the same idempotency key if
-        its tool is ``retry_safe``; recorded results never run again; a pause stays a pause
-        (its ``Finish`` is not repeated) and its approval timeout keeps its deadline.
+        its tool is ``retry_safe``; recorded results never run again; a wait for approvals
+        and a pause stay as they were (their ``Finish`` is not repeated), queued input stays
+        queued, and an approval timeout keeps its deadline.
         """
         s = self.state
         if s.phase in ("finished", "created"):
@@ -153,7 +166,7 @@ class TurnRules:
         if s.pending_approvals and s.approval_deadline is not None:
             out.append(SetTimer("approval_timeout", max(0.0, s.approval_deadline - self._clock()), s.round))
         if s.stop is not None:  # stopped, but the process died before the end was written
-            return out + self.end("cancelled" if s.cancel is not None else "stopped")
+            return out + self.end(stopping.end_reason(self))
         return out + [Persist("recovered")] + self.advance()
 
     def stop_work(self, reason: str, cause: StopCause = "user", grace: float | None = None) -> list[Decision]:
@@ -205,11 +218,13 @@ class TurnRules:
                 return []
             s.stop = Marker(kind="stop", reason="cancel grace period expired", at=self._clock(), cause="grace_expired")
             return self.advance()
+        if msg.name == stream.IDLE:
+            return stream.on_idle(self, msg.token)
         if msg.token != s.round or s.batch is None:
             return []  # a timer of a batch that has ended
         if msg.name == "commit" and s.commit_pending:
             return self.advance(commit_due=True)
-        if msg.name.startswith(("tool_timeout:", "stop_backstop:")):
+        if msg.name.startswith(("tool_timeout:", "stop_backstop:", "idle:")):
             return running.on_call_timer(self, *timer_call(msg.name))
         if msg.name == "approval_timeout" and s.pending_approvals:
             for cs in s.batch:
@@ -235,7 +250,7 @@ class TurnRules:
                 out += stopping.halt(self)
                 continue
             if action == "stop":
-                return out + self.end("cancelled" if self.state.cancel is not None else "stopped")
+                return out + self.end(stopping.end_reason(self))
             if action == "cancel":
                 return out + self.end("cancelled")
             if action == "answer":
@@ -243,8 +258,12 @@ class TurnRules:
             if action == "max_rounds":
                 return out + self.end("max_rounds")
             if action == "stream":
-                return out + stream.start_stream(self)
-            if action == "resume":
+                return out + steering.take_inputs(self) + stream.start_stream(self)
+            if action == "interrupt":
+                out += steering.interrupt_stream(self)
+            elif action == "hold":
+                out += steering.hold(self)
+            elif action == "resume":
                 out += approvals.commit(self)
                 commit_due = False
             elif action == "collect":
@@ -253,23 +272,26 @@ class TurnRules:
                 self.state.phase = "idle"
                 out.append(Persist("tools_done"))
                 at_step = False
-            elif action == "pause":
-                out += self._pause()
+            elif action == "await":
+                out += self._await()
 
-    def _pause(self) -> list[Decision]:
+    def _await(self) -> list[Decision]:
         s = self.state
         s.paused, s.phase, s.waiting_since = True, "awaiting_approval", self._clock()
-        return [self._finish("awaiting_approval", pending_approvals=s.pending_approvals), Persist("paused")]
+        return [self.finish("awaiting_approval", pending_approvals=s.pending_approvals), Persist("paused")]
 
-    def _finish(self, reason: FinishReason, **fields: Any) -> Emit:
+    def finish(self, reason: FinishReason, **fields: Any) -> Emit:
         """The run's ``Finish``: the history since the previous one (or all of it, if asked)."""
         s = self.state
         start = 0 if s.options.finish_history == "full" else s.finish_mark
         s.finish_mark = len(s.messages)
+        cost = s.cost if s.provider.priced or s.cost > 0 else None
         return self.emit(
             Finish,
             finish_reason=reason,
             usage=s.usage,
+            subagent_usage=s.subagent_usage,
+            cost=cost,
             round=s.round,
             messages=s.messages[start:],
             history_from=start,
@@ -282,9 +304,10 @@ class TurnRules:
         out: list[Decision] = []
         cause, why = stopping.first_request(self)
         if s.batch is not None:
-            what = {"stopped": "the turn was stopped", "cancelled": "the turn was cancelled"}.get(
-                reason, "the turn ended"
-            )
+            what = {
+                "stopped": "the turn was stopped", "cancelled": "the turn was cancelled",
+                "budget_exceeded": "the turn's budget was spent",
+            }.get(reason, "the turn ended")  # fmt: skip
             for cs in s.batch:
                 if cs.status != "done":
                     out.extend(running.done(self, cs, "interrupted", interrupted_content(what, why or reason)))
@@ -292,10 +315,13 @@ class TurnRules:
         if reason in ("stopped", "cancelled"):
             message = "Agent run stopped" if reason == "stopped" else "Agent run cancelled"
             out.append(self.emit(Error, error_type=reason, message=message, detail=why, cause=cause))
+        elif reason == "budget_exceeded":
+            out.append(self.emit(Error, error_type=reason, message=why, cause="budget"))
         elif error is not None:
             out.append(self.emit(Error, error_type=error[0], message=error[1]))
         s.phase, s.finish_reason = "finished", reason
-        return out + [self._finish(reason), Persist("finished"), Done()]
+        s.inputs, s.hold = [], None  # input that never entered, a pause never resumed: the turn has ended
+        return out + [self.finish(reason), Persist("finished"), Done()]
 
     # -- the verbs every handler uses (``core.Rules``) ------------------------------------
 
@@ -326,6 +352,7 @@ _HANDLERS: dict[type, Callable[[TurnRules, Any], list[Decision]]] = {
     LLMRetrying: stream.on_stream_message,
     LLMCompleted: stream.on_stream_message,
     LLMFailed: stream.on_stream_message,
+    LLMUsage: stream.on_stream_message,
     StreamLost: stream.on_stream_lost,
     ToolResult: running.on_tool_result,
     ToolLost: running.on_tool_lost,
@@ -336,5 +363,8 @@ _HANDLERS: dict[type, Callable[[TurnRules, Any], list[Decision]]] = {
     StopTurn: stopping.on_stop,
     CancelTurn: stopping.on_cancel,
     StopTool: stopping.on_stop_tool,
+    SendInput: steering.on_send_input,
+    PauseTurn: steering.on_pause,
+    ResumeTurn: steering.on_resume,
 }
 """Which handler takes each input: every message the rules know, in one place."""

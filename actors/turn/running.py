@@ -5,7 +5,9 @@ call ends with exactly one ``ToolFinished`` (``done``); the batch's tool message
 history, in the order of the assistant's ``tool_calls``, once the whole batch has ended
 (``append_tool_messages``). A call stopped (the turn's stop, ``StopTool``, its time limit)
 is ``stopping`` until its tool process reports its end, or its backstop timer gives it the
-end it was told it would have, saying so.
+end it was told it would have, saying so. With ``TurnOptions.idle_timeout`` a call with no
+progress report for that long is stopped and fails, saying so. What a call's sub-agents
+used (its reports and its result carry it, in all) counts against the turn's budgets.
 """
 
 from __future__ import annotations
@@ -13,20 +15,21 @@ from __future__ import annotations
 from typing import Literal
 
 from messages import (
-    CallState, ChatMessage, InterruptTool, ReportProgress, StopCause, ToolApprovalRequest, ToolCallStarted,
-    ToolFinished, ToolOutcome, ToolProgress, ToolResult, ToolSpec, TurnState,
+    BudgetWarning, CallState, ChatMessage, InterruptTool, ReportProgress, StopCause, ToolApprovalRequest,
+    ToolCallStarted, ToolFinished, ToolOutcome, ToolProgress, ToolResult, ToolSpec, TurnState, Usage,
 )  # fmt: skip
 
+from . import budget
 from .calls import Fails, Runs, classify, run_message
 from .core import Rules
 from .decisions import Decision, Interrupt, Persist, SetTimer, Spawn, ToolLost
-from .results import error_result, with_note
+from .results import error_result, with_edited, with_note
 from .sanitize import safe_text
 
 __all__ = [
     "STOP_CONFIRM_MARGIN", "End", "Mode", "append_tool_messages", "call_ended", "classify_call", "done", "interrupt",
     "interrupt_running", "on_call_timer", "on_progress", "on_tool_lost", "on_tool_result", "spawn", "stale",
-    "stop_call", "unreported",
+    "stop_call", "unreported", "warn",
 ]  # fmt: skip
 
 STOP_CONFIRM_MARGIN = 5.0  # seconds past stop_grace a stopped call's process has to report its end
@@ -60,12 +63,19 @@ def spawn(rules: Rules, cs: CallState, spec: ToolSpec) -> list[Decision]:
     timeout = spec.timeout if spec.timeout is not None else s.options.tool_timeout
     if timeout is not None:
         out.append(SetTimer(f"tool_timeout:{cs.call.id}:{cs.attempt}", timeout, s.round))
+    if s.options.idle_timeout is not None:
+        rules.alive[cs.call.id] = rules.now()
+        out.append(SetTimer(f"idle:{cs.call.id}:{cs.attempt}", s.options.idle_timeout, s.round))
     return out
 
 
 def done(rules: Rules, cs: CallState, outcome: ToolOutcome, content: str) -> list[Decision]:
-    """The call has ended: its one ``ToolFinished``, ``content`` being its tool message."""
+    """The call has ended: its one ``ToolFinished``, ``content`` being its tool message (which
+    names the arguments it ran with when the approver edited them)."""
+    if cs.edited:
+        content = with_edited(content, cs.arguments)
     cs.status, cs.outcome, cs.content = "done", outcome, content
+    rules.alive.pop(cs.call.id, None)
     return [rules.emit(ToolFinished, call_id=cs.call.id, name=cs.call.name, outcome=outcome, content=content)]
 
 
@@ -80,9 +90,11 @@ def append_tool_messages(state: TurnState) -> None:
 
 
 def on_tool_result(rules: Rules, msg: ToolResult) -> list[Decision]:
-    if stale(rules.state.call(msg.call_id), msg.attempt):
+    cs = rules.state.call(msg.call_id)
+    if stale(cs, msg.attempt):
         return []  # an earlier run's: never recorded
-    return call_ended(rules, msg.call_id, msg.outcome, safe_text(msg.content))
+    spent = _subagents(rules, cs, msg.usage, msg.cost)
+    return spent + call_ended(rules, msg.call_id, msg.outcome, safe_text(msg.content))
 
 
 def on_tool_lost(rules: Rules, msg: ToolLost) -> list[Decision]:
@@ -110,12 +122,27 @@ def on_call_timer(rules: Rules, what: str, call_id: str, attempt: str) -> list[D
     cs = s.call(call_id)
     if cs is None or str(cs.attempt) != attempt or cs.status != status:
         return []
+    if what == "idle":
+        return _on_idle(rules, cs)
     if what == "stop_backstop":
         why = f"its tool process did not report its end within {s.options.stop_grace + STOP_CONFIRM_MARGIN:g} s"
         return call_ended(rules, call_id, *unreported(cs, why))
     spec = rules.specs[cs.call.name]
     limit = spec.timeout if spec.timeout is not None else s.options.tool_timeout
     reason = f"Tool '{cs.call.name}' timed out after {limit:g} s"
+    return stop_call(rules, cs, reason, ("failed", error_result(reason))) + [Persist("call_stopping")]
+
+
+def _on_idle(rules: Rules, cs: CallState) -> list[Decision]:
+    """A running call silent for ``idle_timeout`` is stopped and fails; one that reported since
+    has its timer set again for what is left."""
+    s, limit = rules.state, rules.state.options.idle_timeout
+    if limit is None:
+        return []
+    quiet = rules.now() - rules.alive.get(cs.call.id, rules.now())
+    if quiet < limit:
+        return [SetTimer(f"idle:{cs.call.id}:{cs.attempt}", limit - quiet, s.round)]
+    reason = f"Tool '{cs.call.name}' showed no sign of life for {limit:g} s (no progress report; idle_timeout)"
     return stop_call(rules, cs, reason, ("failed", error_result(reason))) + [Persist("call_stopping")]
 
 
@@ -145,13 +172,44 @@ def interrupt(
 
 def on_progress(rules: Rules, msg: ReportProgress) -> list[Decision]:
     cs = rules.state.call(msg.call_id)
-    if cs is None or cs.status != "running" or rules.state.phase == "finished" or stale(cs, msg.attempt):
+    if cs is None or rules.state.phase == "finished" or stale(cs, msg.attempt):
         return []
+    spent = _subagents(rules, cs, msg.usage, msg.cost)
+    if cs.status != "running":
+        return spent + (rules.advance() if spent and rules.state.stop is not None else [])
+    rules.alive[cs.call.id] = rules.now()
     if msg.approval is not None:  # a child turn's call waits for a human: say so here
         a = msg.approval
         fields = dict(name=a["name"], arguments=a.get("arguments"), description=a.get("description", ""))
-        return [rules.emit(ToolApprovalRequest, call_id=a["call_id"], child_turn_id=a["turn_id"], **fields)]
-    return [rules.emit(ToolProgress, call_id=msg.call_id, data=msg.data)]
+        out = [rules.emit(ToolApprovalRequest, call_id=a["call_id"], child_turn_id=a["turn_id"], **fields)]
+    else:
+        out = [rules.emit(ToolProgress, call_id=msg.call_id, data=msg.data)]
+    return spent + out + (rules.advance() if spent and rules.state.stop is not None else [])
+
+
+def _subagents(rules: Rules, cs: CallState | None, usage: Usage | None, cost: float | None) -> list[Decision]:
+    """What a call's sub-agents have used, in all, as it reports it: what is new is counted
+    (with a ``Persist``), and checked against the budgets."""
+    if cs is None or cs.status not in ("running", "stopping") or (usage is None and cost is None):
+        return []
+    s = rules.state
+    new_usage = budget.minus(usage, cs.usage) if usage is not None else Usage()
+    new_cost = max(0.0, cost - cs.cost) if cost is not None else 0.0
+    if budget.tokens(new_usage) == 0 and new_cost == 0.0:
+        return []
+    if usage is not None:
+        cs.usage = usage
+    if cost is not None:
+        cs.cost = cost
+    s.subagent_usage = s.subagent_usage + new_usage
+    s.cost += new_cost
+    return [Persist("subagent_usage"), *warn(rules)]
+
+
+def warn(rules: Rules, extra: Usage | None = None) -> list[Decision]:
+    """A ``BudgetWarning`` for each budget now at 80%, once; a spent one sets the stop marker."""
+    found = budget.check(rules.state, rules.now(), extra)
+    return [rules.emit(BudgetWarning, budget=name, used=used, limit=limit) for name, used, limit in found]
 
 
 def unreported(cs: CallState, why: str) -> End:

@@ -11,15 +11,17 @@ running call at once (``halt``) and the turn ends once each has reported its end
 from __future__ import annotations
 
 from messages import CancelTurn, Marker, StopCause, StopTool, StopTurn
+from messages.events import FinishReason
 
 from .calls import answered_before
 from .core import Rules
 from .decisions import Abort, Decision, Persist, SetTimer, StoreFailed
 from .results import interrupted_content
 from .running import done, interrupt_running, stop_call
-from .stream import abort_stream, keep_partial_text
+from .steering import parked
+from .stream import abort_stream, keep_partial
 
-__all__ = ["first_request", "halt", "on_cancel", "on_stop", "on_stop_tool", "on_store_failed", "stop_work"]
+__all__ = ["end_reason", "first_request", "halt", "on_cancel", "on_stop", "on_stop_tool", "on_store_failed", "stop_work"]
 
 
 def first_request(rules: Rules) -> tuple[StopCause, str]:
@@ -28,11 +30,19 @@ def first_request(rules: Rules) -> tuple[StopCause, str]:
     return (first.cause, first.reason) if first is not None else ("user", "")
 
 
+def end_reason(rules: Rules) -> FinishReason:
+    """How a turn that was stopped or cancelled ends: cancelled, its budget spent, or stopped."""
+    s = rules.state
+    if s.cancel is not None:
+        return "cancelled"
+    return "budget_exceeded" if s.stop is not None and s.stop.cause == "budget" else "stopped"
+
+
 def on_stop(rules: Rules, msg: StopTurn) -> list[Decision]:
     s = rules.state
     if s.phase == "finished" or s.stop is not None:
         return rules.reply(msg, True, None, "no effect")
-    resumes_at = s.next_seq if s.paused else None
+    resumes_at = s.next_seq if parked(s) else None
     s.stop = Marker(kind="stop", reason=msg.reason, at=rules.now(), cause=msg.cause)
     return rules.advance() + rules.reply(msg, True, None, "", resumes_at)
 
@@ -41,7 +51,7 @@ def on_cancel(rules: Rules, msg: CancelTurn) -> list[Decision]:
     s = rules.state
     if s.phase == "finished" or s.cancel is not None or s.stop is not None:
         return rules.reply(msg, True, None, "no effect")
-    ok = rules.reply(msg, True, None, "", s.next_seq if s.paused else None)
+    ok = rules.reply(msg, True, None, "", s.next_seq if parked(s) else None)
     s.cancel = Marker(kind="cancel", reason=msg.reason, at=rules.now(), grace=msg.grace, cause=msg.cause)
     out: list[Decision] = [Persist("cancel_marker"), *interrupt_running(s, "cancel", msg.reason, msg.cause)]
     if msg.grace is not None:
@@ -64,10 +74,15 @@ def halt(rules: Rules) -> list[Decision]:
     out: list[Decision] = [Persist("stop_marker"), *abort_stream(rules, why, cause)]
     if s.phase == "streaming":
         s.phase = "idle"
-    what = "the turn was cancelled" if s.cancel is not None else "the turn was stopped"
+    what = "the turn was cancelled" if s.cancel is not None else _stopped(s.stop)
     for cs in [cs for cs in s.batch or () if cs.status == "running"]:
         out += stop_call(rules, cs, why, ("interrupted", interrupted_content(what, why)), cause)
     return out
+
+
+def _stopped(stop: Marker | None) -> str:
+    """What stopped the turn, for the tool message of a call it interrupted."""
+    return "the turn's budget was spent" if stop is not None and stop.cause == "budget" else "the turn was stopped"
 
 
 def on_stop_tool(rules: Rules, msg: StopTool) -> list[Decision]:
@@ -99,5 +114,5 @@ def on_store_failed(rules: Rules, msg: StoreFailed) -> list[Decision]:
         return []
     out = stop_work(rules, "the turn store refused its write")
     if rules.state.phase == "streaming":
-        keep_partial_text(rules)
+        keep_partial(rules)
     return out + rules.end("error", ("store_error", f"the turn store refused its write: {msg.detail}"))
