@@ -10,11 +10,12 @@ import actors
 import messages
 
 ACTORS = [
-    "AsyncRuntime", "AsyncTurnHandle", "CancelTurn", "Cancellation", "ChatMessage", "ChildTurnFailed", "CodecError",
+    "AsyncRuntime", "AsyncTurnHandle", "BudgetWarning", "CancelTurn", "Cancellation", "ChatMessage", "ChildTurnFailed", "CodecError",
     "CommandResult", "ConfigurationError", "ControlRejected", "ControlReply", "DIRECTORY_NAME", "DirectoryActor",
-    "Error", "EventBatch", "Finish", "FinishReason", "GreenroomError", "HostUnreachable", "MembershipChanged",
-    "ProviderConfig", "ReaderDropped",
-    "Registration", "RespondToApprovals", "RetryPolicy", "Runtime", "RuntimeClosedError", "SnapshotError",
+    "Error", "EventBatch", "Finish", "FinishReason", "GreenroomError", "HostUnreachable", "InputAccepted",
+    "MembershipChanged", "PauseTurn", "ProviderConfig", "ReaderDropped",
+    "Registration", "RespondToApprovals", "ResumeTurn", "RetryPolicy", "Runtime", "RuntimeClosedError", "SendInput",
+    "SnapshotError",
     "StartTurn", "StopTool", "StopTurn", "StoreError", "StoreUnavailable", "Subscribe", "Supervisor", "TextDelta",
     "Timeouts", "Tool",
     "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted", "ToolCancelled", "ToolContext",
