@@ -104,8 +104,8 @@ def cmd_send_input(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    when = "now" if args.now else "next_step"
-    return steer(args, PauseTurn(turn_id=args.turn_id, when=when, reason=args.reason, request_id=request_id()), "paused")
+    pause = PauseTurn(turn_id=args.turn_id, when="now" if args.now else "next_step", reason=args.reason, request_id=request_id())
+    return steer(args, pause, "paused")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
