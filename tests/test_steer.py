@@ -70,7 +70,7 @@ def test_input_sent_now_closes_the_stream_and_the_model_is_asked_again_with_what
     turn = steered.run("Weather in Paris?")
     turn.wait_for(lambda e: isinstance(e, TextDelta), timeout=30)
     reply = turn.send_input("And Oslo?", when="now")
-    assert (reply.ok, reply.message) == (True, "queued: it enters before the next model call")
+    assert (reply.ok, reply.message) == (True, "accepted: it enters before the next model call")
     result = turn.result(30)
     assert provider.requests[0].disconnected.wait(30), "the provider did not see its stream closed"
     events = turn.all_events

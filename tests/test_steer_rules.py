@@ -64,7 +64,7 @@ def test_input_for_the_next_call_waits_for_the_running_calls_then_enters_before_
     respond(rules, ("c1", "safe", False))
     out = send(rules)
     assert kinds(out) == ["persist", "reply"]
-    assert reply_of(out) == (True, None, "queued: it enters before the next model call")
+    assert reply_of(out) == (True, None, "accepted: it enters before the next model call")
     assert kinds(rules.handle(result("c1")))[-1] == "schedulestep"  # the batch ends: a step
     out = step(rules)
     assert kinds(out) == ["emit:input_accepted", "persist", "stream"]
@@ -135,7 +135,7 @@ def test_input_waits_for_pending_approvals_and_enters_once_they_are_decided() ->
     respond(rules, ("c1", "gated", True))
     assert rules.state.phase == "awaiting_approval"
     out = send(rules, when="now")
-    assert reply_of(out) == (True, None, "queued: it enters once the pending approvals are decided")
+    assert reply_of(out) == (True, None, "accepted: it enters once the pending approvals are decided")
     assert rules.state.pending_approvals == ["c1"]
     rules.handle(ToolApprovalResponse(call_id="c1", approved=True))
     rules.handle(_commit())
@@ -252,7 +252,7 @@ def test_input_and_a_stop_reach_a_paused_turn() -> None:
     step(rules)
     assert rules.state.phase == "paused"
     out = send(rules, when="now")
-    assert reply_of(out) == (True, None, "queued: it enters once the turn is resumed")
+    assert reply_of(out) == (True, None, "accepted: it enters once the turn is resumed")
     assert kinds(out) == ["persist", "reply"]
     out = rules.handle(StopTurn(turn_id="t", request_id="s"))
     assert kinds(out)[-4:] == ["emit:finish:stopped", "persist", "done", "reply"]

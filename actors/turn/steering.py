@@ -87,10 +87,10 @@ def on_send_input(rules: Rules, msg: SendInput) -> list[Decision]:
 def _where(s: TurnState) -> str:
     """Where queued input stands, for the sender."""
     if s.phase == "paused" or s.hold is not None:
-        return "queued: it enters once the turn is resumed"
+        return "accepted: it enters once the turn is resumed"
     if s.pending_approvals:
-        return "queued: it enters once the pending approvals are decided"
-    return "queued: it enters before the next model call"
+        return "accepted: it enters once the pending approvals are decided"
+    return "accepted: it enters before the next model call"
 
 
 def _deny_pending(rules: Rules) -> list[Decision]:
