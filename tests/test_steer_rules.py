@@ -361,3 +361,15 @@ def test_an_edited_call_that_is_stopped_still_names_the_arguments_it_ran_with() 
     finish = next(d.event for d in out if isinstance(d, Emit) and isinstance(d.event, Finish))
     assert json.loads(finish.messages[-1].content)["edited_arguments"] == {"to": "bob"}
     valid(rules)
+
+
+def test_a_request_id_answered_for_another_kind_of_command_does_not_replay_that_answer() -> None:
+    """Request ids are unique per command; one reused for a command of another kind is not
+    taken for a command sent again (its answer would say what the other did)."""
+    rules = new()
+    step(rules)
+    assert reply_of(send(rules))[0]  # request id "in1"
+    assert reply_of(send(rules)) == (True, None, "accepted: it enters before the next model call")
+    assert len(rules.state.inputs) == 1  # sent again: applied once
+    out = rules.handle(PauseTurn(turn_id="t", request_id="in1"))
+    assert kinds(out) == ["persist", "reply"] and rules.state.hold is not None

@@ -188,8 +188,9 @@ class TurnRules:
         applied again: it gets the same answer (``TurnState.answered``)."""
         if isinstance(msg, TURN_COMMANDS):
             rid = getattr(msg, "request_id", None)
-            if rid is not None and rid in self.state.answered:
-                return [Reply(self.state.answered[rid])]
+            known = self.state.answered.get(rid) if rid is not None else None
+            if known is not None and known.command == msg.kind:
+                return [Reply(known)]
             msg = safe_command(msg)  # a reason becomes history and events: it must be valid text
         handler = _HANDLERS.get(type(msg))
         out = handler(self, msg) if handler is not None else []
