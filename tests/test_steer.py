@@ -277,3 +277,56 @@ def test_finish_paused_is_not_terminal_and_result_final_waits_past_it(runtime: R
     assert (finish.finish_reason, finish.terminal) == ("paused", False)  # type: ignore[attr-defined]
     turn.resume()
     assert turn.result(30, final=True).finish_reason == "stop"
+
+
+def test_edited_arguments_from_the_command_line_while_no_runtime_runs_are_checked_then_run_by_the_next(
+    provider: ScriptedProvider, store_location: str
+) -> None:
+    provider.add(use_tools(call("transfer", {"to": "bob", "amount": 200})), say("Sent Bob 20."))
+    with Runtime(provider.provider(retry=RETRY), store=store_location) as rt:
+        turn = rt.run("pay bob", tools=[S.transfer], turn_id="turn_edit")
+        assert turn.result(30).finish_reason == "awaiting_approval"
+    bad = greenroom("approve", "turn_edit", "call_1", "--arguments", '{"to": "bob"}', "--store", store_location)
+    assert (bad.returncode, bad.stderr.strip()) == (
+        2,
+        "greenroom: the edited arguments of call 'call_1' do not fit tool 'transfer': "
+        "Invalid arguments for tool 'transfer': amount: Field required",
+    )
+    fixed = greenroom("approve", "turn_edit", "call_1", "--arguments", '{"to": "bob", "amount": 20}', "--store", store_location)
+    assert fixed.returncode == 0, fixed.stderr
+    with Runtime(provider.provider(retry=RETRY), store=store_location) as rt:
+        assert recovered(store_location, rt, ["turn_edit"])
+        result = rt.attach("turn_edit").result(30, final=True)
+    assert result.finish_reason == "stop"
+    assert json.loads(result.messages[2].content or "") == {
+        "ok": True, "data": {"to": "bob", "amount": 20}, "edited_arguments": {"to": "bob", "amount": 20},
+    }  # fmt: skip
+
+
+def test_the_async_handle_sends_input_pauses_resumes_and_approves_with_edited_arguments(
+    provider: ScriptedProvider,
+) -> None:
+    from .test_async import arun
+
+    provider.add(
+        say("Counting to a hundred slowly", hold_after=2, hold=threading.Event()),
+        use_tools(call("transfer", {"to": "ann", "amount": 9})),
+        say("Paid ann 5."),
+    )
+
+    async def body(rt: Any) -> Any:
+        turn = await rt.run("count", tools=[S.transfer])
+        await turn.wait_for(lambda e: isinstance(e, TextDelta), timeout=30)
+        await turn.pause(when="now")
+        assert (await turn.result(30)).finish_reason == "paused"
+        reply = await turn.send_input("then pay ann")
+        await turn.resume()
+        waiting = await turn.result(30)
+        await turn.approve(waiting.pending_approvals[0].call_id, arguments={"to": "ann", "amount": 5})
+        return reply, await turn.result(30, final=True)
+
+    reply, result = arun(provider, body)
+    assert reply.message == "accepted: it enters once the turn is resumed"
+    assert result.finish_reason == "stop" and result.text == "Paid ann 5."
+    assert result.messages[2] == ChatMessage.user("then pay ann")
+    assert json.loads(result.messages[4].content or "")["edited_arguments"] == {"to": "ann", "amount": 5}
