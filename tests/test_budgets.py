@@ -130,14 +130,15 @@ def test_a_parents_budget_covers_its_sub_agents(runtime: Runtime, provider: Scri
 def test_a_call_silent_past_idle_timeout_fails_and_one_that_reports_progress_goes_on(
     anthropic: Runtime, provider: ScriptedProvider
 ) -> None:
-    provider.add(use_tools(call("quiet", {"seconds": 60}), call("ticking", {"steps": 8, "every": 0.25})), say("Done."))
-    options = TurnOptions(idle_timeout=1.0, tool_timeout=None)
+    # ticking reports every 0.25 s for 4 s, twice the bound: a report 8 times as late as due still counts
+    provider.add(use_tools(call("quiet", {"seconds": 60}), call("ticking", {"steps": 16, "every": 0.25})), say("Done."))
+    options = TurnOptions(idle_timeout=2.0, tool_timeout=None)
     turn = anthropic.run("work", tools=[S.quiet, S.ticking], options=options)
     result = turn.result(30)
     assert result.finish_reason == "stop"
-    reason = "Tool 'quiet' showed no sign of life for 1 s (no progress report; idle_timeout)"
+    reason = "Tool 'quiet' showed no sign of life for 2 s (no progress report; idle_timeout)"
     assert [m.content for m in result.messages if m.role == "tool"] == [
-        error_result(reason), '{"ok": true, "data": "ticked 8 times"}',
+        error_result(reason), '{"ok": true, "data": "ticked 16 times"}',
     ]  # fmt: skip
 
 
