@@ -5,10 +5,11 @@ waiting, a second answer for the same call, an answer while the turn is being st
 after its end is refused with a ``RejectCode`` and a message for people (``refusal``, pure:
 it reads the turn's state), and changes nothing; so are edited arguments that do not fit
 the tool's parameters (``invalid``, with the check's message: the call stays undecided).
-An approved call with edited arguments runs with them, and its tool message names them. Decisions are recorded at once and commit
-in a timer after ``approval_window`` once every pending call has one, so a cancel already
-queued wins (``commit``: approved calls run, denied ones are answered). The handlers are
-free functions ``(rules, message) -> decisions`` over a turn's ``Rules`` (``core``).
+An approved call with edited arguments runs with them, and its tool message names them.
+Decisions are recorded at once and commit in a timer after ``approval_window`` once every
+pending call has one, so a cancel already queued wins (``commit``: approved calls run,
+denied ones are answered). The handlers are free functions ``(rules, message) ->
+decisions`` over a turn's ``Rules`` (``core``).
 """
 
 from __future__ import annotations
