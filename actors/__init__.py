@@ -4,7 +4,7 @@ Everything a user needs is importable from here: the runtimes (``Runtime``,
 ``AsyncRuntime``), tools (``tool``, ``ToolContext``, ``run_command``, ``run_subagent``,
 ``mcp_tools``), the
 messages a turn is made of (``ChatMessage``, ``ProviderConfig``, ``TurnOptions``, events
-such as ``TextDelta`` and ``Finish``, commands such as ``StopTurn``), what a supervisor
+such as ``TextDelta`` and ``Finish``, commands such as ``StopTurn`` and ``SendInput``), what a supervisor
 actor uses (``Supervisor``, ``DirectoryActor``, ``DIRECTORY_NAME``, ``EventBatch``), and the
 exception tree (``errors``). Everything else is internal.
 
@@ -29,16 +29,21 @@ from . import legacy
 legacy.install()  # the module paths of 0.1.0, for stored snapshots and older nodes
 
 from messages import (
+    BudgetWarning,
     CancelTurn,
     ChatMessage,
     ControlReply,
     Error,
     Finish,
     FinishReason,
+    InputAccepted,
     MembershipChanged,
+    PauseTurn,
     ProviderConfig,
     RespondToApprovals,
+    ResumeTurn,
     RetryPolicy,
+    SendInput,
     StartTurn,
     StopTool,
     StopTurn,
@@ -97,6 +102,7 @@ __all__ = [
     "DIRECTORY_NAME",
     "AsyncRuntime",
     "AsyncTurnHandle",
+    "BudgetWarning",
     "CancelTurn",
     "Cancellation",
     "ChatMessage",
@@ -113,14 +119,18 @@ __all__ = [
     "FinishReason",
     "GreenroomError",
     "HostUnreachable",
+    "InputAccepted",
     "MembershipChanged",
+    "PauseTurn",
     "ProviderConfig",
     "ReaderDropped",
     "Registration",
     "RespondToApprovals",
+    "ResumeTurn",
     "RetryPolicy",
     "Runtime",
     "RuntimeClosedError",
+    "SendInput",
     "SnapshotError",
     "StartTurn",
     "StopTool",

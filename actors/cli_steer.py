@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 from typing import Any
 
-from messages import CancelTurn, ControlReply, Message, RespondToApprovals, StopTurn, ToolApprovalResponse
+from messages import (
+    CancelTurn, ChatMessage, ControlReply, Message, PauseTurn, RespondToApprovals, ResumeTurn, SendInput, StopTurn,
+    ToolApprovalResponse,
+)  # fmt: skip
 from messages.principals import check_principal
 
 from .cli_base import CliError, ask_runtime, load, open_named_store, request_id, say, seconds, store_path
@@ -95,9 +99,41 @@ def sender(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_decide(args: argparse.Namespace) -> int:
     approved = args.command == "approve"
-    response = ToolApprovalResponse(call_id=args.call_id, approved=approved, reason=args.reason)
+    arguments = _arguments(args.arguments) if approved else None
+    response = ToolApprovalResponse(call_id=args.call_id, approved=approved, reason=args.reason, arguments=arguments)
     command = RespondToApprovals(turn_id=args.turn_id, responses=[response], **sender(args))
     return steer(args, command, "approved" if approved else "denied")
+
+
+def _arguments(text: str | None) -> dict[str, Any] | None:
+    """``--arguments``: a JSON object, the call's arguments as edited; anything else is refused."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise CliError(f"--arguments is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CliError(f"--arguments must be a JSON object (the call's arguments), not {type(value).__name__}")
+    return value
+
+
+def cmd_send_input(args: argparse.Namespace) -> int:
+    command = SendInput(
+        turn_id=args.turn_id, messages=[ChatMessage.user(args.text)], when="now" if args.now else "next_call",
+        stop_calls=args.stop_calls, deny_pending=args.deny_pending, **sender(args),
+    )  # fmt: skip
+    return steer(args, command, "input sent")
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    pause = PauseTurn(turn_id=args.turn_id, when="now" if args.now else "next_step", reason=args.reason, **sender(args))
+    return steer(args, pause, "paused")
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    messages = [ChatMessage.user(args.text)] if args.text is not None else None
+    return steer(args, ResumeTurn(turn_id=args.turn_id, messages=messages, **sender(args)), "resumed")
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -124,6 +160,8 @@ def add_steering(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument("call_id")
         p.add_argument("--reason", default=None)
         _as(p)
+        if verb == "approve":
+            p.add_argument("--arguments", default=None, metavar="JSON", help="the call's arguments, edited (a JSON object)")
         p.set_defaults(fn=cmd_decide)
     stop = sub.add_parser("stop", parents=[common], help="stop a turn now")
     stop.add_argument("turn_id")
@@ -136,3 +174,22 @@ def add_steering(sub: Any, common: argparse.ArgumentParser) -> None:
     cancel.add_argument("--grace", type=seconds, default=None, help="seconds before the cancel becomes a stop")
     _as(cancel)
     cancel.set_defaults(fn=cmd_cancel)
+    send = sub.add_parser("send-input", parents=[common], help="new input for a running turn")
+    send.add_argument("turn_id")
+    send.add_argument("text")
+    send.add_argument("--now", action="store_true", help="abort the model's stream in flight and ask it again")
+    send.add_argument("--stop-calls", action="store_true", help="with --now: stop the calls running now")
+    send.add_argument("--deny-pending", action="store_true", help="deny the calls waiting for approval")
+    _as(send)
+    send.set_defaults(fn=cmd_send_input)
+    pause = sub.add_parser("pause", parents=[common], help="hold a turn before its next model call")
+    pause.add_argument("turn_id")
+    pause.add_argument("--now", action="store_true", help="abort the model's stream in flight first")
+    pause.add_argument("--reason", default="paused from the command line")
+    _as(pause)
+    pause.set_defaults(fn=cmd_pause)
+    resume = sub.add_parser("resume", parents=[common], help="let a paused turn go on")
+    resume.add_argument("turn_id")
+    resume.add_argument("text", nargs="?", default=None, help="input that enters the history first")
+    _as(resume)
+    resume.set_defaults(fn=cmd_resume)

@@ -12,6 +12,7 @@ BENCHES = [
     "spawn.py",
     "turn_overhead.py",
     "stop_latency.py",
+    "steer_latency.py",
     "streaming.py",
     "scale.py",
     "approval_window.py",

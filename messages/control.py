@@ -27,8 +27,11 @@ __all__ = [
     "CancelTurn",
     "Consumed",
     "ControlReply",
+    "PauseTurn",
     "RejectCode",
     "RespondToApprovals",
+    "ResumeTurn",
+    "SendInput",
     "StartTurn",
     "StopCause",
     "StopTool",
@@ -49,10 +52,11 @@ def new_turn_id() -> str:
     return "turn_" + uuid.uuid4().hex[:16]
 
 
-StopCause = Literal["user", "parent", "shutdown", "grace_expired"]
+StopCause = Literal["user", "parent", "shutdown", "grace_expired", "budget"]
 """Why a turn is stopped or cancelled: a caller (``user``, the default, also a supervisor),
 a parent turn's stop or cancel reaching its child (``parent``), the runtime closing
-(``shutdown``), or a cancel whose grace ran out and became a stop (``grace_expired``)."""
+(``shutdown``), a cancel whose grace ran out and became a stop (``grace_expired``), or the
+turn's budget spent (``budget``: it ends ``Finish(budget_exceeded)``)."""
 
 
 class TurnOptions(Message):
@@ -78,6 +82,17 @@ class TurnOptions(Message):
     history, every time. A subscriber that reads slower than the turn runs is sent at most
     its window of events ahead of what it read; once the turn has ended, one still behind
     after ``reader_grace`` seconds is dropped with an ``Error(reader_dropped)``.
+
+    Budgets: ``max_tokens`` (the providers' reported tokens, prompt and completion) and
+    ``max_cost`` (from the prices in ``ProviderConfig``: ``input_price`` and
+    ``output_price`` per million tokens) bound the turn and its sub-agents together; at 80%
+    of either a ``BudgetWarning`` is emitted, once; once either is spent (as the turn
+    learns it: a response's usage, a usage report mid-stream, a sub-agent's report) the
+    turn ends ``Finish(budget_exceeded)`` as a stop would end it (a stream in flight is
+    aborted, running calls are stopped), with a valid history. ``idle_timeout``: a model
+    stream with no message for that long (no delta, no retry, no usage report), or a call
+    with no progress report for that long, fails, saying so; a call that reports progress
+    goes on.
     """
 
     kind: Literal["turn_options"] = "turn_options"
@@ -92,6 +107,9 @@ class TurnOptions(Message):
     max_result_bytes: int = Field(default=1024 * 1024, ge=1024)
     finish_history: Literal["new", "full"] = "new"
     reader_grace: float = Field(default=300.0, ge=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_cost: float | None = Field(default=None, gt=0)
+    idle_timeout: float | None = Field(default=None, gt=0)
 
 
 class TurnCommand(Message):
@@ -186,12 +204,18 @@ class CancelTurn(TurnCommand):
 class ToolApprovalResponse(TurnCommand):
     """A decision on one approval request. Sendable alone (with ``turn_id``) or in a batch;
     in a batch its ``by`` is the batch's unless it names one itself (a batch whose responses
-    name another principal than it does is refused, ``invalid``)."""
+    name another principal than it does is refused, ``invalid``).
+
+    ``arguments`` (an approval only) are the call's arguments as the approver edited them:
+    checked against the tool's parameters (a misfit is refused, ``invalid``, saying why, and
+    the call stays undecided), the call runs with them, and its tool message says so
+    (``"edited_arguments"`` beside its result)."""
 
     kind: Literal["tool_approval_response"] = "tool_approval_response"
     call_id: str
     approved: bool
     reason: str | None = None
+    arguments: dict[str, Any] | None = None
     turn_id: str | None = None
     request_id: str | None = None
 
@@ -215,6 +239,55 @@ class StopTool(TurnCommand):
     turn_id: str
     call_id: str
     reason: str = "tool stop requested"
+    request_id: str | None = None
+
+
+Timing = Literal["next_call", "now"]
+
+
+class SendInput(TurnCommand):
+    """New input (user messages) for a running turn; it enters the history before the turn's
+    next model call, where an ``InputAccepted`` event says so.
+
+    ``next_call``: after the calls running now have their results. ``now``: the stream in
+    flight is aborted at once (its text kept in the history, as a stop keeps it) and the
+    model is called again with the input; running calls finish first, or are stopped with
+    ``stop_calls``. While approvals are pending the input waits for their decisions, unless
+    ``deny_pending`` denies every undecided call (``Rejected: the user sent new input``). A
+    paused turn keeps the input until it is resumed. A finished turn refuses it
+    (``turn_finished``)."""
+
+    kind: Literal["send_input"] = "send_input"
+    turn_id: str
+    messages: list[ChatMessage]
+    when: Timing = "next_call"
+    stop_calls: bool = False
+    deny_pending: bool = False
+    request_id: str | None = None
+
+
+class PauseTurn(TurnCommand):
+    """Hold the turn before its next model call: it ends its run with ``Finish(paused)`` (not
+    terminal) once nothing runs, and waits for a ``ResumeTurn``. ``now`` aborts the stream in
+    flight first (its text kept, as a stop keeps it); running calls finish either way. A
+    paused turn takes stop, cancel, input and approvals; a store keeps it paused across
+    restarts and failovers."""
+
+    kind: Literal["pause_turn"] = "pause_turn"
+    turn_id: str
+    when: Literal["next_step", "now"] = "next_step"
+    reason: str = "pause requested"
+    request_id: str | None = None
+
+
+class ResumeTurn(TurnCommand):
+    """Let a paused turn go on, with ``messages`` (user input) entering its history first if
+    given. A turn that is not paused refuses it (``not_waiting``); one whose pause has not
+    taken effect yet has it withdrawn."""
+
+    kind: Literal["resume_turn"] = "resume_turn"
+    turn_id: str
+    messages: list[ChatMessage] | None = None
     request_id: str | None = None
 
 
@@ -258,6 +331,9 @@ TURN_COMMANDS: tuple[type[TurnCommand], ...] = (
     ToolApprovalResponse,
     RespondToApprovals,
     StopTool,
+    SendInput,
+    PauseTurn,
+    ResumeTurn,
 )
 """Every command a turn's rules take; each is a ``TurnCommand``."""
 

@@ -5,8 +5,8 @@ per event; Thespian does not guarantee delivery order, so receivers order by ``s
 child turn's events also carry ``parent_turn_id`` and ``root_turn_id``.
 
 A turn's events come in runs, and every run ends with exactly one ``Finish``:
-``awaiting_approval`` ends a run and the turn waits; every other reason is terminal and is
-the turn's last event. Every tool call the model made gets exactly one ``ToolFinished``.
+``awaiting_approval`` and ``paused`` end a run and the turn waits (for decisions, to be
+resumed); every other reason is terminal and is the turn's last event. Every tool call the model made gets exactly one ``ToolFinished``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from .chat import ChatMessage, Usage
 from .tool import ToolOutcome
 
 __all__ = [
+    "BudgetWarning",
     "Error",
     "Finish",
     "FinishReason",
+    "InputAccepted",
     "TERMINAL_REASONS",
     "TextDelta",
     "ToolApprovalRequest",
@@ -39,8 +41,12 @@ __all__ = [
     "whole_history",
 ]
 
-FinishReason = Literal["stop", "max_rounds", "error", "awaiting_approval", "stopped", "cancelled", "length"]
-TERMINAL_REASONS: frozenset[str] = frozenset({"stop", "max_rounds", "error", "stopped", "cancelled", "length"})
+FinishReason = Literal[
+    "stop", "max_rounds", "error", "awaiting_approval", "stopped", "cancelled", "length", "paused", "budget_exceeded"
+]
+TERMINAL_REASONS: frozenset[str] = frozenset(
+    {"stop", "max_rounds", "error", "stopped", "cancelled", "length", "budget_exceeded"}
+)
 
 
 class TurnEvent(Message):
@@ -124,6 +130,27 @@ class TurnRetrying(TurnEvent):
     reason: str
 
 
+class InputAccepted(TurnEvent):
+    """Input sent to the running turn (``SendInput``, ``ResumeTurn``) entered its history:
+    ``messages`` are at ``history_index`` on, just before the model call that reads them.
+    ``request_id`` is the command's (None for one sent without)."""
+
+    kind: Literal["input_accepted"] = "input_accepted"
+    messages: list[ChatMessage]
+    history_index: int = Field(ge=0)
+    request_id: str | None = None
+
+
+class BudgetWarning(TurnEvent):
+    """The turn (with its sub-agents) has used 80% of one of its budgets; sent once per budget.
+    ``budget`` is ``tokens`` (``TurnOptions.max_tokens``) or ``cost`` (``max_cost``)."""
+
+    kind: Literal["budget_warning"] = "budget_warning"
+    budget: Literal["tokens", "cost"]
+    used: float
+    limit: float
+
+
 class Error(TurnEvent):
     """Something went wrong; ``error_type`` is a stable code, ``message`` is for people.
 
@@ -149,11 +176,17 @@ class Finish(TurnEvent):
     ``history_from`` is 0, which the first ``Finish`` a subscriber receives always is; after
     it, the messages added since the turn's previous ``Finish`` (``TurnOptions.finish_history``
     ``"full"`` sends the whole history every time). A caller's ``TurnResult.messages`` is
-    always the whole history."""
+    always the whole history.
+
+    ``usage`` is the turn's own model calls' (a stopped stream's as far as its provider had
+    reported it); ``subagent_usage`` its sub-agents' (every level below); ``cost`` both
+    together, from the providers' prices (None when no price is known)."""
 
     kind: Literal["finish"] = "finish"
     finish_reason: FinishReason
     usage: Usage = Field(default_factory=Usage)
+    subagent_usage: Usage = Field(default_factory=Usage)
+    cost: float | None = None
     round: int = 0
     messages: list[ChatMessage] = Field(default_factory=list)
     pending_approvals: list[str] = Field(default_factory=list)
@@ -194,6 +227,8 @@ TurnEventUnion = Annotated[
         ToolFinished,
         ToolApprovalRequest,
         TurnRetrying,
+        InputAccepted,
+        BudgetWarning,
         Error,
         Finish,
     ],

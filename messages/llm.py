@@ -25,6 +25,7 @@ __all__ = [
     "LLMDeltas",
     "LLMFailed",
     "LLMRetrying",
+    "LLMUsage",
     "ProviderConfig",
     "RetryPolicy",
     "StreamChat",
@@ -59,7 +60,11 @@ class RetryPolicy(Message):
 
 
 class ProviderConfig(Message):
-    """Where and how to reach a model. Holds the *name* of the key's variable, never the key."""
+    """Where and how to reach a model. Holds the *name* of the key's variable, never the key.
+
+    ``input_price`` and ``output_price`` are the model's prices per million prompt and
+    completion tokens (in the currency of ``TurnOptions.max_cost``); without them a turn's
+    cost is not known and ``max_cost`` is refused."""
 
     kind: Literal["provider_config"] = "provider_config"
     api: Literal["openai", "anthropic"] = "openai"
@@ -71,6 +76,20 @@ class ProviderConfig(Message):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     max_tokens: int | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    input_price: float | None = Field(default=None, ge=0)
+    output_price: float | None = Field(default=None, ge=0)
+
+    @property
+    def priced(self) -> bool:
+        """Whether the model's prices are known (both of them)."""
+        return self.input_price is not None and self.output_price is not None
+
+    def cost(self, usage: Usage) -> float:
+        """What ``usage`` costs at this model's prices (0 when they are not known)."""
+        if not self.priced:
+            return 0.0
+        assert self.input_price is not None and self.output_price is not None
+        return (usage.prompt_tokens * self.input_price + usage.completion_tokens * self.output_price) / 1e6
 
     @model_validator(mode="after")
     def _no_secret_headers(self) -> ProviderConfig:
@@ -113,6 +132,16 @@ class LLMRetrying(Message):
     attempt: int
     delay: float
     reason: str
+
+
+class LLMUsage(Message):
+    """The provider reported usage before the stream's end (Anthropic's ``message_start``, a
+    server that reports it with every chunk): the stream's usage so far, all of it."""
+
+    kind: Literal["llm_usage"] = "llm_usage"
+    stream_id: str
+    seq: int
+    usage: Usage
 
 
 class LLMCompleted(Message):

@@ -15,19 +15,22 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .chat import ChatMessage, ToolCall, Usage
-from .control import ControlReply, StopCause, TurnOptions
+from .control import ControlReply, StopCause, Timing, TurnOptions
 from .events import FinishReason
 from .llm import ProviderConfig
 from .tool import ToolOutcome, ToolSpec
 
-__all__ = ["READABLE_VERSIONS", "CallState", "CallStatus", "Marker", "Phase", "SCHEMA_VERSION", "TurnState"]
+__all__ = [
+    "READABLE_VERSIONS", "CallState", "CallStatus", "Hold", "Marker", "Phase", "QueuedInput", "SCHEMA_VERSION", "TurnState",
+]  # fmt: skip
 
-# 2: trace contexts, tool configuration; 3: finish_mark; 4: a call's "stopping" status, answered commands, call keys
-# 5: who decided (CallState.decided_by and stopped_by, Marker.by, ToolSpec.approvers)
+# 2: trace contexts, tool configuration; 3: finish_mark; 4: a call's "stopping" status, answered commands, call keys;
+# 5: who decided (CallState.decided_by and stopped_by, Marker.by, ToolSpec.approvers); input, pause, budgets (queued
+# input, the hold, cost and sub-agents' usage, edited arguments)
 SCHEMA_VERSION = 5
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
-Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "finished"]
+Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "paused", "finished"]
 CallStatus = Literal["queued", "pending_approval", "decided", "running", "stopping", "done"]
 
 
@@ -45,6 +48,23 @@ class Marker(_State):
     grace: float | None = None
     cause: StopCause = "user"
     by: str | None = None
+
+
+class QueuedInput(_State):
+    """Input sent to the turn (``SendInput``, ``ResumeTurn``) that has not entered its history yet."""
+
+    messages: list[ChatMessage]
+    when: Timing = "next_call"
+    request_id: str | None = None
+    at: float = 0.0
+
+
+class Hold(_State):
+    """A pause asked for (``PauseTurn``): in effect once the turn's phase is ``paused``."""
+
+    when: Literal["next_step", "now"] = "next_step"
+    reason: str = ""
+    at: float = 0.0
 
 
 class CallState(_State):
@@ -70,6 +90,9 @@ class CallState(_State):
     content: str | None = None
     attempt: int = 0
     key: str | None = None  # its idempotency key, made at its first run and kept for every attempt
+    edited: bool = False  # ``arguments`` are the approver's edit, not the model's
+    usage: Usage = Field(default_factory=Usage)  # its sub-agents' use, as counted so far
+    cost: float = 0.0
 
 
 class TurnState(_State):
@@ -104,6 +127,11 @@ class TurnState(_State):
     # the answers to the last commands that changed the turn, by request id: one applied again
     # (sent again after an outage that kept its answer from its sender) is answered the same
     answered: dict[str, ControlReply] = Field(default_factory=dict)
+    inputs: list[QueuedInput] = Field(default_factory=list)  # input waiting for the next model call
+    hold: Hold | None = None  # a pause asked for, or in effect (phase "paused")
+    subagent_usage: Usage = Field(default_factory=Usage)  # its sub-agents', every level below
+    cost: float = 0.0  # its model calls' and its sub-agents', at the providers' prices
+    budget_warned: list[str] = Field(default_factory=list)  # the budgets a BudgetWarning was sent for
 
     def call(self, call_id: str) -> CallState | None:
         for c in self.batch or ():

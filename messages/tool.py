@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from .base import Message
-from .chat import ToolCall
+from .chat import ToolCall, Usage
 from .llm import ProviderConfig
 from .principals import Principal
 
@@ -96,6 +96,8 @@ class RunTool(Message):
     provider: ProviderConfig | None = None
     trace_context: dict[str, str] | None = None
     max_result_bytes: int = 1024 * 1024  # a longer result (or progress report) fails the call where it runs
+    tokens_left: int | None = None  # what the turn's budget has left when the call starts (sub-agents get no more)
+    cost_left: float | None = None
 
 
 class ToolAlive(Message):
@@ -110,7 +112,8 @@ class ToolAlive(Message):
 
 class ToolResult(Message):
     """How a call ended; ``content`` is the tool message the model will read. ``attempt`` and
-    ``epoch`` name the run it reports (``RunTool``'s): a turn drops a result of another."""
+    ``epoch`` name the run it reports (``RunTool``'s): a turn drops a result of another.
+    ``usage`` and ``cost`` are what the sub-agents the call started used, in all."""
 
     kind: Literal["tool_result"] = "tool_result"
     turn_id: str
@@ -119,13 +122,17 @@ class ToolResult(Message):
     content: str
     attempt: int | None = None
     epoch: int | None = None
+    usage: Usage | None = None
+    cost: float | None = None
 
 
 class ReportProgress(Message):
     """Progress a running tool reported (``ToolContext.report_progress``), in ``seq`` order.
 
     ``approval`` carries instead a child turn's approval request (its ``turn_id``,
-    ``call_id``, ``name``, ``arguments``, ``description``), for the parent's caller."""
+    ``call_id``, ``name``, ``arguments``, ``description``), for the parent's caller.
+    ``usage`` and ``cost``, when set, are what the call's sub-agents have used so far, in all
+    (a stopping call's report may carry them alone)."""
 
     kind: Literal["report_progress"] = "report_progress"
     turn_id: str
@@ -135,6 +142,8 @@ class ReportProgress(Message):
     approval: dict[str, Any] | None = None
     attempt: int | None = None  # the run it is from, as ``ToolResult``'s
     epoch: int | None = None
+    usage: Usage | None = None
+    cost: float | None = None
 
 
 class InterruptTool(Message):

@@ -3,6 +3,9 @@ id through its own node's directory, wherever the turn runs.
 
     GREENROOM_KEY=... python -m tests.cluster_supervisor ADDRESS:PORT stop TURN_ID [REASON]
     GREENROOM_KEY=... python -m tests.cluster_supervisor ADDRESS:PORT approve TURN_ID CALL_ID
+    GREENROOM_KEY=... python -m tests.cluster_supervisor ADDRESS:PORT input TURN_ID TEXT [now]
+    GREENROOM_KEY=... python -m tests.cluster_supervisor ADDRESS:PORT pause TURN_ID [now]
+    GREENROOM_KEY=... python -m tests.cluster_supervisor ADDRESS:PORT resume TURN_ID [TEXT]
 
 Run in the node's network namespace (``Cluster.supervise``): it connects to the node's admin
 at ADDRESS:PORT, which creates the supervisor there (so it runs on that node, in a process
@@ -15,11 +18,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from actors import DIRECTORY_NAME, DirectoryActor, Supervisor
-from messages import ControlReply, RespondToApprovals, StopTurn, ToolApprovalResponse
+from messages import (
+    ChatMessage, ControlReply, PauseTurn, RespondToApprovals, ResumeTurn, SendInput, StopTurn, ToolApprovalResponse,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,25 @@ class SteeringSupervisor(Supervisor):
         self.send(self.asker, {"ok": reply.ok, "code": reply.code, "message": reply.message, "where": where})
 
 
+def _rid() -> str:
+    """A command's own id: a turn answers a request id it has answered before with the same reply."""
+    return f"sup-{uuid.uuid4().hex[:16]}"
+
+
 def command_of(verb: str, args: list[str]) -> Any:
     if verb == "stop":
-        return StopTurn(turn_id=args[0], reason=args[1] if len(args) > 1 else "stopped by a supervisor", request_id="s")
+        return StopTurn(turn_id=args[0], reason=args[1] if len(args) > 1 else "stopped by a supervisor", request_id=_rid())
     if verb == "approve":
         response = ToolApprovalResponse(call_id=args[1], approved=True)
-        return RespondToApprovals(turn_id=args[0], responses=[response], request_id="s")
+        return RespondToApprovals(turn_id=args[0], responses=[response], request_id=_rid())
+    if verb == "input":
+        when = "now" if args[2:] == ["now"] else "next_call"
+        return SendInput(turn_id=args[0], messages=[ChatMessage.user(args[1])], when=when, request_id=_rid())
+    if verb == "pause":
+        return PauseTurn(turn_id=args[0], when="now" if args[1:] == ["now"] else "next_step", request_id=_rid())
+    if verb == "resume":
+        messages = [ChatMessage.user(args[1])] if len(args) > 1 else None
+        return ResumeTurn(turn_id=args[0], messages=messages, request_id=_rid())
     raise SystemExit(f"unknown verb {verb}")
 
 

@@ -28,6 +28,9 @@ WEATHER = [
     say("Paris: 18 °C. Oslo: 18 °C."),
 ]
 LONG = say(" ".join(["and then the story went on"] * 100), delay=0.01)
+ESSAY = [say(" ".join(["Paris is a city of light and"] * 100), delay=0.01), say("Oslo is a city of fjords.")]
+TRIP = [say(" ".join(["Day one: walk along the harbour, then"] * 100), delay=0.01), say("Day 1: the fjord. Day 2: the museums. Day 3: home.")]
+BOB = [use_tools(call("transfer", {"to": "Bob", "amount": 200})), say("Sent Bob 20 euros.")]
 
 SCRIPTS: dict[str, dict[str, list[Reply]]] = {
     "README.md": {
@@ -41,6 +44,8 @@ SCRIPTS: dict[str, dict[str, list[Reply]]] = {
         ],
         "Index my 1000 pages": [use_tools(call("index_pages", {"pages": 1000})), say("Indexed.")],
         "Pay Alice 20 euros": [use_tools(call("pay", {"to": "Alice", "amount": 20})), say("Paid Alice 20 euros.")],
+        "Write a long essay about Paris": ESSAY,
+        "Plan a trip to Oslo, step by step": TRIP,
     },
     "docs/turns.md": {
         ADD: ADD_REPLIES,
@@ -51,6 +56,9 @@ SCRIPTS: dict[str, dict[str, list[Reply]]] = {
         "Export everything, in 500 batches": [use_tools(call("export_all", {"batches": 500})), say("Exported.")],
         "Tell me a long story": [LONG],
         "Release version 2.0": [use_tools(call("release", {"version": "2.0"})), say("Released 2.0.")],
+        "Write a long essay about Paris": ESSAY,
+        "Plan a trip to Oslo, step by step": TRIP,
+        "Send Bob 200 euros": BOB,
     },
     "docs/tools.md": {
         "Ping example.org, and tell me which process runs a call": [
@@ -98,6 +106,7 @@ EXPECT: dict[str, list[str]] = {
         "stop Emailed the team; the motd stays as it was.",
         "stopped",
         "Paid Alice 20 euros.",
+        "Oslo is a city of fjords.",
     ],
     "docs/turns.md": [
         "stop 1 38",
@@ -110,6 +119,13 @@ EXPECT: dict[str, list[str]] = {
         '{"ok": false, "error": "Interrupted: the call was cancelled (the supervisor winds down)", "data": null}',
         "True stop_turn",
         "stopped",
+        "True ['user', 'assistant', 'user', 'assistant']",
+        "paused",
+        "stop",
+        "invalid",
+        '{"ok": true, "data": "sent 20 to Bob", "edited_arguments": {"to": "Bob", "amount": 20}}',
+        "budget_exceeded",
+        "['budget_warning', 'error']",
     ],
     "docs/tools.md": [
         "convert - Convert an amount of US dollars.",

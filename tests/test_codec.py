@@ -10,7 +10,8 @@ from messages.codec import CodecError, SnapshotVersionError, decode_many, join_e
 
 call = m.ToolCall(id="call_1", name="add", arguments='{"a": 1, "b": 2}')
 provider = m.ProviderConfig(
-    base_url="http://127.0.0.1:1/v1", model="x", api_key_env="OPENAI_API_KEY", headers={"x-trace": "1"}
+    base_url="http://127.0.0.1:1/v1", model="x", api_key_env="OPENAI_API_KEY", headers={"x-trace": "1"},
+    input_price=0.15, output_price=0.6,
 )
 spec = m.ToolSpec(
     name="add",
@@ -46,6 +47,7 @@ SAMPLES: dict[str, m.Message] = {
     "llm_completed": m.LLMCompleted(
         stream_id="t1/s1", seq=2, message=history[2], finish_reason="tool_calls", usage=m.Usage(total_tokens=1)
     ),
+    "llm_usage": m.LLMUsage(stream_id="t1/s1", seq=1, usage=m.Usage(prompt_tokens=40, completion_tokens=1, total_tokens=41)),
     "llm_failed": m.LLMFailed(
         stream_id="t1/s1", seq=3, error_type="http_error", message="HTTP 500", partial_text="par"
     ),
@@ -63,16 +65,29 @@ SAMPLES: dict[str, m.Message] = {
         heartbeat=1.0,
         provider=provider,
     ),
-    "tool_result": m.ToolResult(turn_id="t1", call_id="call_1", outcome="failed", content='{"ok": false}'),
-    "report_progress": m.ReportProgress(turn_id="t1", call_id="call_1", seq=0, data={"pct": 50}),
+    "tool_result": m.ToolResult(
+        turn_id="t1", call_id="call_1", outcome="failed", content='{"ok": false}', usage=m.Usage(total_tokens=9), cost=0.5
+    ),
+    "report_progress": m.ReportProgress(turn_id="t1", call_id="call_1", seq=0, data={"pct": 50}, usage=m.Usage()),
     "interrupt_tool": m.InterruptTool(turn_id="t1", call_id="call_1", mode="cancel", reason="r"),
-    "turn_options": m.TurnOptions(max_rounds=3, approval_timeout=2.5, approval_window=0.0, stop_grace=1.0, linger=0.5),
+    "turn_options": m.TurnOptions(
+        max_rounds=3, approval_timeout=2.5, approval_window=0.0, stop_grace=1.0, linger=0.5, max_tokens=1000,
+        max_cost=0.5, idle_timeout=30.0,
+    ),
     "start_turn": m.StartTurn(
         turn_id="t1", messages=history, tools=[spec], provider=provider, parent_turn_id="p", root_turn_id="r"
     ),
     "stop_turn": m.StopTurn(turn_id="t1", reason="user", request_id="q"),
     "cancel_turn": m.CancelTurn(turn_id="t1", reason="sup", grace=1.0),
-    "tool_approval_response": m.ToolApprovalResponse(call_id="call_1", approved=False, reason="no", turn_id="t1"),
+    "tool_approval_response": m.ToolApprovalResponse(
+        call_id="call_1", approved=True, reason="fixed", turn_id="t1", arguments={"a": 1, "b": [2]}
+    ),
+    "send_input": m.SendInput(
+        turn_id="t1", messages=[m.ChatMessage.user("also Oslo")], when="now", stop_calls=True, deny_pending=True,
+        request_id="q",
+    ),
+    "pause_turn": m.PauseTurn(turn_id="t1", when="now", reason="look", request_id="q"),
+    "resume_turn": m.ResumeTurn(turn_id="t1", messages=[m.ChatMessage.user("go on")], request_id="q"),
     "respond_to_approvals": m.RespondToApprovals(
         turn_id="t1",
         responses=[m.ToolApprovalResponse(call_id="c", approved=True)],
@@ -101,10 +116,14 @@ SAMPLES: dict[str, m.Message] = {
     "tool_finished": m.ToolFinished(call_id="c", name="add", outcome="interrupted", content="x", **ids),
     "tool_approval_request": m.ToolApprovalRequest(call_id="c", name="add", arguments={"a": 1}, description="d", **ids),
     "turn_retrying": m.TurnRetrying(attempt=2, delay=0.25, reason="HTTP 503", **ids),
+    "input_accepted": m.InputAccepted(messages=[m.ChatMessage.user("also Oslo")], history_index=4, request_id="q", **ids),
+    "budget_warning": m.BudgetWarning(budget="cost", used=0.81, limit=1.0, **ids),
     "error": m.Error(error_type="stopped", message="Agent run stopped", detail="user", **ids),
     "finish": m.Finish(
         finish_reason="awaiting_approval",
         usage=m.Usage(total_tokens=2),
+        subagent_usage=m.Usage(total_tokens=5),
+        cost=0.25,
         round=1,
         messages=history,
         pending_approvals=["c"],

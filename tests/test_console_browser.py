@@ -398,3 +398,73 @@ def test_the_header_and_the_nodes_follow_a_host_that_dies_though_no_turn_changes
             console.communicate(timeout=20)
     assert console.returncode == 0
     assert wait_until(lambda: all(session_processes(n["sid"]) == [] for n in nodes))
+
+
+# -- steering from the page (issue 35): input, pause and resume, edited arguments --------------
+
+
+def test_a_person_sends_input_pauses_and_resumes_a_turn_from_its_page(
+    provider: ScriptedProvider, browser: Browser
+) -> None:
+    provider.add(
+        say("Writing the long report for you now", hold_after=2, hold=threading.Event()),
+        say("Short version: all is well, and more", hold_after=2, hold=threading.Event()),
+        say("Done."),
+    )
+    with console_runtime(provider) as rt:
+        turn = rt.run("write the report")
+        browser.open(rt._console.url + f"#/turn/{turn.turn_id}")
+        browser.wait_text("#text", lambda s: s.startswith("Writing"))
+        browser.find("#input-text").send_keys("make it short")
+        browser.find("#input-now").click()
+        browser.find("#send-input").click()
+        assert browser.wait_text("#input-reply", lambda s: s != "sending...") == "applied"
+        browser.until(lambda d: event_texts(browser, "input_accepted"), message="the input entered")
+        assert event_texts(browser, "input_accepted")[0].endswith("input_accepted make it short")
+        browser.wait_text("#text", lambda s: "Short version" in s)
+        browser.find("#pause-now").click()
+        assert browser.wait_text("#pause-reply", lambda s: s != "sending...") == "applied"
+        browser.wait_text("#turn-status", lambda s: s == "paused")
+        browser.screenshot("turn-paused")
+        browser.find("#resume-turn").click()
+        assert browser.wait_text("#pause-reply", lambda s: s != "sending...") == "applied"
+        browser.wait_text("#turn-status", lambda s: s == "finished: stop")
+        browser.find("#resume-turn").click()
+        assert browser.wait_text("#pause-reply", lambda s: s.startswith("refused")) == (
+            f"refused: turn {turn.turn_id} has finished (stop); it takes no resume"
+        )
+    assert provider.requests[0].disconnected.is_set() and provider.requests[1].disconnected.is_set()
+    assert provider.requests[1].messages[-1] == {"role": "user", "content": "make it short"}
+    assert [m["role"] for m in provider.requests[2].messages] == ["user", "assistant", "user", "assistant"]
+
+
+def test_a_person_edits_a_calls_arguments_before_approving_it(provider: ScriptedProvider, browser: Browser) -> None:
+    from . import steer_tools as S
+
+    provider.add(use_tools(call("transfer", {"to": "alice", "amount": 200})), say("Sent."))
+    with console_runtime(provider) as rt:
+        turn = rt.run("pay alice", tools=[S.transfer])
+        assert turn.result(30).finish_reason == "awaiting_approval"
+        browser.open(rt._console.url + f"#/turn/{turn.turn_id}")
+        browser.until(lambda d: browser.find_all(pending("call_1")), message="the call waits")
+        browser.find(pending("call_1", "details.edit summary")).click()
+        edit = browser.find(pending("call_1", "textarea.edit-arguments"))
+        assert json.loads(edit.get_attribute("value")) == {"to": "alice", "amount": 200}
+        edit.clear()
+        edit.send_keys('{"to": "alice", "amount": "a lot"}')
+        browser.find(pending("call_1", "button.approve-edited")).click()
+        refused = browser.wait_text(pending("call_1", ".reply"), lambda s: s.startswith("refused"))
+        assert refused == (
+            "refused: the edited arguments of call 'call_1' do not fit tool 'transfer': Invalid arguments for tool "
+            "'transfer': amount: Input should be a valid integer, unable to parse string as an integer"
+        )
+        edit.clear()
+        edit.send_keys('{"to": "alice", "amount": 20}')
+        browser.find(pending("call_1", "button.approve-edited")).click()
+        assert browser.wait_text(pending("call_1", ".reply"), lambda s: s != "sending...") == "applied"
+        browser.wait_text("#turn-status", lambda s: s == "finished: stop")
+        (finished,) = event_texts(browser, "tool_finished")
+        assert finished.endswith(
+            'transfer call_1 success: {"ok": true, "data": {"to": "alice", "amount": 20}, '
+            '"edited_arguments": {"to": "alice", "amount": 20}}'
+        )

@@ -10,11 +10,12 @@ import actors
 import messages
 
 ACTORS = [
-    "AsyncRuntime", "AsyncTurnHandle", "CancelTurn", "Cancellation", "ChatMessage", "ChildTurnFailed", "CodecError",
+    "AsyncRuntime", "AsyncTurnHandle", "BudgetWarning", "CancelTurn", "Cancellation", "ChatMessage", "ChildTurnFailed", "CodecError",
     "CommandResult", "ConfigurationError", "ControlRejected", "ControlReply", "DIRECTORY_NAME", "DirectoryActor",
-    "Error", "EventBatch", "Finish", "FinishReason", "GreenroomError", "HostUnreachable", "MembershipChanged",
-    "ProviderConfig", "ReaderDropped",
-    "Registration", "RespondToApprovals", "RetryPolicy", "Runtime", "RuntimeClosedError", "SnapshotError",
+    "Error", "EventBatch", "Finish", "FinishReason", "GreenroomError", "HostUnreachable", "InputAccepted",
+    "MembershipChanged", "PauseTurn", "ProviderConfig", "ReaderDropped",
+    "Registration", "RespondToApprovals", "ResumeTurn", "RetryPolicy", "Runtime", "RuntimeClosedError", "SendInput",
+    "SnapshotError",
     "StartTurn", "StopTool", "StopTurn", "StoreError", "StoreUnavailable", "Subscribe", "Supervisor", "TextDelta",
     "Timeouts", "Tool",
     "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted", "ToolCancelled", "ToolContext",
@@ -25,11 +26,11 @@ ACTORS = [
 ]  # fmt: skip
 
 MESSAGES = [
-    "AbortStream", "ApprovalMode", "CallState", "CancelTurn", "ChatMessage", "CodecError", "Consumed", "ControlReply", "Error",
-    "Finish", "FinishReason", "FinishReasonLLM", "InterruptTool", "LLMCompleted", "LLMDeltas", "LLMFailed",
-    "LLMRetrying", "ListNodes", "Marker", "MembershipChanged", "Message", "NodeInfo", "NodeList", "ProviderConfig",
-    "RejectCode", "ReportProgress", "RespondToApprovals", "RetryPolicy", "Role", "RunTool", "SCHEMA_VERSION",
-    "SnapshotVersionError", "StartTurn", "StopCause", "StopTool", "StopTurn", "StreamChat", "Subscribe", "TERMINAL_REASONS",
+    "AbortStream", "ApprovalMode", "BudgetWarning", "CallState", "CancelTurn", "ChatMessage", "CodecError", "Consumed", "ControlReply", "Error",
+    "Finish", "FinishReason", "FinishReasonLLM", "InputAccepted", "InterruptTool", "LLMCompleted", "LLMDeltas",
+    "LLMFailed", "LLMRetrying", "LLMUsage", "ListNodes", "Marker", "MembershipChanged", "Message", "NodeInfo",
+    "NodeList", "PauseTurn", "ProviderConfig", "RejectCode", "ReportProgress", "RespondToApprovals", "ResumeTurn",
+    "RetryPolicy", "Role", "RunTool", "SCHEMA_VERSION", "SendInput", "SnapshotVersionError", "StartTurn", "StopCause", "StopTool", "StopTurn", "StreamChat", "Subscribe", "TERMINAL_REASONS",
     "TURN_COMMANDS",
     "TextDelta", "Timeouts", "ToolAlive", "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted",
     "ToolFinished", "ToolOutcome", "ToolProgress", "ToolResult", "ToolSpec", "TurnCommand", "TurnEvent", "TurnEventUnion",
@@ -38,7 +39,8 @@ MESSAGES = [
 ]  # fmt: skip
 
 KINDS = {
-    "AbortStream": "abort_stream", "CancelTurn": "cancel_turn", "ChatMessage": "chat_message", "Consumed": "consumed",
+    "AbortStream": "abort_stream", "BudgetWarning": "budget_warning", "InputAccepted": "input_accepted",
+    "LLMUsage": "llm_usage", "PauseTurn": "pause_turn", "ResumeTurn": "resume_turn", "SendInput": "send_input", "CancelTurn": "cancel_turn", "ChatMessage": "chat_message", "Consumed": "consumed",
     "ControlReply": "control_reply", "Error": "error", "Finish": "finish", "InterruptTool": "interrupt_tool",
     "ListNodes": "list_nodes", "LLMCompleted": "llm_completed", "LLMDeltas": "llm_deltas", "LLMFailed": "llm_failed",
     "LLMRetrying": "llm_retrying", "MembershipChanged": "membership_changed", "NodeInfo": "node_info",

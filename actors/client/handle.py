@@ -10,8 +10,9 @@ through the Runtime's pump, so they behave the same:
   since; otherwise (the turn has moved on: another process approved, or it is running) it
   waits for the next ``Finish``. It also waits when this handle resumed the turn (the last
   approval of a round, a stop or a cancel of a waiting turn, a ``stop_tool`` that completed
-  a paused batch), or attached to a turn whose decisions are about to resume it; with
-  ``final=True`` it waits for the terminal one, whoever resumes the turn;
+  a paused batch, a ``resume``, input that denied the pending calls), or attached to a turn
+  whose decisions are about to resume it; with ``final=True`` it waits for the terminal
+  one, whoever resumes the turn (a ``Finish(paused)`` is not terminal either);
 - ``TurnTimeout`` means a wait ran out of time, and says how long; a command that could not
   be delivered raises ``HostUnreachable``;
 - cancelling the task (or interrupting the thread) that waits in ``result()`` does not stop
@@ -24,18 +25,23 @@ import asyncio
 import concurrent.futures
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from messages import (
     CancelTurn,
+    ChatMessage,
     ControlReply,
     Finish,
+    PauseTurn,
     RespondToApprovals,
+    ResumeTurn,
+    SendInput,
     StopTool,
     StopTurn,
     ToolApprovalResponse,
     TurnEvent,
 )
+from messages.control import Timing
 
 from ..errors import ControlRejected, TurnTimeout
 from .routing import waiting
@@ -117,10 +123,23 @@ class _Handle:
 
     @staticmethod
     def _approvals(
-        call_id: str, approved: bool, reason: str | None, turn_id: str | None, own: str, by: str | None
-    ) -> Any:
-        response = ToolApprovalResponse(call_id=call_id, approved=approved, reason=reason)
+        call_id: str, approved: bool, reason: str | None, turn_id: str | None, own: str, by: str | None,
+        arguments: Any = None,
+    ) -> Any:  # fmt: skip
+        response = ToolApprovalResponse(call_id=call_id, approved=approved, reason=reason, arguments=arguments)
         return RespondToApprovals(turn_id=turn_id or own, responses=[response], by=by)
+
+    def _input(
+        self, text: str | Sequence[ChatMessage], when: Timing, stop_calls: bool, deny_pending: bool, by: str | None
+    ) -> Any:
+        messages = [ChatMessage.user(text)] if isinstance(text, str) else list(text)
+        return SendInput(
+            turn_id=self.turn_id, messages=messages, when=when, stop_calls=stop_calls, deny_pending=deny_pending, by=by
+        )
+
+    def _resume(self, text: str | Sequence[ChatMessage] | None, by: str | None) -> Any:
+        messages = None if text is None else [ChatMessage.user(text)] if isinstance(text, str) else list(text)
+        return ResumeTurn(turn_id=self.turn_id, messages=messages, by=by)
 
     def _respond(
         self, responses: Sequence[ToolApprovalResponse], deny_rest: bool, reason: str | None, by: str | None
@@ -177,40 +196,25 @@ class TurnHandle(_Handle):
             self._command(StopTurn(turn_id=self.turn_id, reason=reason, by=by), timeout)
 
     def cancel(
-        self,
-        reason: str = "cancel requested",
-        grace: float | None = None,
-        timeout: float = 10.0,
-        *,
-        by: str | None = None,
+        self, reason: str = "cancel requested", grace: float | None = None, timeout: float = 10.0, *, by: str | None = None
     ) -> None:
         """Cancel at the next safe boundary; a stop after ``grace`` seconds if given."""
         if not self.finished:
             self._command(CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace, by=by), timeout)
 
     def approve(
-        self,
-        call_id: str,
-        reason: str | None = None,
-        *,
-        turn_id: str | None = None,
-        timeout: float = 10.0,
-        by: str | None = None,
-    ) -> None:
-        """Approve one pending call (of a child turn, with its ``turn_id``), as ``by``;
-        ``ControlRejected`` says why if the turn refused (``not_allowed``: ``by`` is not one of
-        the tool's approvers)."""
-        self._command(self._approvals(call_id, True, reason, turn_id, self.turn_id, by), timeout)
+        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, arguments: dict[str, Any] | None = None,
+        timeout: float = 10.0, by: str | None = None,
+    ) -> None:  # fmt: skip
+        """Approve one pending call (of a child turn, with its ``turn_id``), as ``by``, with
+        ``arguments`` if the approver edited them; ``ControlRejected`` says why if the turn
+        refused (``not_allowed``: ``by`` is not one of the tool's approvers)."""
+        self._command(self._approvals(call_id, True, reason, turn_id, self.turn_id, by, arguments), timeout)
 
     def deny(
-        self,
-        call_id: str,
-        reason: str | None = None,
-        *,
-        turn_id: str | None = None,
-        timeout: float = 10.0,
+        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, timeout: float = 10.0,
         by: str | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Deny one pending call, as ``by``; its tool message will be ``Rejected: {reason}``."""
         self._command(self._approvals(call_id, False, reason, turn_id, self.turn_id, by), timeout)
 
@@ -231,6 +235,25 @@ class TurnHandle(_Handle):
     ) -> None:
         """Stop one call; it ends interrupted and the turn goes on."""
         self._command(StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason, by=by), timeout)
+
+    def send_input(
+        self, text_or_messages: str | Sequence[ChatMessage], *, when: Timing = "next_call", stop_calls: bool = False,
+        deny_pending: bool = False, timeout: float = 10.0, by: str | None = None,
+    ) -> ControlReply:  # fmt: skip
+        """New input for the running turn (``SendInput``); the reply's ``request_id`` is the one
+        its ``InputAccepted`` event carries."""
+        return self._command(self._input(text_or_messages, when, stop_calls, deny_pending, by), timeout)
+
+    def pause(self, *, when: Literal["next_step", "now"] = "next_step", reason: str = "pause requested",
+              timeout: float = 10.0, by: str | None = None) -> None:  # fmt: skip
+        """Hold the turn before its next model call (``PauseTurn``); ``result()`` then returns ``Finish(paused)``."""
+        self._command(PauseTurn(turn_id=self.turn_id, when=when, reason=reason, by=by), timeout)
+
+    def resume(
+        self, messages: str | Sequence[ChatMessage] | None = None, timeout: float = 10.0, *, by: str | None = None
+    ) -> None:
+        """Let a paused turn go on, with ``messages`` entering its history first if given."""
+        self._command(self._resume(messages, by), timeout)
 
 
 class AsyncTurnHandle(_Handle):
@@ -300,38 +323,23 @@ class AsyncTurnHandle(_Handle):
             await self._command(StopTurn(turn_id=self.turn_id, reason=reason, by=by), timeout)
 
     async def cancel(
-        self,
-        reason: str = "cancel requested",
-        grace: float | None = None,
-        timeout: float = 10.0,
-        *,
-        by: str | None = None,
+        self, reason: str = "cancel requested", grace: float | None = None, timeout: float = 10.0, *, by: str | None = None
     ) -> None:
         """Cancel at the next safe boundary; a stop after ``grace`` seconds if given."""
         if not self.finished:
             await self._command(CancelTurn(turn_id=self.turn_id, reason=reason, grace=grace, by=by), timeout)
 
     async def approve(
-        self,
-        call_id: str,
-        reason: str | None = None,
-        *,
-        turn_id: str | None = None,
-        timeout: float = 10.0,
-        by: str | None = None,
-    ) -> None:
-        """Approve one pending call (of a child turn, with its ``turn_id``), as ``by``."""
-        await self._command(self._approvals(call_id, True, reason, turn_id, self.turn_id, by), timeout)
+        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, arguments: dict[str, Any] | None = None,
+        timeout: float = 10.0, by: str | None = None,
+    ) -> None:  # fmt: skip
+        """Approve one pending call (of a child turn, with its ``turn_id``), as ``by``, with ``arguments`` if edited."""
+        await self._command(self._approvals(call_id, True, reason, turn_id, self.turn_id, by, arguments), timeout)
 
     async def deny(
-        self,
-        call_id: str,
-        reason: str | None = None,
-        *,
-        turn_id: str | None = None,
-        timeout: float = 10.0,
+        self, call_id: str, reason: str | None = None, *, turn_id: str | None = None, timeout: float = 10.0,
         by: str | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Deny one pending call, as ``by``; its tool message will be ``Rejected: {reason}``."""
         await self._command(self._approvals(call_id, False, reason, turn_id, self.turn_id, by), timeout)
 
@@ -352,6 +360,24 @@ class AsyncTurnHandle(_Handle):
     ) -> None:
         """Stop one call; it ends interrupted and the turn goes on."""
         await self._command(StopTool(turn_id=self.turn_id, call_id=call_id, reason=reason, by=by), timeout)
+
+    async def send_input(
+        self, text_or_messages: str | Sequence[ChatMessage], *, when: Timing = "next_call", stop_calls: bool = False,
+        deny_pending: bool = False, timeout: float = 10.0, by: str | None = None,
+    ) -> ControlReply:  # fmt: skip
+        """New input for the running turn (``SendInput``)."""
+        return await self._command(self._input(text_or_messages, when, stop_calls, deny_pending, by), timeout)
+
+    async def pause(self, *, when: Literal["next_step", "now"] = "next_step", reason: str = "pause requested",
+                    timeout: float = 10.0, by: str | None = None) -> None:  # fmt: skip
+        """Hold the turn before its next model call (``PauseTurn``)."""
+        await self._command(PauseTurn(turn_id=self.turn_id, when=when, reason=reason, by=by), timeout)
+
+    async def resume(
+        self, messages: str | Sequence[ChatMessage] | None = None, timeout: float = 10.0, *, by: str | None = None
+    ) -> None:
+        """Let a paused turn go on, with ``messages`` entering its history first if given."""
+        await self._command(self._resume(messages, by), timeout)
 
 
 class _Expired(Exception):

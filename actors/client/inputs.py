@@ -10,13 +10,13 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from messages import ProviderConfig, ToolSpec
+from messages import ProviderConfig, ToolSpec, TurnOptions
 
 from ..errors import ConfigurationError, ToolDefinitionError
 from ..providers.formats import History, history
 from ..tools.definition import tool_specs
 
-__all__ = ["History", "checked_provider", "checked_tools", "history"]
+__all__ = ["History", "checked_options", "checked_provider", "checked_tools", "history"]
 
 
 def checked_provider(provider: ProviderConfig | None) -> ProviderConfig:
@@ -30,6 +30,17 @@ def checked_provider(provider: ProviderConfig | None) -> ProviderConfig:
             "pass api_key_env=None for a server that needs no key"
         )
     return provider
+
+
+def checked_options(options: TurnOptions, provider: ProviderConfig) -> TurnOptions:
+    """The turn's options, refused now if its cost budget cannot be counted: ``max_cost``
+    needs the model's prices (a budget of zero or less is refused by ``TurnOptions`` itself)."""
+    if options.max_cost is not None and not provider.priced:
+        raise ConfigurationError(
+            f"max_cost={options.max_cost:g} needs the prices of model {provider.model!r}: set input_price and "
+            "output_price (per million tokens) in its ProviderConfig"
+        )
+    return options
 
 
 def checked_tools(tools: Iterable[Any], main_names: set[str]) -> list[ToolSpec]:

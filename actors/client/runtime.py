@@ -57,7 +57,7 @@ from ..wire.protocol import Configure, HostReplaced, NodesChanged
 from ..wire.transport import TransportConfig
 from .follow import STORE_WAIT, Follower
 from .handle import TurnHandle
-from .inputs import History, checked_provider, checked_tools, history
+from .inputs import History, checked_options, checked_provider, checked_tools, history
 from .queries import Queries
 from .receiving import Inbound
 from .routing import Hosts, addressed, waiting
@@ -280,7 +280,7 @@ class Runtime(Queries):
         return self._running().command(command)
 
     def control(self, command: Any, timeout: float = 10.0) -> ControlReply:
-        """Send a command (``StopTurn``, ``CancelTurn``, ``RespondToApprovals``, ``StopTool``,
+        """Send a command (any ``TurnCommand``: ``StopTurn``, ``SendInput``, ``PauseTurn``, ...;
         ``ToolApprovalResponse`` with a ``turn_id``) to its turn and return the turn's reply.
         A refusal is returned as a reply with ``ok=False``, not raised. A host that does not
         know the turn answers ``unknown_turn`` within ``timeout`` (the command says so:
@@ -335,8 +335,8 @@ class Runtime(Queries):
             turn_id=turn_id or new_turn_id(),
             messages=history(messages, system),
             tools=checked_tools(tools, self._main_names),
-            provider=checked_provider(provider or self.provider),
-            options=options or TurnOptions(),
+            provider=(chosen := checked_provider(provider or self.provider)),
+            options=checked_options(options or TurnOptions(), chosen),
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
             requires=requires or {},
         )

@@ -12,9 +12,11 @@ let ``serve`` run it. Routes, relative to where it is mounted:
 - ``GET api/stream/turns`` and ``GET api/stream/turns/{id}?since=N``: server-sent events,
   the list (``turns``) or the turn's new events and view (``update``) whenever they change;
 - ``POST api/turns/{id}/decide`` (``{"decisions": [{"turn_id", "call_id", "approved",
-  "reason"}]}``, one ``RespondToApprovals`` per turn named), ``.../stop``,
-  ``.../cancel`` (``{"reason", "grace"}``), ``.../calls/{call_id}/stop``: the commands'
-  ``ControlReply``s, status 200 when all were applied or queued in the store's inbox (the
+  "reason", "arguments"}]}``, one ``RespondToApprovals`` per turn named; ``arguments``: the
+  call's, edited), ``.../stop``, ``.../cancel`` (``{"reason", "grace"}``),
+  ``.../calls/{call_id}/stop``, ``.../input`` (``{"text", "when", "stop_calls",
+  "deny_pending"}``), ``.../pause`` (``{"when", "reason"}``), ``.../resume``
+  (``{"text"}``): the commands' ``ControlReply``s, status 200 when all were applied or queued in the store's inbox (the
   message says which: ``applied``, or ``queued (why)``, applied once a host or runtime takes
   the turn), 404 for an unknown turn or call, 409 for any other refusal, 504 when a runtime
   of another process did not answer. Each command is sent by the request's user (its
@@ -29,7 +31,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 from starlette.applications import Starlette
@@ -39,7 +41,10 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from messages import CancelTurn, ControlReply, Message, RespondToApprovals, StopTool, StopTurn, ToolApprovalResponse
+from messages import (
+    CancelTurn, ChatMessage, ControlReply, Message, PauseTurn, RespondToApprovals, ResumeTurn, SendInput, StopTool,
+    StopTurn, ToolApprovalResponse,
+)  # fmt: skip
 
 from ..errors import RuntimeClosedError, TurnTimeout
 from . import model
@@ -59,6 +64,7 @@ class Decision(BaseModel):
     call_id: str = Field(min_length=1)
     approved: bool
     reason: str | None = None
+    arguments: dict[str, Any] | None = None
 
 
 class Decide(BaseModel):
@@ -72,6 +78,22 @@ class StopBody(BaseModel):
 class CancelBody(BaseModel):
     reason: str = Field(default="cancelled from the console", min_length=1)
     grace: float | None = Field(default=None, ge=0)
+
+
+class InputBody(BaseModel):
+    text: str = Field(min_length=1)
+    when: Literal["next_call", "now"] = "next_call"
+    stop_calls: bool = False
+    deny_pending: bool = False
+
+
+class PauseBody(BaseModel):
+    when: Literal["next_step", "now"] = "next_step"
+    reason: str = Field(default="paused from the console", min_length=1)
+
+
+class ResumeBody(BaseModel):
+    text: str | None = None
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -221,7 +243,7 @@ async def decide(request: Request) -> Response:
     assert isinstance(body, Decide)
     by_turn: dict[str, list[ToolApprovalResponse]] = {}
     for d in body.decisions:
-        response = ToolApprovalResponse(call_id=d.call_id, approved=d.approved, reason=d.reason or None)
+        response = ToolApprovalResponse(call_id=d.call_id, approved=d.approved, reason=d.reason or None, arguments=d.arguments)
         by_turn.setdefault(d.turn_id, []).append(response)
     by = _user(request)
     commands: list[Message] = [RespondToApprovals(turn_id=t, responses=r, by=by) for t, r in by_turn.items()]
@@ -257,6 +279,36 @@ async def stop_call(request: Request) -> Response:
     return await _send(request, turn_id, [command])
 
 
+async def send_input(request: Request) -> Response:
+    turn_id = request.path_params["turn_id"]
+    body = await _body(request, InputBody)
+    if isinstance(body, JSONResponse):
+        return body
+    assert isinstance(body, InputBody)
+    command = SendInput(turn_id=turn_id, messages=[ChatMessage.user(body.text)], when=body.when,
+                        stop_calls=body.stop_calls, deny_pending=body.deny_pending, by=_user(request))  # fmt: skip
+    return await _send(request, turn_id, [command])
+
+
+async def pause(request: Request) -> Response:
+    turn_id = request.path_params["turn_id"]
+    body = await _body(request, PauseBody)
+    if isinstance(body, JSONResponse):
+        return body
+    assert isinstance(body, PauseBody)
+    return await _send(request, turn_id, [PauseTurn(turn_id=turn_id, when=body.when, reason=body.reason, by=_user(request))])
+
+
+async def resume(request: Request) -> Response:
+    turn_id = request.path_params["turn_id"]
+    body = await _body(request, ResumeBody)
+    if isinstance(body, JSONResponse):
+        return body
+    assert isinstance(body, ResumeBody)
+    messages = [ChatMessage.user(body.text)] if body.text else None
+    return await _send(request, turn_id, [ResumeTurn(turn_id=turn_id, messages=messages, by=_user(request))])
+
+
 def build_app(
     source: Source,
     token: str | None,
@@ -279,6 +331,9 @@ def build_app(
             Route("/api/turns/{turn_id}/stop", stop, methods=["POST"]),
             Route("/api/turns/{turn_id}/cancel", cancel, methods=["POST"]),
             Route("/api/turns/{turn_id}/calls/{call_id}/stop", stop_call, methods=["POST"]),
+            Route("/api/turns/{turn_id}/input", send_input, methods=["POST"]),
+            Route("/api/turns/{turn_id}/pause", pause, methods=["POST"]),
+            Route("/api/turns/{turn_id}/resume", resume, methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC)),
         ]
     )

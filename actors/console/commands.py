@@ -60,6 +60,7 @@ def queued(reply: ControlReply) -> bool:
 def refusal(store: TurnStore, command: Message) -> ControlReply | None:
     """The refusal of ``command`` by the stored turn's rules (after the commands queued before
     it), or None if they accept it. Nothing is written."""
+    from ..tools.loading import argument_problem
     from ..turn.decisions import Reply
     from ..turn.rules import TurnRules
 
@@ -72,7 +73,7 @@ def refusal(store: TurnStore, command: Message) -> ControlReply | None:
         return reply_for(
             command, False, "turn_finished", f"turn {turn_id} has already finished ({state.finish_reason})"
         )
-    rules = TurnRules(state)
+    rules = TurnRules(state, check_arguments=argument_problem)
     for _, queued in store.inbox.pending(turn_id):
         rules.handle(queued)
     for decision in rules.handle(command.model_copy(update={"request_id": "console"})):

@@ -58,7 +58,7 @@ def _status(events: Sequence[Timed]) -> tuple[str, str | None, float | None]:
     if finish.terminal:
         return "finished", finish.finish_reason, None
     if events[-1][0] is finish:
-        return "awaiting_approval", None, at
+        return ("paused" if finish.finish_reason == "paused" else "awaiting_approval"), None, at
     return "running", None, None
 
 

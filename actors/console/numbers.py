@@ -23,7 +23,7 @@ RECENT = 100
 
 def numbers(rows: Sequence[dict[str, Any]], events_of: Callable[[str], list[Timed]], now: float) -> dict[str, Any]:
     """See the module docstring; ``events_of(turn_id)`` reads a turn's events."""
-    live = [r for r in rows if r["status"] in ("running", "awaiting_approval")]
+    live = [r for r in rows if r["status"] in ("running", "awaiting_approval", "paused")]
     waiting = [r["waiting_since"] for r in rows if r["status"] == "awaiting_approval" and r.get("waiting_since")]
     tokens = {"input": 0, "output": 0}
     tools: dict[tuple[str, str], list[float]] = {}

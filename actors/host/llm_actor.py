@@ -11,7 +11,8 @@ Guarantees, per stream: every message about it carries its ``stream_id`` and the
 ``seq`` (0, 1, 2, ...); text drained in one wake-up is sent as one ``LLMDeltas``; the stream
 thread hands its text over in batches: it appends each delta to the stream's ``TextBuffer``
 and queues an item (with its wake-up byte) only when the buffer was empty, so a host that
-is behind takes many deltas for one item and one byte; the last
+is behind takes many deltas for one item and one byte; usage the provider reports before
+its end is sent as it changes (``LLMUsage``, after the text before it); the last
 message is exactly one ``LLMCompleted`` or ``LLMFailed``, unless the stream was aborted,
 after which nothing more is sent about it.
 
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, StreamChat
+from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, LLMUsage, StreamChat
 
 from ..mailbox import Kernel, LocalActor
 from ..providers.streaming import ProviderClient, StreamOutput, StreamWorker
@@ -117,6 +118,9 @@ class LLMActor(LocalActor):
                     touched.append(stream_id)
                 continue
             self._flush(stream)
+            if kind == "usage":  # before the stream's end: so that an aborted stream counts it
+                self._send(stream, LLMUsage, usage=out[1])
+                continue
             end_chat(stream.span, out)
             if kind == "retry":
                 self._send(stream, LLMRetrying, attempt=out[1], delay=out[2], reason=out[3])

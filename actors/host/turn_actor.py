@@ -42,7 +42,10 @@ from messages import (
     Consumed,
     Error,
     Finish,
+    PauseTurn,
     RespondToApprovals,
+    ResumeTurn,
+    SendInput,
     StartTurn,
     StopTurn,
     Subscribe,
@@ -63,7 +66,7 @@ from ..store.base import Owner
 from ..store.ownership import STOP_WITHIN
 from ..telemetry.metrics import TurnMeter
 from ..telemetry.turn_spans import TurnTrace
-from ..tools.loading import needs_approval
+from ..tools.loading import argument_problem, needs_approval
 from ..turn.decisions import (
     Abort,
     Decision,
@@ -125,11 +128,13 @@ class TurnActor(LocalActor):
     @classmethod
     def starting(cls, host: TurnHostFace, start: StartTurn) -> TurnActor:
         owner = host.durable.owner(1) if host.durable is not None else None
-        return cls(host, TurnRules.from_start(start, needs_approval=needs_approval), start.trace_context, owner)
+        rules = TurnRules.from_start(start, needs_approval=needs_approval, check_arguments=argument_problem)
+        return cls(host, rules, start.trace_context, owner)
 
     @classmethod
     def recovering(cls, host: TurnHostFace, state: TurnState, owner: Owner) -> TurnActor:
-        return cls(host, TurnRules(state, needs_approval=needs_approval), state.trace_context, owner)
+        rules = TurnRules(state, needs_approval=needs_approval, check_arguments=argument_problem)
+        return cls(host, rules, state.trace_context, owner)
 
     @property
     def state(self) -> TurnState:
@@ -191,13 +196,15 @@ class TurnActor(LocalActor):
         self._apply(self.rules.handle(message.step), None)
 
     def receiveMsg_TurnCommand(self, message: TurnCommand, sender: Any) -> None:
-        """Stop, cancel, approvals, ``StopTool``: one INFO line, then the rules."""
+        """Stop, cancel, approvals, ``StopTool``, input, pause, resume: one INFO line, then the rules."""
         by = f" by {message.by!r}" if message.by is not None else ""
-        if isinstance(message, (StopTurn, CancelTurn)):
+        if isinstance(message, (StopTurn, CancelTurn, PauseTurn)):
             log().info("turn %s: %s requested%s (%s)", self.turn_id, message.kind.split("_")[0], by, message.reason)
+        elif isinstance(message, (SendInput, ResumeTurn)):
+            log().info("turn %s: %s%s", self.turn_id, message.kind.replace("_", " "), by)
         elif isinstance(message, (ToolApprovalResponse, RespondToApprovals)):
             for r in [message] if isinstance(message, ToolApprovalResponse) else message.responses:
-                verdict = "approved" if r.approved else "denied"
+                verdict = ("approved" if r.arguments is None else "approved with edited arguments") if r.approved else "denied"
                 why = f" ({r.reason})" if r.reason else ""
                 log().info("turn %s: call %s %s%s%s", self.turn_id, r.call_id, verdict, by, why)
         self._apply(self.rules.handle(message), sender, message)
@@ -347,7 +354,8 @@ def _log_event(event: TurnEvent, state: TurnState) -> None:
         log().info(
             "turn %s %s after %d round(s), %d tokens, %.2f s",
             event.turn_id,
-            f"finished: {event.finish_reason}" if event.terminal else "paused for approval",
+            f"finished: {event.finish_reason}" if event.terminal else
+            "paused" if event.finish_reason == "paused" else "paused for approval",
             event.round,
             event.usage.total_tokens,
             state.updated_at - state.created_at,

@@ -202,6 +202,12 @@ class AnthropicStream:
             self._output_tokens = int(usage.get("output_tokens") or 0)
             self._saw_usage = True
 
+    def reported(self) -> Usage | None:
+        if not self._saw_usage or self._stop is not None:
+            return None
+        total = self._input_tokens + self._output_tokens
+        return Usage(prompt_tokens=self._input_tokens, completion_tokens=self._output_tokens, total_tokens=total)
+
     def result(self) -> tuple[ChatMessage, FinishReasonLLM, Usage | None]:
         text: list[str] = []
         calls: list[ToolCall] = []

@@ -36,6 +36,11 @@ class Accumulator(Protocol):
     def result(self) -> tuple[ChatMessage, FinishReasonLLM, Usage | None]:
         """The accumulated assistant message, finish reason and usage."""
 
+    def reported(self) -> Usage | None:
+        """The usage the provider has reported before its stream's end (Anthropic's
+        ``message_start``, a server that reports it with each chunk), all of it; None when it
+        has reported none, or has reached its end (the result carries the final one)."""
+
 
 class Adapter(Protocol):
     def build(

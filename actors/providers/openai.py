@@ -180,6 +180,9 @@ class OpenAIStream:
         elif isinstance(fn.get("arguments"), dict):  # some servers send an object
             entry["args"].append(json.dumps(fn["arguments"]))
 
+    def reported(self) -> Usage | None:
+        return self._usage if self._finish is None else None
+
     def result(self) -> tuple[ChatMessage, FinishReasonLLM, Usage | None]:
         calls = [
             ToolCall(id=c["id"] or f"{self._id_prefix}_{i}", name=c["name"], arguments="".join(c["args"]))

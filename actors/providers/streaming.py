@@ -7,7 +7,8 @@ stalled stream; the provider sees the connection close.
 
 Retries: a connection error, HTTP 429 (``Retry-After`` honoured) or 5xx that happens before
 the first text reached the turn is retried with the provider's ``RetryPolicy``; each retry
-is emitted first. Once text was emitted, a failure ends the stream: text is never repeated.
+is emitted first. Usage the provider reports before its end is emitted as it changes
+(``("usage", Usage)``), so that a stream aborted before its end counts what it had used. Once text was emitted, a failure ends the stream: text is never repeated.
 A stream silent for longer than the read timeout fails with ``read_timeout``; one that runs
 past the total timeout fails with ``total_timeout``.
 
@@ -45,7 +46,7 @@ __all__ = ["ADAPTERS", "ProviderClient", "StreamOutput", "StreamWorker", "backof
 
 ADAPTERS: dict[str, Adapter] = {"openai": OpenAIAdapter(), "anthropic": AnthropicAdapter()}
 
-# What a worker emits: ("text", str) | ("retry", attempt, delay, reason)
+# What a worker emits: ("text", str) | ("retry", attempt, delay, reason) | ("usage", Usage)
 # | ("done", ChatMessage, finish_reason, Usage | None) | ("failed", error_type, message)
 StreamOutput = tuple[Any, ...]
 
@@ -139,6 +140,7 @@ class StreamWorker:
         self._abort_report: tuple[str, str] | None = None
         self._sent_text = False
         self._ended = False
+        self._usage: Any = None  # the usage last emitted
 
     def start(self) -> None:
         self.client.run(self._main)
@@ -219,6 +221,12 @@ class StreamWorker:
             self._sent_text = True
             self._emit(("text", text))
 
+    def _report_usage(self, acc: Accumulator) -> None:
+        usage = acc.reported()
+        if usage is not None and usage != self._usage:
+            self._usage = usage
+            self._emit(("usage", usage))
+
     def _attempt(
         self, adapter: Adapter, url: str, headers: dict[str, str], body: dict[str, Any], timeout: httpx.Timeout
     ) -> None:
@@ -241,6 +249,7 @@ class StreamWorker:
                         if self._aborted.is_set():
                             return self._report_abort()
                         self._pass_on(text)
+                        self._report_usage(acc)
                         if acc.done:
                             break
                     if not acc.received:

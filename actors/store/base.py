@@ -110,8 +110,8 @@ class HostRecord:
 def status_of(state: TurnState) -> str:
     if state.phase == "finished":
         return "finished"
-    if state.phase == "awaiting_approval":
-        return "awaiting_approval"
+    if state.phase in ("awaiting_approval", "paused"):
+        return state.phase
     return "running"
 
 

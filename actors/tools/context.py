@@ -269,6 +269,8 @@ class ToolContext:
         provider: Any = None,
         child_starter: Callable[[Any], None] | None = None,
         trace_context: dict[str, str] | None = None,
+        tokens_left: int | None = None,
+        cost_left: float | None = None,
     ) -> None:
         self.turn_id = turn_id
         self.root_turn_id = root_turn_id
@@ -283,6 +285,9 @@ class ToolContext:
         self.trace_context = trace_context  # W3C carrier of the call's execute_tool span, if traced
         self._progress = progress
         self._child_starter = child_starter
+        # what the turn's budgets had left when the call started: each sub-agent gets no more
+        self.tokens_left = tokens_left
+        self.cost_left = cost_left
 
     @staticmethod
     def current() -> ToolContext:

@@ -1,7 +1,9 @@
 """What the running side does with a ``ToolSpec``: load the tool behind it, ask its predicate.
 
 ``load_tool`` runs where a call runs (a tool process, or a TurnHost for inline tools);
-``needs_approval`` runs where the turn runs (a TurnHost), on each fresh call.
+``needs_approval`` runs where the turn runs (a TurnHost), on each fresh call, and
+``argument_problem`` there too, on arguments an approver edited (and in the command line
+and the console, which check a command against a stored turn).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from ..logs import logger
 from .definition import Tool
 from .refs import import_ref
 
-__all__ = ["load_tool", "needs_approval"]
+__all__ = ["argument_problem", "load_tool", "needs_approval"]
 
 
 log = logger("greenroom.tools")
@@ -48,3 +50,19 @@ def needs_approval(spec: ToolSpec, arguments: dict[str, Any]) -> bool:
     except Exception:
         log().exception("approval predicate %s raised; the call needs approval", spec.approval_ref)
         return True
+
+
+def argument_problem(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` do not fit the parameters of ``spec``'s tool (what ``Tool.validate``
+    says, as a call with them would fail), or None. A tool that cannot be loaded here is not
+    checked: the process that runs the call checks its arguments again."""
+    try:
+        tool = load_tool(spec)
+    except Exception as exc:  # an import error of the user's module, say: not this check's to report
+        log().debug("cannot load %s to check edited arguments here: %s", spec.ref, exc)
+        return None
+    try:
+        tool.validate(arguments)
+    except ValueError as exc:
+        return str(exc)
+    return None

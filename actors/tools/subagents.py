@@ -6,6 +6,11 @@ parent's tool result. The child's events carry its ``parent_turn_id`` and ``root
 and reach the parent's subscribers as ``ToolProgress`` of the calling tool
 (``{"child_turn_id": ..., "event": {...}}``). A stop or cancel of the parent call reaches
 the child (and, through its own tools, every descendant).
+
+A parent's budget covers its children: a child's ``max_tokens`` and ``max_cost`` are at most
+what the parent's had left when the calling tool started (``ToolContext.tokens_left``,
+``cost_left``), and the child's use (its own and its sub-agents', with each of its
+``Finish``) counts against the parent's, which ends ``budget_exceeded`` once it is spent.
 """
 
 from __future__ import annotations
@@ -62,13 +67,15 @@ def run_subagent(
         raise ConfigurationError("run_subagent() needs a provider (the parent turn's is not known here)")
     from ..providers.formats import history
 
+    options = _within(options or TurnOptions(), ctx, provider)
+
     child = ChildTurn(
         StartTurn(
             turn_id=new_turn_id(),
             messages=history(messages, system),
             tools=tool_specs(tools),
             provider=provider,
-            options=options or TurnOptions(),
+            options=options,
             parent_turn_id=ctx.turn_id,
             root_turn_id=ctx.root_turn_id,
             trace_context=current_context(ctx.trace_context),  # a child of the calling tool's span
@@ -91,3 +98,22 @@ def run_subagent(
         if m.role == "assistant":
             return m.content or ""
     return ""
+
+
+def _within(options: TurnOptions, ctx: ToolContext, provider: ProviderConfig) -> TurnOptions:
+    """``options`` bounded by what the parent's budgets have left (a child gets no more)."""
+    update: dict[str, Any] = {}
+    if ctx.tokens_left is not None:
+        if ctx.tokens_left <= 0:
+            raise ChildTurnFailed("the parent turn's token budget is spent: no sub-agent can start")
+        update["max_tokens"] = min(options.max_tokens or ctx.tokens_left, ctx.tokens_left)
+    if ctx.cost_left is not None:
+        if ctx.cost_left <= 0:
+            raise ChildTurnFailed("the parent turn's cost budget is spent: no sub-agent can start")
+        if not provider.priced:
+            raise ConfigurationError(
+                f"the parent turn has a cost budget, and the sub-agent's model {provider.model!r} has no prices "
+                "(ProviderConfig.input_price and output_price): its cost could not be counted"
+            )
+        update["max_cost"] = min(options.max_cost or ctx.cost_left, ctx.cost_left)
+    return options.model_copy(update=update) if update else options

@@ -148,6 +148,8 @@ class ToolActor(LocalActor):
             provider=run.provider,
             child_starter=lambda child: self._report("child", child),
             trace_context=run.trace_context,
+            tokens_left=run.tokens_left,
+            cost_left=run.cost_left,
         )
         if self._host_loop is not None and tool.is_async:
             self._host_loop.call_soon_threadsafe(self._start_task, tool, kwargs)

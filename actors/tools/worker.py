@@ -42,6 +42,7 @@ from messages import (
     ToolAlive,
     ToolApprovalRequest,
     ToolResult,
+    Usage,
 )
 
 from ..handoff import Handoff
@@ -79,6 +80,7 @@ class ToolWorker(Dispatcher):
         self._host: Any = None
         self._progress_seq = 0
         self._children: dict[str, Any] = {}  # child turn id -> ChildTurn (sub-agents)
+        self._spent: dict[str, tuple[Usage, float]] = {}  # child turn id -> its use (with its own sub-agents')
         self._exiting = False
         self._retiring = False  # its last result is on its way: it exits once that is acknowledged
         self._generation = 0  # which call a timer belongs to
@@ -126,7 +128,7 @@ class ToolWorker(Dispatcher):
             os.environ.pop(run.provider.api_key_env, None)  # the key is the LLM's, never a tool's
         self._calls += 1
         self._generation += 1
-        self._host, self._progress_seq, self._children = sender, 0, {}
+        self._host, self._progress_seq, self._children, self._spent = sender, 0, {}, {}
         generation = self._generation
         self._call = ToolActor(self._kernel, run, lambda kind, payload: self._handoff.put((generation, kind, payload)))
         if run.heartbeat is not None:
@@ -152,7 +154,7 @@ class ToolWorker(Dispatcher):
         call.finished = True
         self._call = None
         retiring = retire or (self._recycle_after > 0 and self._calls >= self._recycle_after)
-        result = WorkerResult(_result(call.run, outcome[0], outcome[1]), retiring=retiring)
+        result = WorkerResult(_result(call.run, outcome[0], outcome[1], *self._spending()), retiring=retiring)
         if retiring:
             self._send_then_retire(result)
         else:
@@ -172,15 +174,32 @@ class ToolWorker(Dispatcher):
         self._retiring = True
         self._myRef._send_intent(TransmitIntent(self._host, result, onSuccess=sent, onError=sent))
 
-    def _progress(self, call: ToolActor, data: Any, approval: dict[str, Any] | None = None) -> None:
-        if not call.stopping:
-            run = call.run
-            report = ReportProgress(
-                turn_id=run.turn_id, call_id=run.call.id, seq=self._progress_seq, data=data, approval=approval,
-                attempt=run.attempt, epoch=run.epoch,
-            )  # fmt: skip
-            self.send(self._host, report)
-            self._progress_seq += 1
+    def _progress(
+        self, call: ToolActor, data: Any, approval: dict[str, Any] | None = None, spent: bool = False
+    ) -> None:
+        """A progress report; ``spent``: with what the call's sub-agents have used, in all (sent
+        even for a stopped call, alone: its turn counts it against its budgets)."""
+        if call.stopping and not spent:
+            return
+        usage, cost = self._spending() if spent else (None, None)
+        if call.stopping:
+            data = approval = None
+        run = call.run
+        report = ReportProgress(
+            turn_id=run.turn_id, call_id=run.call.id, seq=self._progress_seq, data=data, approval=approval,
+            attempt=run.attempt, epoch=run.epoch, usage=usage, cost=cost,
+        )  # fmt: skip
+        self.send(self._host, report)
+        self._progress_seq += 1
+
+    def _spending(self) -> tuple[Usage | None, float | None]:
+        """What the call's sub-agents have used, in all (None when it started none)."""
+        if not self._spent:
+            return None, None
+        usage, cost = Usage(), 0.0
+        for u, c in self._spent.values():
+            usage, cost = usage + u, cost + c
+        return usage, cost
 
     def receiveMsg_InterruptTool(self, msg: InterruptTool, sender: Any) -> None:
         if self._before_init(msg, sender):
@@ -259,8 +278,13 @@ class ToolWorker(Dispatcher):
                 fields = ("turn_id", "call_id", "name", "arguments", "description", "approvers")
                 self._progress(call, None, event.model_dump(mode="json", include=set(fields)))
                 continue
+            spent = isinstance(event, Finish)
+            if isinstance(event, Finish):  # the child's use so far: its own and its sub-agents'
+                self._spent[event.turn_id] = (event.usage + event.subagent_usage, event.cost or 0.0)
             self._progress(
-                call, {"child_turn_id": event.turn_id, "event": event.model_dump(mode="json", exclude={"messages"})}
+                call,
+                {"child_turn_id": event.turn_id, "event": event.model_dump(mode="json", exclude={"messages"})},
+                spent=spent,
             )
             if isinstance(event, Finish) and event.terminal:
                 del self._children[event.turn_id]
@@ -286,9 +310,12 @@ class ToolWorker(Dispatcher):
         log().debug("ToolWorker ignored %r", type(msg).__name__)
 
 
-def _result(run: RunTool, outcome: str, content: str) -> ToolResult:
-    """The call's one result, naming the run it reports (its attempt, its turn's epoch)."""
+def _result(
+    run: RunTool, outcome: str, content: str, usage: Usage | None = None, cost: float | None = None
+) -> ToolResult:
+    """The call's one result, naming the run it reports (its attempt, its turn's epoch), with
+    what its sub-agents used, in all."""
     return ToolResult(
         turn_id=run.turn_id, call_id=run.call.id, outcome=outcome, content=content,  # type: ignore[arg-type]
-        attempt=run.attempt, epoch=run.epoch,
+        attempt=run.attempt, epoch=run.epoch, usage=usage, cost=cost,
     )  # fmt: skip

@@ -5,29 +5,32 @@ The LLMActor numbers every message about a stream (``seq`` 0, 1, 2, ...); Thespi
 deliver them in any order. A ``StreamAssembly`` hands the turn's rules each message of its
 stream once, in ``seq`` order, and drops messages of any other stream (one the turn
 aborted, or a round that ended). The text is kept as its parts and joined once, when the
-turn needs it (the partial text of a stream that ended early joins the history).
+turn needs it (the partial text of a stream that ended early joins the history); the usage
+the provider has reported so far, and when the stream last showed a sign of life, beside it.
 """
 
 from __future__ import annotations
 
-from messages import LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying
+from messages import LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, LLMUsage, Usage
 
 from .reorder import Reorder
 
 __all__ = ["StreamAssembly", "StreamMessage"]
 
-StreamMessage = LLMDeltas | LLMRetrying | LLMCompleted | LLMFailed
+StreamMessage = LLMDeltas | LLMRetrying | LLMUsage | LLMCompleted | LLMFailed
 
 
 class StreamAssembly:
     """The stream ``stream_id`` of one round. Not thread-safe; owned by its turn's rules."""
 
-    __slots__ = ("_order", "_parts", "stream_id")
+    __slots__ = ("_order", "_parts", "alive_at", "stream_id", "usage")
 
-    def __init__(self, stream_id: str) -> None:
+    def __init__(self, stream_id: str, now: float = 0.0) -> None:
         self.stream_id = stream_id
         self._order: Reorder[StreamMessage] = Reorder()
         self._parts: list[str] = []
+        self.usage: Usage | None = None  # as the provider reported it so far (LLMUsage)
+        self.alive_at = now  # when its last message came (or it started)
 
     def accept(self, message: StreamMessage) -> list[StreamMessage]:
         """The messages of this stream now in order (none while one before them is missing)."""

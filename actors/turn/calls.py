@@ -15,12 +15,16 @@ from typing import Any
 
 from messages import CallState, ChatMessage, RunTool, ToolCall, ToolSpec, TurnState
 
+from .budget import left
 from .results import error_result
 from .sanitize import TooDeep, safe_json
 
-__all__ = ["Fails", "NeedsApproval", "Runs", "Waits", "answered_before", "classify", "run_message", "timer_call"]
+__all__ = [
+    "CheckArguments", "Fails", "NeedsApproval", "Runs", "Waits", "answered_before", "classify", "run_message", "timer_call",
+]  # fmt: skip
 
 NeedsApproval = Callable[[ToolSpec, dict[str, Any]], bool]
+CheckArguments = Callable[[ToolSpec, dict[str, Any]], "str | None"]  # why the arguments do not fit, or None
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,9 @@ def idempotency_key(state: TurnState, call: CallState) -> str:
 
 def run_message(state: TurnState, call: CallState, spec: ToolSpec) -> RunTool:
     """The ``RunTool`` for attempt ``call.attempt`` of ``call``: what a tool process needs and
-    nothing secret (the provider names its key's variable; a tool process drops it)."""
+    nothing secret (the provider names its key's variable; a tool process drops it); what
+    the turn's budgets have left bounds the sub-agents it starts."""
+    tokens_left, cost_left = left(state)
     return RunTool(
         turn_id=state.turn_id,
         root_turn_id=state.root_turn_id,
@@ -92,6 +98,8 @@ def run_message(state: TurnState, call: CallState, spec: ToolSpec) -> RunTool:
         heartbeat=state.options.heartbeat if spec.requires else None,
         provider=state.provider,
         max_result_bytes=state.options.max_result_bytes,
+        tokens_left=tokens_left,
+        cost_left=cost_left,
     )
 
 

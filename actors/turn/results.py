@@ -3,7 +3,9 @@
 Every tool call gets exactly one tool message (``ToolFinished.content`` is the same text):
 a value becomes ``{"ok": true, "data": ...}``, a failure ``{"ok": false, "error": ...,
 "data": null}``, as the seeds write them; a call interrupted by a stop or cancel says so
-and why. These are the only three shapes; every process that ends a call uses this module.
+and why. These are the only three shapes; every process that ends a call uses this module. A call
+whose arguments the approver edited says what it ran with: ``"edited_arguments"`` beside
+the rest (``with_edited``), whatever its outcome.
 A note about how the call ended (an ``on_stop`` callback that did not return in time, a
 stopped call whose process never confirmed) is added by ``with_note``: to the error's text,
 or as ``"note"`` beside the data of a call that had returned.
@@ -16,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-__all__ = ["RECOVERED", "Recovery", "error_result", "interrupted_content", "ok_result", "with_note"]
+__all__ = ["RECOVERED", "Recovery", "error_result", "interrupted_content", "ok_result", "with_edited", "with_note"]
 
 Recovery = Literal["restart", "takeover", "store"]  # why a turn was loaded from its store
 RECOVERED: dict[Recovery, tuple[str, str]] = {  # what happened to a call left running, and why the turn goes on
@@ -61,3 +63,17 @@ def with_note(content: str, note: str) -> str:
         notes = [body["note"], note] if isinstance(body.get("note"), str) else [note]
         return json.dumps({**body, "note": "; ".join(notes)}, ensure_ascii=False)
     return f"{content}; {note}"
+
+
+def with_edited(content: str, arguments: Any) -> str:
+    """``content`` (a tool message of this module) saying the call ran with ``arguments``, as
+    the approver edited them: ``"edited_arguments"`` beside its result or error; other text
+    (a denial's ``Rejected: ...``) gets ``" (arguments edited at approval: {...})"``."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        body = None
+    edited = to_jsonable_python(arguments)
+    if isinstance(body, dict) and isinstance(body.get("ok"), bool):
+        return json.dumps({**body, "edited_arguments": edited}, ensure_ascii=False)
+    return f"{content} (arguments edited at approval: {json.dumps(edited, ensure_ascii=False)})"

@@ -75,7 +75,7 @@ async function command(replyNode, label, path, body) {
 
 // -- the list ---------------------------------------------------------------------------------
 
-const STATUSES = ["all", "running", "awaiting_approval", "finished"];
+const STATUSES = ["all", "running", "awaiting_approval", "paused", "finished"];
 
 function showList() {
   const filter = new URLSearchParams(location.hash.split("?")[1] || "").get("status") || "all";
@@ -264,7 +264,35 @@ function renderControls(node, turnId) {
     el("div", { class: "row" }, grace,
       el("button", { id: "cancel-turn", onclick: () => send(cancelReply, stopReply, "cancel the turn", `${base}/cancel`, { ...(reason.value ? { reason: reason.value } : {}), grace: grace.value === "" ? null : Number(grace.value) }) }, "Cancel with grace"),
       cancelReply),
+    renderSteering(base),
     el("p", {}, "Last answer: ", el("span", { id: "last-reply", class: "reply" }, "-")));
+}
+
+// New input, pause and resume: each answered beside its button.
+function renderSteering(base) {
+  const text = el("input", { id: "input-text", placeholder: "new input for the model" });
+  const now = el("input", { id: "input-now", type: "checkbox" });
+  const denyPending = el("input", { id: "input-deny-pending", type: "checkbox" });
+  const inputReply = el("span", { id: "input-reply", class: "reply" });
+  const pauseReply = el("span", { id: "pause-reply", class: "reply" });
+  const sendInput = () => {
+    if (!text.value) { inputReply.className = "reply refused"; inputReply.textContent = "refused: type the input first"; return; }
+    const body = { text: text.value, when: now.checked ? "now" : "next_call", deny_pending: denyPending.checked };
+    command(inputReply, "send input", `${base}/input`, body).then((r) => { if (r.status === 200 && r.data.ok) text.value = ""; });
+  };
+  const resume = () => {
+    const body = text.value ? { text: text.value } : {};
+    command(pauseReply, "resume", `${base}/resume`, body).then((r) => { if (r.status === 200 && r.data.ok) text.value = ""; });
+  };
+  return el("div", { id: "steering" },
+    el("div", { class: "row" }, text,
+      el("label", {}, now, " now"), el("label", {}, denyPending, " deny pending calls"),
+      el("button", { id: "send-input", onclick: sendInput }, "Send input"), inputReply),
+    el("div", { class: "row" },
+      el("button", { id: "pause-turn", onclick: () => command(pauseReply, "pause", `${base}/pause`, {}) }, "Pause"),
+      el("button", { id: "pause-now", onclick: () => command(pauseReply, "pause now", `${base}/pause`, { when: "now" }) }, "Pause now"),
+      el("button", { id: "resume-turn", onclick: resume }, "Resume (with the input, if any)"),
+      pauseReply));
 }
 
 function renderPending(node, turnId, view) {
@@ -278,13 +306,22 @@ function renderPending(node, turnId, view) {
     if (old) { old.querySelector(".decision").textContent = decided; return old; }
     const reason = el("input", { class: "reason", placeholder: "reason the model will read (deny)" });
     const reply = el("span", { class: "reply" });
-    const decide = (approved) => command(reply, `${approved ? "approve" : "deny"} ${p.call_id}`, `${base}/decide`, { decisions: [{ turn_id: p.turn_id, call_id: p.call_id, approved, reason: reason.value || null }] });
+    const decide = (approved, args) => command(reply, `${approved ? "approve" : "deny"} ${p.call_id}`, `${base}/decide`, { decisions: [{ turn_id: p.turn_id, call_id: p.call_id, approved, reason: reason.value || null, arguments: args ?? null }] });
+    const edited = el("textarea", { class: "edit-arguments", rows: 4, cols: 60 });
+    edited.value = JSON.stringify(p.arguments ?? {}, null, 2);
+    const approveEdited = () => {
+      let args;
+      try { args = JSON.parse(edited.value); } catch (e) { reply.className = "reply refused"; reply.textContent = `refused: the arguments are not JSON (${e.message})`; return; }
+      decide(true, args);
+    };
     return el("div", { class: "pending", "data-call": p.call_id, "data-turn": p.turn_id },
       el("h3", {}, el("span", { class: "tool" }, p.name), " ", el("code", {}, p.call_id),
         p.turn_id !== turnId ? el("span", { class: "of-child" }, " of sub-agent ", el("a", { href: `#/turn/${encodeURIComponent(p.turn_id)}` }, p.turn_id)) : ""),
       p.description ? el("p", { class: "description" }, p.description) : "",
       p.approvers ? el("p", { class: "approvers" }, `May be decided by: ${p.approvers.join(", ")}`) : "",
       el("pre", { class: "arguments" }, json(p.arguments)),
+      el("details", { class: "edit" }, el("summary", {}, "Edit arguments before approving"), edited,
+        el("button", { class: "approve-edited", onclick: approveEdited }, "Approve with these arguments")),
       el("div", { class: "row" }, reason,
         el("button", { class: "approve", onclick: () => decide(true) }, "Approve"),
         el("button", { class: "deny danger", onclick: () => decide(false) }, "Deny"),
@@ -328,6 +365,8 @@ function eventItem(e) {
   else if (e.kind === "error") detail = `${e.error_type}${by(e.by)}: ${e.message}${e.detail ? ` (${e.detail})` : ""}`;
   else if (e.kind === "finish") detail = e.finish_reason;
   else if (e.kind === "turn_retrying") detail = `attempt ${e.attempt}: ${e.reason}`;
+  else if (e.kind === "input_accepted") detail = e.messages.map((m) => m.content).join(" / ");
+  else if (e.kind === "budget_warning") detail = `${e.budget}: ${e.used} of ${e.limit}`;
   return el("li", { "data-seq": e.seq, "data-kind": e.kind, class: e.kind },
     el("span", { class: "seq" }, `#${e.seq}`), " ", el("span", { class: "at" }, when(e.at)), " ",
     el("span", { class: "kind" }, e.kind), " ", el("span", { class: "detail" }, detail));
