@@ -461,7 +461,9 @@ def test_a_person_edits_a_calls_arguments_before_approving_it(provider: Scripted
         edit.clear()
         edit.send_keys('{"to": "alice", "amount": 20}')
         browser.find(pending("call_1", "button.approve-edited")).click()
-        assert browser.wait_text(pending("call_1", ".reply"), lambda s: s != "sending...") == "applied"
+        # the call's own reply goes with it once approved: #last-reply stays
+        last = browser.wait_text("#last-reply", lambda s: s != "sending..." and "refused" not in s)
+        assert last == "approve call_1: applied"
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
         (finished,) = event_texts(browser, "tool_finished")
         assert finished.endswith(

@@ -11,6 +11,7 @@ when PostgreSQL's server is missing.
 
 from __future__ import annotations
 
+import getpass
 import json
 
 import contextlib
@@ -198,7 +199,8 @@ def test_a_command_no_live_host_answers_is_reported_queued_with_exit_0_and_stays
     out = greenroom("stop", "turn_1", "--store", url, "--timeout", "1", "--json")
     assert (out.returncode, out.stderr) == (0, "")
     assert json.loads(out.stdout) == {
-        "turn_id": "turn_1", "command_id": 2, "ok": True, "message": queued, "sent_to": "store", "queued": True,
+        "turn_id": "turn_1", "command_id": 2, "ok": True, "by": getpass.getuser(), "message": queued,
+        "sent_to": "store", "queued": True,
     }  # fmt: skip
     assert [c.kind for _, c in store.inbox.pending("turn_1")] == ["respond_to_approvals", "stop_turn"]
 
