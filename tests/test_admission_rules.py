@@ -22,9 +22,7 @@ from actors.host.admission import (
     checked_limits,
 )
 
-FULL_2_1 = (
-    "the host is full: 2 turns running (max_running=2) and 1 queued (max_queued=1); try later, or run(..., wait=True)"
-)
+FULL_2_1 = "2 turns running (max_running=2) and 1 queued (max_queued=1)"
 
 TABLE: list[tuple[str, Limits, list[Event], list[object]]] = [
     ("below the limit a turn starts", Limits(2, 1), [Arrived("a")], [Start("a")]),

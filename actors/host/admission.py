@@ -9,8 +9,9 @@ The rules (``max_running`` >= 1, ``max_queued`` >= 0, both per host):
 - a turn *counts* from its start until it ends, except while it is parked (``Finish`` of
   ``awaiting_approval`` or ``paused``): a parked turn frees its slot, and takes one again
   when it resumes, even if that puts the host over ``max_running`` for a while (a resumed
-  turn is never queued: its caller is already waiting on it); no new turn starts until the
-  count is below the limit again;
+  turn is never queued: its caller is already waiting on it), and so does a turn the host
+  takes over from its store (``Adopted``: a restart, a failover); no new turn starts until
+  the count is below the limit again;
 - a new turn starts at once if fewer than ``max_running`` count; else it is queued if the
   queue has fewer than ``max_queued``; else it *waits* for room in the queue if its caller
   asked to (``wait=True``, first come first served), or is refused at once (``Overloaded``,
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "Admission",
+    "Adopted",
     "Arrived",
     "Decision",
     "Ended",
@@ -112,13 +114,21 @@ class Ended:
 
 
 @dataclass(frozen=True)
+class Adopted:
+    """A turn this host took over from the store (a restart, a failover): it counts at once,
+    like a resumed turn (its callers follow it; it is never queued)."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True)
 class Withdraw:
     """A stop or a cancel for a turn that may be queued or waiting."""
 
     turn_id: str
 
 
-Event = Arrived | Parked | Resumed | Ended | Withdraw
+Event = Arrived | Parked | Resumed | Adopted | Ended | Withdraw
 
 
 # -- decisions ---------------------------------------------------------------------------
@@ -147,7 +157,7 @@ class Waits:
 
 @dataclass(frozen=True)
 class Refused:
-    """The queue is full: refuse the turn, with ``why`` (``Overloaded``)."""
+    """The queue is full: refuse the turn (``Overloaded``); ``why`` gives the counts and limits."""
 
     turn_id: str
     why: str
@@ -235,6 +245,10 @@ class Admission:
                 self.parked.discard(tid)
                 self.running.add(tid)
             return []
+        if isinstance(event, Adopted):
+            if self.status(tid) is None:
+                self.running.add(tid)
+            return []
         if isinstance(event, Ended):
             self.running.discard(tid)
             self.parked.discard(tid)
@@ -252,11 +266,9 @@ class Admission:
         return []
 
     def overloaded(self) -> str:
+        """Why a turn is refused: the counts and the limits."""
         n, q = self.limits.max_running, self.limits.max_queued
-        return (
-            f"the host is full: {len(self.running)} turns running (max_running={n}) and "
-            f"{len(self.queued)} queued (max_queued={q}); try later, or run(..., wait=True)"
-        )
+        return f"{len(self.running)} turns running (max_running={n}) and {len(self.queued)} queued (max_queued={q})"
 
     def _enqueue(self, turn_id: str, priority: int, tenant: str) -> None:
         self.queued[turn_id] = (priority, tenant)
