@@ -47,6 +47,7 @@ from ..console import NO_CONSOLE, start_console
 from ..errors import ConfigurationError, ControlRejected, Overloaded, RuntimeClosedError, TurnTimeout
 from ..host.admission import DEFAULT_MAX_QUEUED, DEFAULT_MAX_RUNNING, checked_limits
 from ..lifecycle import owner
+from ..lifecycle.cpus import usable_cpus
 from ..lifecycle.processes import free_port
 from ..store import TurnStore
 from ..store.base import is_url
@@ -78,7 +79,8 @@ class Runtime(Queries):
     or a ``postgresql://`` URL) every turn is durable: unfinished turns are recovered at
     start; on SQLite the command line finds this runtime through ``<store>.runtime.json``,
     on PostgreSQL through the store itself, and the turns go to every node on that store. ``hosts`` TurnHost processes
-    (default: one per CPU; 0 leaves the turns to the members) run the turns; at most ``max_tool_processes`` tool processes run on
+    (default: one per CPU this process may use, its affinity and its cgroup quota: ``lifecycle.cpus``;
+    0 leaves the turns to the members) run the turns; at most ``max_tool_processes`` tool processes run on
     this node (calls beyond them wait for one, and can be stopped or cancelled while they
     wait); ``tool_processes`` idle tool processes are kept
     forked ahead of need, each recycled after ``recycle_after`` calls;
@@ -137,7 +139,7 @@ class Runtime(Queries):
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
-        self.hosts = hosts if hosts is not None else max(1, os.cpu_count() or 1)
+        self.hosts = hosts if hosts is not None else usable_cpus()  # affinity and cgroup quota (``lifecycle.cpus``)
         self.tool_processes = tool_processes
         self.max_tool_processes = max(1, max_tool_processes)
         self.recycle_after = recycle_after
@@ -387,7 +389,7 @@ class Runtime(Queries):
             tenant=tenant,
             wait=wait,
             messages=history(messages, system),
-            tools=checked_tools(tools, self._main_names),
+            tools=checked_tools(tools, self._main_names, self._elsewhere(hosts, requires or {})),
             provider=(chosen := checked_provider(provider or self.provider)),
             options=checked_options(options or TurnOptions(), chosen),
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
@@ -398,6 +400,15 @@ class Runtime(Queries):
         except BaseException:
             self._inbound.forget(f"start:{tid}")
             raise
+
+    def _elsewhere(self, hosts: Hosts, requires: dict[str, Any]) -> str | None:
+        """The other nodes a turn with ``requires`` may be placed on (by ``placement``, among
+        the hosts of this store), as words; None if only this node's hosts may run it."""
+        here = f"{self.host}:{self.admin_port}"
+        nodes = sorted({h.rpartition("/")[0] for h in hosts.placeable(requires)} - {here})
+        if not nodes:
+            return None
+        return f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}"
 
     def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> TurnHandle:
         """A handle on a turn started elsewhere (or recovered), with its events from ``since``

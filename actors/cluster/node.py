@@ -8,7 +8,7 @@ A node runs a Thespian admin bound to ``--listen`` only, advertising its capabil
 the deployment's key (``$GREENROOM_KEY`` or ``--key-file``/``$GREENROOM_KEY_FILE``): frames
 that are not signed with it are refused before anything is unpickled, so a node with
 another key cannot join. It runs a tool pool, where tool calls that require one of its
-capabilities are placed, and ``--hosts`` TurnHosts (default: one per core; 0 for a node
+capabilities are placed, and ``--hosts`` TurnHosts (default: one per CPU the process may use; 0 for a node
 that only runs tools), where Runtimes place new turns beside the leader's own: with
 ``--store``, a PostgreSQL URL every node reaches, its turns are durable and are taken over
 by the other nodes if this one is lost; without it, its hosts take the turns of Runtimes
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import socket
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, StoreError
 from ..host.admission import DEFAULT_MAX_QUEUED, DEFAULT_MAX_RUNNING
+from ..lifecycle.cpus import usable_cpus
 from ..store import open_store
 from ..store.base import is_url
 from ..store.urls import keep
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--key-file", default=None, help="the deployment key (else $GREENROOM_KEY or $GREENROOM_KEY_FILE)"
     )
-    parser.add_argument("--hosts", type=_count(0), default=None, help="TurnHosts on this node (default: one per core)")
+    parser.add_argument("--hosts", type=_count(0), default=None, help="TurnHosts on this node (default: one per CPU this process may use)")
     parser.add_argument("--store", default=None, help="a PostgreSQL URL every node reaches: durable turns here")
     parser.add_argument("--tool-processes", type=_count(0), default=2, help="idle tool processes kept forked")
     parser.add_argument("--max-tool-processes", type=_count(1), default=16)
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
-    hosts = args.hosts if args.hosts is not None else max(1, os.cpu_count() or 1)
+    hosts = args.hosts if args.hosts is not None else usable_cpus()  # affinity and cgroup quota
     try:
         key = transport.load_key(key_file=args.key_file)
         if key is None:
