@@ -4,13 +4,15 @@ call held until the test lets it answer."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from actors import ConfigurationError, Overloaded, Runtime
+from actors import AsyncRuntime, ConfigurationError, Overloaded, Runtime
 from actors.lifecycle.processes import session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.testing.script import Reply
@@ -220,3 +222,43 @@ def test_bad_admission_arguments_are_refused_before_anything_starts(
         two_and_three.run("hello", **arguments)  # type: ignore[arg-type]
     assert str(caught.value) == message
     assert gated.requests == []
+
+
+def test_with_a_store_a_queued_turn_stopped_is_stored_stopped_and_the_next_starts(
+    gated: ScriptedProvider, gates: Gates, tmp_path: Path
+) -> None:
+    rt = Runtime(gated.provider(), store=tmp_path / "turns.db", hosts=1, tool_processes=1, max_running=1,
+                 max_queued=2).start()  # fmt: skip
+    try:
+        first = rt.run("first")
+        gated.wait_for_requests(1, timeout=30)
+        stopped, second = rt.run("stopped"), rt.run("second")
+        stopped.stop("not now")
+        assert stopped.result(30).finish_reason == "stopped"
+        gates.open("first")
+        gates.open("second")
+        assert (first.result(30).finish_reason, second.result(30).finish_reason) == ("stop", "stop")
+        assert _prompts(gated.requests) == ["first", "second"]
+        stored = {t.turn_id: (t.status, t.finish_reason) for t in rt.turns()}
+        assert stored[stopped.turn_id] == ("finished", "stopped")
+    finally:
+        gates.open_all()
+        rt.close()
+        assert rt.admin_sid is not None
+        assert session_processes(rt.admin_sid) == [], "the Runtime left processes behind"
+
+
+def test_the_async_runtime_is_refused_overloaded_and_waits_when_asked(gated: ScriptedProvider, gates: Gates) -> None:
+    async def main() -> tuple[str, str, str]:
+        async with AsyncRuntime(gated.provider(), hosts=1, tool_processes=1, max_running=1, max_queued=0) as rt:
+            first = await rt.run("first")
+            await asyncio.to_thread(gated.wait_for_requests, 1, 30)
+            with pytest.raises(Overloaded) as caught:
+                await rt.run("impatient")
+            waiting = asyncio.ensure_future(rt.run("patient", wait=True))
+            gates.open("first")
+            gates.open("patient")
+            patient = await asyncio.wait_for(waiting, 30)
+            return caught.value.code, (await first.result(30)).text, (await patient.result(30)).text
+
+    assert asyncio.run(main()) == ("overloaded", "done first", "done patient")
