@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,8 @@ from actors.testing.server import Request
 from . import tools_for_tests as T
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Gates:
@@ -262,3 +267,18 @@ def test_the_async_runtime_is_refused_overloaded_and_waits_when_asked(gated: Scr
             return caught.value.code, (await first.result(30)).text, (await patient.result(30)).text
 
     assert asyncio.run(main()) == ("overloaded", "done first", "done patient")
+
+
+@pytest.mark.parametrize(
+    "flag, value, least", [("--max-running", "0", 1), ("--max-running", "-2", 1), ("--max-queued", "-1", 0)]
+)
+def test_greenroom_node_refuses_a_bad_limit_saying_which(flag: str, value: str, least: int) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "actors.cluster.node", "--leader", "127.0.0.1:1900", "--listen", "127.0.0.1",
+         flag, value],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[-1] == (
+        f"greenroom node: error: argument {flag}: must be a whole number >= {least}, not '{value}'"
+    )
