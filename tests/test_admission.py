@@ -282,3 +282,22 @@ def test_greenroom_node_refuses_a_bad_limit_saying_which(flag: str, value: str, 
     assert out.stderr.splitlines()[-1] == (
         f"greenroom node: error: argument {flag}: must be a whole number >= {least}, not '{value}'"
     )
+
+
+def test_closing_the_runtime_ends_a_queued_turn_stopped_without_calling_the_model(
+    gated: ScriptedProvider, gates: Gates
+) -> None:
+    rt = Runtime(gated.provider(), hosts=1, tool_processes=1, max_running=1, max_queued=2).start()
+    try:
+        first = rt.run("first")
+        gated.wait_for_requests(1, timeout=30)
+        queued = rt.run("queued")
+        assert queued.status == "queued"
+    finally:
+        rt.close()
+        gates.open_all()
+    assert rt.admin_sid is not None and session_processes(rt.admin_sid) == []
+    assert (first.status, queued.status) == ("finished", "finished")
+    assert [e.kind for e in queued.all_events] == ["turn_started", "error", "finish"]
+    assert queued.all_events[-1].finish_reason == "stopped"  # type: ignore[attr-defined]
+    assert _prompts(gated.requests) == ["first"]
