@@ -7,6 +7,7 @@ never as exception objects; these are raised in the caller's own process.
     ├── ToolContextError            ToolContext.current() outside a running tool
     ├── RuntimeClosedError          the Runtime was used after it shut down
     ├── ControlRejected             the turn refused a command (code: unknown_call, duplicate, ...)
+    │   └── Overloaded              run() found its host's queue full (code: overloaded), naming the limit
     ├── TurnTimeout                 a wait on a turn ran out of time (and only that)
     ├── HostUnreachable             a command could not be delivered to its turn's host
     ├── ReaderDropped               the turn's host stopped sending to this handle (it fell behind)
@@ -36,6 +37,7 @@ __all__ = [
     "Fenced",
     "GreenroomError",
     "HostUnreachable",
+    "Overloaded",
     "ReaderDropped",
     "RuntimeClosedError",
     "SnapshotError",
@@ -76,6 +78,15 @@ class ControlRejected(GreenroomError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class Overloaded(ControlRejected):
+    """``run()`` was refused at once: its turn's host runs ``max_running`` turns and its queue
+    holds ``max_queued``; the message says which host and its limits. Nothing was started;
+    ``run(..., wait=True)`` waits for room instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("overloaded", message)
 
 
 class TurnTimeout(GreenroomError, TimeoutError):

@@ -20,6 +20,7 @@ BENCHES = [
     "async_stall.py",
     "close_cycles.py",
     "mcp_guard.py",
+    "admission.py",
 ]
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, StrictInt, StrictStr, field_validator
 
 from .base import Message
 from .chat import ChatMessage
@@ -156,6 +156,13 @@ class StartTurn(Message):
     trace_context: dict[str, str] | None = None
     window: int | None = Field(default=None, ge=1)  # the sender's flow control, as in Subscribe
     requires: dict[str, Any] = Field(default_factory=dict)
+    # admission (``actors.host.admission``): with a ``request_id`` the host answers once it has
+    # started the turn, queued it, or refused it (``overloaded``); ``wait`` holds it, unanswered,
+    # while the host's queue is full
+    request_id: str | None = None
+    priority: StrictInt = 0
+    tenant: StrictStr = ""
+    wait: bool = False
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -346,10 +353,14 @@ RejectCode = Literal[
     "duplicate",
     "invalid",
     "not_allowed",
+    "overloaded",
+    "queued",
 ]
 """Why a command was refused: the turn is unknown or has finished, the call is unknown or not
-waiting, the decision repeats one, the command is malformed, or (``not_allowed``) its ``by``
-is not one of the ``approvers`` of the call's tool."""
+waiting, the decision repeats one, the command is malformed, (``not_allowed``) its ``by``
+is not one of the ``approvers`` of the call's tool, (``overloaded``) a ``StartTurn`` found
+its host's queue full, or (``queued``) the turn waits in its host's queue and takes only a
+stop or a cancel until it starts."""
 
 
 class ControlReply(Message):

@@ -13,7 +13,7 @@ ACTORS = [
     "AsyncRuntime", "AsyncTurnHandle", "BudgetWarning", "CancelTurn", "Cancellation", "ChatMessage", "ChildTurnFailed", "CodecError",
     "CommandResult", "ConfigurationError", "ControlRejected", "ControlReply", "DIRECTORY_NAME", "DirectoryActor",
     "Error", "EventBatch", "Finish", "FinishReason", "GreenroomError", "HostUnreachable", "InputAccepted",
-    "MembershipChanged", "PauseTurn", "ProviderConfig", "ReaderDropped",
+    "MembershipChanged", "Overloaded", "PauseTurn", "ProviderConfig", "ReaderDropped",
     "Registration", "RespondToApprovals", "ResumeTurn", "RetryPolicy", "Runtime", "RuntimeClosedError", "SendInput",
     "SnapshotError",
     "StartTurn", "StopTool", "StopTurn", "StoreError", "StoreUnavailable", "Subscribe", "Supervisor", "TextDelta",
@@ -88,4 +88,5 @@ def test_every_reject_code_is_locked() -> None:
 
     assert get_args(messages.RejectCode) == (
         "unknown_turn", "turn_finished", "unknown_call", "not_waiting", "duplicate", "invalid", "not_allowed",
+        "overloaded", "queued",
     )  # fmt: skip

@@ -79,13 +79,27 @@ class AsyncRuntime:
         system: str | None = None,
         timeout: float = 10.0,
         requires: dict[str, Any] | None = None,
+        priority: int = 0,
+        tenant: str = "",
+        wait: bool = False,
     ) -> AsyncTurnHandle:
-        """Start a turn; see ``Runtime.run``."""
+        """Start a turn; see ``Runtime.run`` (admission, ``priority``, ``tenant``, ``wait``)."""
         if not self.sync._started:
             await self.start()
-        stream = self.sync._start_turn(messages, tools, provider, options, turn_id, system, requires)
+        stream, admitted = self.sync._start_turn(
+            messages, tools, provider, options, turn_id, system, requires, priority, tenant, wait
+        )
         handle = AsyncTurnHandle(self.sync._command, stream)
-        if turn_id is not None:
+        pending = asyncio.wrap_future(admitted)
+        while not pending.done():  # the host's answer (its turn's stream ends if its host is lost)
+            done, _ = await asyncio.wait({pending}, timeout=0.25 if wait else timeout)
+            if not done and (stream.finished or not wait):
+                self.sync._inbound.forget(f"start:{stream.turn_id}")
+                if stream.finished:
+                    return handle
+                raise TurnTimeout(f"the host of turn {stream.turn_id} did not answer within {timeout:g} s")
+        self.sync._admitted(stream, pending.result())
+        if turn_id is not None and stream.admitted == "running":
             await handle._wait_index(0, timeout)  # raises ControlRejected if the id is taken
         return handle
 

@@ -81,6 +81,21 @@ class _Handle:
         return self._stream.finished
 
     @property
+    def status(self) -> str:
+        """As of the events received: ``queued`` (it waits in its host's queue: no event yet),
+        ``running``, ``awaiting_approval``, ``paused`` or ``finished``."""
+        with self._stream._cond:
+            if self._stream.finished:
+                return "finished"
+            events = self._stream.events
+            if not events:
+                return "queued" if self._stream.admitted == "queued" else "running"
+            last = events[-1]
+            if isinstance(last, Finish) and last.finish_reason in ("awaiting_approval", "paused"):
+                return last.finish_reason
+            return "running"
+
+    @property
     def dropped(self) -> str | None:
         """Why the turn's host stopped sending to this handle (it fell behind), or None;
         reading past what came then raises ``ReaderDropped``."""

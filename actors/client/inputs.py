@@ -43,20 +43,44 @@ def checked_options(options: TurnOptions, provider: ProviderConfig) -> TurnOptio
     return options
 
 
-def checked_tools(tools: Iterable[Any], main_names: set[str]) -> list[ToolSpec]:
+def checked_tools(tools: Iterable[Any], main_names: set[str], elsewhere: str | None = None) -> list[ToolSpec]:
     """Tool specs (functions are wrapped as tools), refusing at once a tool the runtime's
     processes could not import: a lambda or a closure (``tools.ref_of``), a tool defined in
     ``__main__`` after the runtime started (``main_names`` is what ``__main__`` held then),
-    or one in ``__main__`` that must run on another node."""
+    or one in ``__main__`` that must run on another node; and a tool or an approval
+    predicate in ``__main__`` when the turn may be placed on another node (``elsewhere``
+    says which: there the tool would fail, and the predicate would not load, so that every
+    call of its tool would ask for approval)."""
     specs = tool_specs(tools)
     for spec in specs:
         module, _, name = spec.ref.partition(":")
+        predicate = spec.approval_ref if spec.approval == "predicate" and spec.approval_ref else None
+        if predicate is not None and predicate.partition(":")[0] == "__main__":
+            where = predicate.partition(":")[2]
+            if elsewhere is not None:
+                raise ToolDefinitionError(
+                    f"the approval predicate {where!r} of tool {spec.name!r} is defined in __main__, which "
+                    f"another node cannot import, and this turn may be placed on {elsewhere}: there every call "
+                    "of the tool would ask for approval; define the predicate in a module (a .py file)"
+                )
+            if where.split(".")[0] not in main_names:
+                raise ToolDefinitionError(
+                    f"the approval predicate {where!r} of tool {spec.name!r} was defined in __main__ after the "
+                    "Runtime started, so its hosts cannot import it: define it before starting the Runtime, or in "
+                    "a module (a .py file)"
+                )
         if module != "__main__":
             continue
         if spec.requires:
             raise ToolDefinitionError(
                 f"tool {spec.name!r} is defined in __main__, which a node cannot import: "
                 "define tools that run on other nodes in a module (a .py file)"
+            )
+        if elsewhere is not None:
+            raise ToolDefinitionError(
+                f"tool {spec.name!r} is defined in __main__, which another node cannot import, and this turn "
+                f"may be placed on {elsewhere}: define the tool in a module (a .py file), or keep the turn on this "
+                "node with requires= (a capability only this node has)"
             )
         if name.split(".")[0] not in main_names:
             raise ToolDefinitionError(

@@ -44,8 +44,10 @@ from messages import (
 )
 
 from ..console import NO_CONSOLE, start_console
-from ..errors import ConfigurationError, ControlRejected, RuntimeClosedError, TurnTimeout
+from ..errors import ConfigurationError, ControlRejected, Overloaded, RuntimeClosedError, TurnTimeout
+from ..host.admission import DEFAULT_MAX_QUEUED, DEFAULT_MAX_RUNNING, checked_limits
 from ..lifecycle import owner
+from ..lifecycle.cpus import usable_cpus
 from ..lifecycle.processes import free_port
 from ..store import TurnStore
 from ..store.base import is_url
@@ -77,7 +79,8 @@ class Runtime(Queries):
     or a ``postgresql://`` URL) every turn is durable: unfinished turns are recovered at
     start; on SQLite the command line finds this runtime through ``<store>.runtime.json``,
     on PostgreSQL through the store itself, and the turns go to every node on that store. ``hosts`` TurnHost processes
-    (default: one per CPU; 0 leaves the turns to the members) run the turns; at most ``max_tool_processes`` tool processes run on
+    (default: one per CPU this process may use, its affinity and its cgroup quota: ``lifecycle.cpus``;
+    0 leaves the turns to the members) run the turns; at most ``max_tool_processes`` tool processes run on
     this node (calls beyond them wait for one, and can be stopped or cancelled while they
     wait); ``tool_processes`` idle tool processes are kept
     forked ahead of need, each recycled after ``recycle_after`` calls;
@@ -124,6 +127,8 @@ class Runtime(Queries):
         meter_provider: Any = None,
         console: Any = None,
         store_wait: float = STORE_WAIT,
+        max_running: int = DEFAULT_MAX_RUNNING,
+        max_queued: int = DEFAULT_MAX_QUEUED,
     ) -> None:
         self.provider = provider
         self.event_window = event_window
@@ -134,7 +139,7 @@ class Runtime(Queries):
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
-        self.hosts = hosts if hosts is not None else max(1, os.cpu_count() or 1)
+        self.hosts = hosts if hosts is not None else usable_cpus()  # affinity and cgroup quota (``lifecycle.cpus``)
         self.tool_processes = tool_processes
         self.max_tool_processes = max(1, max_tool_processes)
         self.recycle_after = recycle_after
@@ -155,6 +160,10 @@ class Runtime(Queries):
         self._inbound.on_moved = lambda turn_id, stream, why, owner, epoch: self._running().moved(
             turn_id, stream, why, owner, epoch
         )
+        try:
+            self.limits = checked_limits(max_running, max_queued)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
         if store_wait <= 0:
             raise ConfigurationError(f"store_wait must be a number of seconds > 0, not {store_wait!r}")
         self._follower = Follower(self._need_store, lambda t, stream, at: self._running().found(t, stream, at), store_wait)
@@ -209,6 +218,8 @@ class Runtime(Queries):
             inline_async_tools=self.inline_async_tools,
             node=f"{self.host}:{self.admin_port}",
             capabilities=self.capabilities,
+            max_running=self.limits.max_running,
+            max_queued=self.limits.max_queued,
         )
         self._session, configured = Session.open(
             configure,
@@ -305,19 +316,52 @@ class Runtime(Queries):
         system: str | None = None,
         timeout: float = 10.0,
         requires: dict[str, Any] | None = None,
+        priority: int = 0,
+        tenant: str = "",
+        wait: bool = False,
     ) -> TurnHandle:
-        """Start a turn and return its handle.
+        """Start a turn and return its handle, once its host has started or queued it.
 
         ``messages`` is a string (one user message), chat messages, or a history in a
         provider's wire format (``TurnResult.messages_as``). With an explicit ``turn_id``
         already in use, ``ControlRejected`` is raised at once (this waits for the turn's
         first event, ``timeout`` at most). ``requires`` places the turn on a node with
-        those capabilities (``ConfigurationError`` if no node on this store has them)."""
+        those capabilities (``ConfigurationError`` if no node on this store has them).
+
+        Admission (``Runtime(max_running=..., max_queued=...)``, per host): a turn whose host
+        runs ``max_running`` turns waits in its queue (``handle.status == "queued"``); the
+        queued turn of the highest ``priority`` starts first, and among equal priorities the
+        ``tenant``s take turns (round-robin). A full queue raises ``Overloaded`` at once,
+        naming the limits; with ``wait=True`` this waits (without bound) for room instead."""
         self._running()
-        stream = self._start_turn(messages, tools, provider, options, turn_id, system, requires)
-        if turn_id is not None:
+        stream, admitted = self._start_turn(
+            messages, tools, provider, options, turn_id, system, requires, priority, tenant, wait
+        )
+        deadline = None if wait else time.monotonic() + timeout
+        while True:  # the host's answer: started, queued or refused (or its host was lost)
+            try:
+                reply = admitted.result(0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic())))
+                break
+            except concurrent.futures.TimeoutError:
+                if stream.finished:  # its host could not be reached: the handle says so
+                    self._inbound.forget(admitted_key(stream))
+                    return TurnHandle(self._command, stream)
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._inbound.forget(admitted_key(stream))
+                    raise TurnTimeout(f"the host of turn {stream.turn_id} did not answer within {timeout:g} s") from None
+        self._admitted(stream, reply)
+        if turn_id is not None and stream.admitted == "running":
             stream.wait_index(0, timeout)  # raises ControlRejected if the id is taken
         return TurnHandle(self._command, stream)
+
+    def _admitted(self, stream: TurnStream, reply: ControlReply) -> None:
+        """The host's answer to a turn's start: refused raises (``Overloaded`` when full)."""
+        if not reply.ok:
+            self._inbound.drop(stream.turn_id, stream)
+            if reply.code == "overloaded":
+                raise Overloaded(reply.message)
+            raise ControlRejected(reply.code or "invalid", reply.message)
+        stream.admitted = "queued" if reply.message == "queued" else "running"
 
     def _start_turn(
         self,
@@ -328,19 +372,43 @@ class Runtime(Queries):
         turn_id: str | None,
         system: str | None,
         requires: dict[str, Any] | None = None,
-    ) -> TurnStream:
-        """Check and send ``StartTurn`` without blocking; the turn's stream follows it."""
+        priority: int = 0,
+        tenant: str = "",
+        wait: bool = False,
+    ) -> tuple[TurnStream, concurrent.futures.Future[ControlReply]]:
+        """Check and send ``StartTurn`` without blocking; the turn's stream follows it, the
+        future gets its host's admission (``run``)."""
         hosts = self._running()
+        checked_admission(priority, tenant, wait)
+        tid = turn_id or new_turn_id()
+        admitted = self._inbound.expect(f"start:{tid}")
         start = StartTurn(
-            turn_id=turn_id or new_turn_id(),
+            turn_id=tid,
+            request_id=f"start:{tid}",
+            priority=priority,
+            tenant=tenant,
+            wait=wait,
             messages=history(messages, system),
-            tools=checked_tools(tools, self._main_names),
+            tools=checked_tools(tools, self._main_names, self._elsewhere(hosts, requires or {})),
             provider=(chosen := checked_provider(provider or self.provider)),
             options=checked_options(options or TurnOptions(), chosen),
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
             requires=requires or {},
         )
-        return hosts.start(start)
+        try:
+            return hosts.start(start), admitted
+        except BaseException:
+            self._inbound.forget(f"start:{tid}")
+            raise
+
+    def _elsewhere(self, hosts: Hosts, requires: dict[str, Any]) -> str | None:
+        """The other nodes a turn with ``requires`` may be placed on (by ``placement``, among
+        the hosts of this store), as words; None if only this node's hosts may run it."""
+        here = f"{self.host}:{self.admin_port}"
+        nodes = sorted({h.rpartition("/")[0] for h in hosts.placeable(requires)} - {here})
+        if not nodes:
+            return None
+        return f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}"
 
     def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> TurnHandle:
         """A handle on a turn started elsewhere (or recovered), with its events from ``since``
@@ -392,6 +460,22 @@ class Runtime(Queries):
         if self._session is None or self._closed:
             raise RuntimeClosedError("the Runtime is not running")
         return cast(ActorSystem, self._session.system)  # an ActorSystem whose calls take turns
+
+
+def admitted_key(stream: TurnStream) -> str:
+    """The key of the future that gets a turn's admission (its ``StartTurn``'s request id)."""
+    return f"start:{stream.turn_id}"
+
+
+def checked_admission(priority: object, tenant: object, wait: object) -> None:
+    """``ConfigurationError`` for a ``priority`` that is not an int, a ``tenant`` that is not a
+    string, a ``wait`` that is not a bool."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigurationError(f"priority must be an int (higher starts first), not {priority!r}")
+    if not isinstance(tenant, str):
+        raise ConfigurationError(f"tenant must be a string (its name), not {tenant!r}")
+    if not isinstance(wait, bool):
+        raise ConfigurationError(f"wait must be True or False, not {wait!r}")
 
 
 def _location(store: str | os.PathLike[str] | None) -> str | None:

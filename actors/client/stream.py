@@ -130,6 +130,7 @@ class TurnStream:
         self.host: Any = None  # the address of the turn's host, where known (``routing``)
         self.host_id: str | None = None  # and its id, ``node/slot``
         self.moving: str | None = None  # why its host let it go, while it is followed to where it goes on
+        self.admitted: str | None = None  # its host's answer to its start: "running" or "queued"
         self.rejection: ControlReply | None = None  # the turn's StartTurn was refused
         self.rejections: list[ControlReply] = []
 

@@ -123,8 +123,9 @@ class DirectoryActor(Dispatcher):
         host = self.createActor(TurnHost)
         c = self.config
         config = HostConfig(
-            slot, c.store, self.pool, self.myAddress, c.inline_async_tools, self.owner, c.node, c.command_hold
-        )
+            slot, c.store, self.pool, self.myAddress, c.inline_async_tools, self.owner, c.node, c.command_hold,
+            c.max_running, c.max_queued,
+        )  # fmt: skip
         self.send(host, config)
         return host
 

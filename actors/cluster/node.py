@@ -8,7 +8,7 @@ A node runs a Thespian admin bound to ``--listen`` only, advertising its capabil
 the deployment's key (``$GREENROOM_KEY`` or ``--key-file``/``$GREENROOM_KEY_FILE``): frames
 that are not signed with it are refused before anything is unpickled, so a node with
 another key cannot join. It runs a tool pool, where tool calls that require one of its
-capabilities are placed, and ``--hosts`` TurnHosts (default: one per core; 0 for a node
+capabilities are placed, and ``--hosts`` TurnHosts (default: one per CPU the process may use; 0 for a node
 that only runs tools), where Runtimes place new turns beside the leader's own: with
 ``--store``, a PostgreSQL URL every node reaches, its turns are durable and are taken over
 by the other nodes if this one is lost; without it, its hosts take the turns of Runtimes
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import socket
 import sys
@@ -31,6 +30,8 @@ import time
 from typing import Any
 
 from ..errors import ConfigurationError, StoreError
+from ..host.admission import DEFAULT_MAX_QUEUED, DEFAULT_MAX_RUNNING
+from ..lifecycle.cpus import usable_cpus
 from ..store import open_store
 from ..store.base import is_url
 from ..store.urls import keep
@@ -66,6 +67,8 @@ def start_node(
     store: str | None = None,
     tool_processes: int = 2,
     max_tool_processes: int = 16,
+    max_running: int = 256,
+    max_queued: int = 1024,
 ) -> tuple[Any, Any]:
     """Start this node's admin, join ``leader`` and configure the node's directory; the
     actor system and the leader's directory."""
@@ -111,7 +114,7 @@ def start_node(
     node = f"{listen}:{admin_port}"
     configure = Configure(
         store, hosts=hosts, tool_processes=tool_processes, max_tool_processes=max_tool_processes,
-        node=node, capabilities=capabilities, upstream=upstream,
+        node=node, capabilities=capabilities, upstream=upstream, max_running=max_running, max_queued=max_queued,
     )  # fmt: skip
     done = asys.ask(directory, configure, timeout)
     if not isinstance(done, Configured):
@@ -184,13 +187,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--key-file", default=None, help="the deployment key (else $GREENROOM_KEY or $GREENROOM_KEY_FILE)"
     )
-    parser.add_argument("--hosts", type=_count(0), default=None, help="TurnHosts on this node (default: one per core)")
+    parser.add_argument("--hosts", type=_count(0), default=None, help="TurnHosts on this node (default: one per CPU this process may use)")
     parser.add_argument("--store", default=None, help="a PostgreSQL URL every node reaches: durable turns here")
     parser.add_argument("--tool-processes", type=_count(0), default=2, help="idle tool processes kept forked")
     parser.add_argument("--max-tool-processes", type=_count(1), default=16)
+    parser.add_argument(
+        "--max-running", type=_count(1), default=DEFAULT_MAX_RUNNING, help="turns running at once, per host"
+    )
+    parser.add_argument(
+        "--max-queued", type=_count(0), default=DEFAULT_MAX_QUEUED, help="turns queued beyond them, per host"
+    )
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
-    hosts = args.hosts if args.hosts is not None else max(1, os.cpu_count() or 1)
+    hosts = args.hosts if args.hosts is not None else usable_cpus()  # affinity and cgroup quota
     try:
         key = transport.load_key(key_file=args.key_file)
         if key is None:
@@ -199,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         leader = _check_addresses(args.leader, args.listen, args.admin_port)
         asys, _ = start_node(
             leader, args.listen, capabilities, args.admin_port, key, args.timeout,
-            hosts, args.store, args.tool_processes, args.max_tool_processes,
+            hosts, args.store, args.tool_processes, args.max_tool_processes, args.max_running, args.max_queued,
         )  # fmt: skip
     except (ConfigurationError, StoreError, OSError) as exc:
         print(f"greenroom node: {exc}", file=sys.stderr)
@@ -211,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                 "leader": leader,
                 "capabilities": capabilities,
                 "hosts": hosts,
+                "max_running": args.max_running,
+                "max_queued": args.max_queued,
                 "store": _redacted(args.store) if args.store else None,
             }
         ),

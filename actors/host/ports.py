@@ -89,6 +89,8 @@ class TurnHostFace(Protocol):
 
     def turn_ended(self, turn: HostedTurn) -> None: ...
 
+    def parked(self, turn: Any, parked: bool) -> None: ...
+
 
 class ToolHost(Protocol):
     """What the ``ToolRunner`` needs of its host: the actor's sends and timers, its pool and

@@ -15,7 +15,14 @@ Guarantees (each message that names a turn gets exactly one of these):
 - a ``Subscribe`` or a command for a turn that has ended is answered for it (a stop or a
   cancel "no effect", anything else ``turn_finished``); a ``Subscribe`` for a stored turn
   that has left every host is answered from the store;
-- a ``Locate`` is answered: here or not;
+- a new turn goes through admission (``admission``): it starts, waits in the host's queue
+  (in memory only: nothing of it is written before it starts), waits for room there, or is
+  refused (``overloaded``); a ``StartTurn`` with a ``request_id`` is answered with which
+  (``running`` or ``queued``). A queued turn takes a stop or a cancel (it starts with the
+  command behind it, and ends stopped or cancelled before any model call) and a
+  ``Subscribe`` (answered now, followed once it starts); any other command is refused
+  (``queued``) until it starts;
+- a ``Locate`` is answered: here or not (a queued turn is here);
 - a turn whose work stopped here without an end (``TurnActor.suspend``: its store did not
   confirm it in time, or refused a write) is claimed back as soon as the store answers
   again (``reclaim``), and carried on from what the store has.
@@ -30,13 +37,14 @@ import pickle
 from collections import OrderedDict
 from typing import Any
 
-from messages import StartTurn, StopTurn, Subscribe, TurnCommand, reply_for, unaddressed
+from messages import CancelTurn, StartTurn, StopTurn, Subscribe, TurnCommand, reply_for, unaddressed
 
 from ..logs import logger
 from ..store.base import Route
 from ..turn.decisions import StoreFailed
 from ..turn.rules import Recovery
 from ..wire.protocol import Find, Found, Locate, Located, Recover, Recovered, Relay
+from . import admission as adm
 from .durable import Claimed, StoredSender
 from .held import HeldCommands
 from .ports import RegistryHost
@@ -67,25 +75,97 @@ class TurnRegistry:
         self.failing: set[str] = set()  # claimed back to end with an error: the store refused a write
         self.parked: dict[str, list[tuple[Any, Any]]] = {}  # messages for suspended turns, till they are claimed
         self.recovered = False  # its directory's recovery plan has been carried out
+        self.admission = adm.Admission()
+        self.queued: dict[str, _Queued] = {}  # new turns not started: queued, or waiting for room
+
+    def limit(self, limits: adm.Limits) -> None:
+        self.admission = adm.Admission(limits)
 
     # -- messages that name a turn --------------------------------------------------------
 
     def start(self, msg: StartTurn, sender: Any) -> None:
         tid, host = msg.turn_id, self.host
-        if tid in self.turns or tid in self.ended or tid in self.suspended:  # a stored id: at its first write
+        taken = tid in self.turns or tid in self.ended or tid in self.suspended or tid in self.queued
+        if taken:  # a stored id: at its first write
             host.reply(sender, reply_for(msg, False, "invalid", f"turn id {tid} is already in use"))
             return
+        if host.shutting_down is not None:  # a straggler: it ends as the others did
+            return self._start(msg, sender, [])
+        self.queued[tid] = _Queued(msg, sender)
+        self._admit(self.admission.handle(adm.Arrived(tid, msg.priority, msg.tenant, msg.wait)))
+
+    def _admit(self, decisions: list[adm.Decision]) -> None:
+        """Carry out what admission decided (``admission``)."""
+        for d in decisions:
+            entry = self.queued.get(d.turn_id)
+            if entry is None:
+                continue
+            msg, sender = entry.start, entry.sender
+            if isinstance(d, adm.Queued):
+                entry.answered = True
+                if msg.request_id is not None:
+                    self.host.reply(sender, reply_for(msg, True, None, "queued"))
+            elif isinstance(d, adm.Refused):
+                del self.queued[d.turn_id]
+                why = f"host {self.host.host_id} is full: {d.why}; try later, or run(..., wait=True)"
+                self.host.reply(sender, reply_for(msg, False, "overloaded", why))
+            elif isinstance(d, (adm.Start, adm.Withdrawn)):
+                del self.queued[d.turn_id]
+                if isinstance(d, adm.Start) and not entry.answered and msg.request_id is not None:
+                    self.host.reply(sender, reply_for(msg, True, None, "running"))
+                self._start(msg, sender, entry.later)
+            # adm.Waits: held, unanswered, until there is room
+
+    def _start(self, msg: StartTurn, sender: Any, later: list[tuple[Any, Any]]) -> None:
+        tid, host = msg.turn_id, self.host
         turn = self.turns[tid] = TurnActor.starting(host, msg)
         turn.tell(msg, sender)
-        for command, who in self.held.claim(tid):
+        for command, who in later + self.held.claim(tid):
             turn.tell(command, who)
         if host.shutting_down is not None:  # a straggler: it ends as the others did
             turn.tell(StopTurn(turn_id=tid, reason="the runtime is closing", cause="shutdown"), None)
+
+    def start_queued(self) -> None:
+        """The host is closing: every queued or waiting turn starts, to end as the others do."""
+        for tid in list(self.queued):
+            entry = self.queued.pop(tid)
+            self.admission.handle(adm.Withdraw(tid))
+            self._start(entry.start, entry.sender, entry.later)
+
+    def park(self, turn: TurnActor, parked: bool) -> None:
+        """``turn`` waits for approval or is paused (``parked``), or goes on: its slot is freed or taken."""
+        tid = turn.turn_id
+        self._admit(self.admission.handle(adm.Parked(tid) if parked else adm.Resumed(tid)))
+
+    def _gone(self, turn_id: str) -> None:
+        """A turn has ended here or left this host: its slot is free."""
+        self._admit(self.admission.handle(adm.Ended(turn_id)))
+
+    def _to_queued(self, turn_id: str, msg: Any, sender: Any) -> None:
+        """A message for a turn that has not started: see the module docstring."""
+        entry = self.queued[turn_id]
+        if isinstance(msg, Subscribe):
+            if msg.request_id is not None:
+                self.host.reply(sender, reply_for(msg, True, None, "queued: its events follow once it starts"))
+            entry.later.append((msg.model_copy(update={"request_id": None}), sender))
+        elif isinstance(msg, (StopTurn, CancelTurn)):
+            entry.later.append((msg, sender))
+            self._admit(self.admission.handle(adm.Withdraw(turn_id)))
+        else:
+            why = f"turn {turn_id} is queued on host {self.host.host_id}: it takes a stop or a cancel until it starts"
+            self.host.reply(sender, reply_for(msg, False, "queued", why))
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        """(turns running, turns queued or waiting) as admission counts them."""
+        return len(self.admission.running), len(self.queued)
 
     def subscribe(self, msg: Subscribe, sender: Any) -> None:
         turn, host = self.turns.get(msg.turn_id), self.host
         if turn is not None:
             turn.tell(msg, sender)
+        elif msg.turn_id in self.queued:
+            self._to_queued(msg.turn_id, msg, sender)
         elif msg.turn_id in self.suspended:
             self.parked.setdefault(msg.turn_id, []).append((msg, sender))
         elif msg.turn_id in self.ended and host.durable is None:
@@ -117,6 +197,8 @@ class TurnRegistry:
         turn = self.turns.get(tid)
         if turn is not None:
             turn.tell(msg, sender)
+        elif tid in self.queued:
+            self._to_queued(tid, msg, sender)
         elif tid in self.suspended:  # answered once the turn is claimed back, or where it went
             self.parked.setdefault(tid, []).append((msg, sender))
         elif tid in self.ended:
@@ -225,7 +307,7 @@ class TurnRegistry:
             self.host.reply(who, reply_for(command, False, "unknown_turn", f"no turn {turn_id}"))
 
     def locate(self, msg: Locate, sender: Any) -> None:
-        self.host.send(sender, Located(msg.turn_id, msg.turn_id in self.turns))
+        self.host.send(sender, Located(msg.turn_id, msg.turn_id in self.turns or msg.turn_id in self.queued))
 
     def _answer_for_ended(self, msg: Any, sender: Any, reason: str) -> None:
         if msg.kind in ("stop_turn", "cancel_turn"):
@@ -272,6 +354,7 @@ class TurnRegistry:
         if tid in self.turns:
             return
         turn = self.turns[tid] = TurnActor.recovering(self.host, state, claimed.owner)
+        self.admission.handle(adm.Adopted(tid))  # counts at once (``admission``)
         refused = self.suspended.pop(tid, None)
         for command_id, command in claimed.commands:
             turn.applied.add(command_id)
@@ -286,6 +369,7 @@ class TurnRegistry:
         if self.turns.get(turn.turn_id) is turn:
             del self.turns[turn.turn_id]
         tid = turn.turn_id
+        self._gone(tid)
         if kind == "store":
             self.suspended.setdefault(tid, None)
         elif kind == "refused" and tid in self.failing:  # its end was refused too: left as the store has it
@@ -321,9 +405,11 @@ class TurnRegistry:
         """A turn another host took over: gone from here at once (it has not ended)."""
         if self.turns.get(turn.turn_id) is turn:
             del self.turns[turn.turn_id]
+        self._gone(turn.turn_id)
 
     def turn_ended(self, turn: TurnActor) -> None:
         self.failing.discard(turn.turn_id)
+        self._gone(turn.turn_id)
         self.host.timers.add(turn.state.options.linger, ("linger", turn.turn_id))
 
     def evict(self, turn_id: str) -> None:
@@ -345,3 +431,14 @@ class TurnRegistry:
         turn = self.turns.get(turn_id)
         if turn is not None:
             turn.tell(STORED_COMMANDS, None)
+
+
+class _Queued:
+    """A new turn that has not started: its ``StartTurn``, its sender, what came for it since."""
+
+    __slots__ = ("answered", "later", "sender", "start")
+
+    def __init__(self, start: StartTurn, sender: Any) -> None:
+        self.start, self.sender = start, sender
+        self.later: list[tuple[Any, Any]] = []  # a Subscribe, or the stop or cancel it starts with
+        self.answered = False  # its sender was told it is queued

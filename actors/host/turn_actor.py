@@ -116,6 +116,7 @@ class TurnActor(LocalActor):
         self.readers = Readers(host, self.turn_id, lambda: self.rules.state, rules.state.next_seq)
         self.ended = False
         self.ended_at = 0.0  # time.monotonic() when it ended
+        self.parked = False  # waits for approval or is paused: it does not count (``admission``)
         self.gone = False  # its work stopped here without an end (``suspend``): it acts no more
         journal = host.journal
         self.ahead = WriteAhead(journal, self._carry_out, self._write_failed) if journal is not None else None
@@ -304,6 +305,10 @@ class TurnActor(LocalActor):
                     host.reply(sender, d.reply)
             elif isinstance(d, Done):
                 self._wind_down()
+        parked = self.state.phase in ("awaiting_approval", "paused")
+        if parked != self.parked and not self.ended:  # its host's admission frees or takes its slot
+            self.parked = parked
+            host.parked(self, parked)
 
     def suspend(self, why: str, kind: Suspension) -> None:
         """Stop this turn's work here without ending it (see the module docstring): its

@@ -76,6 +76,7 @@ from ..wire.protocol import (
     WorkerResult,
     WorkersLeased,
 )
+from .admission import Limits
 from .durable import Durable, StoredSender
 from .journal import Journal
 from .keeper import StoreKeeper
@@ -149,6 +150,7 @@ class TurnHost(Dispatcher):
         self.inline_async_tools = msg.inline_async_tools
         self.node = msg.node
         self.registry.held.hold_for = msg.hold
+        self.registry.limit(Limits(msg.max_running, msg.max_queued))
         self.tools._top_up()
         if msg.store is None:
             self.send(sender, HostReady(msg.slot))
@@ -214,6 +216,9 @@ class TurnHost(Dispatcher):
 
     def turn_ended(self, turn: TurnActor) -> None:
         self.registry.turn_ended(turn)
+
+    def parked(self, turn: TurnActor, parked: bool) -> None:
+        self.registry.park(turn, parked)
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -341,6 +346,7 @@ class TurnHost(Dispatcher):
     def receiveMsg_Shutdown(self, msg: Shutdown, sender: Any) -> None:
         """Stop every live turn (without a store) or leave it to recovery (with one)."""
         self.shutting_down, self.ending_turns = sender, not msg.keep_turns
+        self.registry.start_queued()  # each with a stop behind its start: a queued turn does not outlive a close
         if msg.keep_turns and self.durable is not None:
             for turn in list(self.turns.values()):  # left to the store, for the next runtime on it
                 if not turn.ended:

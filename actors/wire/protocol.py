@@ -105,6 +105,8 @@ class Configure(_Internal):
     node: str = ""
     capabilities: dict[str, Any] = field(default_factory=dict)
     upstream: Any = None
+    max_running: int = 256  # per host: the defaults of ``host.admission``
+    max_queued: int = 1024
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,8 @@ class HostConfig(_Internal):
     owner: Any = None  # the Runtime's endpoint, which exports the host's spans
     node: str = ""  # its node's name: the host's id is node/slot
     hold: float = 30.0  # seconds a command may wait for its turn's start (held.HeldCommands)
+    max_running: int = 256  # admission (``host.admission``)
+    max_queued: int = 1024
 
 
 @dataclass(frozen=True)
