@@ -144,7 +144,7 @@ def test_a_stop_that_lands_just_after_its_stream_ended_leaves_the_client_fit_for
 
 def test_a_caller_asks_again_for_a_missing_event_and_for_what_follows_a_long_silence() -> None:
     asked: list[int] = []
-    stream = TurnStream("turn_gap", resend=asked.append)
+    stream = TurnStream("turn_gap", resend=lambda seq, unread_from: asked.append(seq))
     t0 = time.monotonic()
     stream.deliver(TurnStarted(turn_id="turn_gap", seq=0))
     stream.deliver(TextDelta(turn_id="turn_gap", seq=2, text="late"))  # seq 1 is missing

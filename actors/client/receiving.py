@@ -96,7 +96,7 @@ class Inbound:
         fresh: bool,
         window: int | None = None,
         consumed: Callable[[int], None] = lambda seq: None,
-        resend: Callable[[int], None] = lambda seq: None,
+        resend: Callable[[int, int], None] = lambda seq, unread_from: None,
     ) -> TurnStream:
         """A new stream for ``turn_id``; with ``fresh``, refused if one is still open."""
         with self._lock:

@@ -104,7 +104,7 @@ class TurnStream:
         closed: Callable[[], bool] = lambda: False,
         window: int | None = None,
         consumed: Callable[[int], None] = lambda seq: None,
-        resend: Callable[[int], None] = lambda seq: None,
+        resend: Callable[[int, int], None] = lambda seq, unread_from: None,
     ) -> None:
         self.turn_id = turn_id
         self._closed = closed
@@ -116,6 +116,8 @@ class TurnStream:
         self._gap_since: float | None = None
         self._resend = resend
         self._asked_at = time.monotonic()  # when the missing events were last asked for
+        self.asked = 0  # how many times they were asked for
+        self.held_most = 0  # the most events ``held`` has been
         self._heard = self._asked_at  # when the last event arrived
         self._finished = False  # a terminal Finish is in ``events``
         self.ended = threading.Event()  # the same, for whoever outlives the stream (its finalizer)
@@ -145,6 +147,7 @@ class TurnStream:
             if not ready:
                 if event.seq in self._order.early:
                     self._gap_since = self._gap_since or arrived
+                    self._count_held()
                 return False  # early, a duplicate, or one already read
             ended = self._append(ready, arrived)
             self._gap_since = (self._gap_since or arrived) if self._order.waiting else None
@@ -167,7 +170,13 @@ class TurnStream:
         if ended:
             self._finished = True
             self.ended.set()
+        self._count_held()
         return ended
+
+    def _count_held(self) -> None:
+        held = len(self.events) - self._read + len(self._order.early)
+        if held > self.held_most:
+            self.held_most = held
 
     def fill_gaps(self, now: float) -> bool:
         """Ask again for events missing ``GAP_WAIT``; replace those missing ``LOST_AFTER``,
@@ -177,7 +186,7 @@ class TurnStream:
                 return False  # thread (deliver, fill_gaps, lost) writes it
             with self._cond:
                 self._asked_at = now
-                self._resend(self._order.next)
+                self._ask_again()
             return False
         with self._cond:
             if self._gap_since is None or now - self._gap_since < GAP_WAIT:
@@ -186,7 +195,7 @@ class TurnStream:
                 if now - self._asked_at >= GAP_WAIT:
                     self._asked_at = now
                     log().warning("turn %s: event %d is late; asked for again", self.turn_id, self._order.next)
-                    self._resend(self._order.next)
+                    self._ask_again()
                 return False
             if not any(isinstance(e, Finish) for e in self._order.early.values()):
                 return False
@@ -201,6 +210,12 @@ class TurnStream:
             self._gap_since = None
             self._wake()
             return ended
+
+    def _ask_again(self) -> None:
+        """Ask the host for what follows the last event in order, saying where the readers
+        are (``unread_from``), so that the answer never holds more than the window unread."""
+        self.asked += 1
+        self._resend(self._order.next, self.unread_from)
 
     def lost(self, detail: str, error_type: str = "host_lost") -> None:
         """End the turn here, after what arrived: its host was lost (``messages.host_lost``),
@@ -254,6 +269,19 @@ class TurnStream:
     def next_seq(self) -> int:
         with self._cond:
             return self._order.next
+
+    @property
+    def unread_from(self) -> int:
+        """The seq of the first event the readers have not read (a window counts from it)."""
+        with self._cond:
+            return self._base + self._read
+
+    @property
+    def held(self) -> int:
+        """How many events are held here that the readers have not read: those in order
+        past the read point and those that came early (at most the window, if one is set)."""
+        with self._cond:
+            return len(self.events) - self._read + len(self._order.early)
 
     @property
     def dropped(self) -> str | None:
