@@ -1,6 +1,6 @@
 """What an unread handle holds in the owner: how many events, and how many bytes each.
 
-    python bench/held_events.py [--turns 40] [--chunks 9000] [--window 1024] [--ask-every 0.5]
+    python bench/held_events.py [--turns 20] [--chunks 3000] [--window 1024] [--ask-every 0.5]
 
 Starts a scripted provider and a Runtime (one host) in this process, reads one turn to its
 end (the warm-up), then starts ``--turns`` turns whose answer streams ``--chunks`` chunks of
@@ -16,16 +16,20 @@ seconds, 30 by default, for as long as its reader is behind: ``reader_grace``, 3
   run: a bare list of the same strings (each event's text, copied), so that the difference
   is what holding an event costs beyond its text. Everything the turns cost the owner is
   counted (handles, streams, futures), so this is an upper bound;
-- the owner's RSS grown by, per event held.
+- the owner's RSS grown by, per event held, measured in a run of its own without
+  ``tracemalloc`` (whose own tables would count).
 
-The figures are printed and saved as JSON under ``bench/results/``.
+Each measurement runs in a process of its own (this script, ``--mode heap`` and ``--mode
+rss``); the figures are printed and saved as JSON under ``bench/results/``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import random
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -34,11 +38,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actors import Runtime, ToolContext, tool  # noqa: E402
-from actors.client import stream as stream_module  # noqa: E402
-from actors.testing import Reply, Request, ScriptedProvider, call, say, use_tools  # noqa: E402
-from bench.common import save  # noqa: E402
-from messages import RetryPolicy, StopTool, ToolProgress  # noqa: E402
+from actors import Runtime, ToolContext, TurnTimeout, tool
+from actors.client import stream as stream_module
+from actors.testing import Reply, Request, ScriptedProvider, call, say, use_tools
+from bench.common import save
+from messages import RetryPolicy, StopTool, ToolProgress
 
 
 def words(count: int, seed: int) -> list[str]:
@@ -70,15 +74,18 @@ def held_by(handle: Any) -> int:
     return held if isinstance(held, int) else len(handle.all_events)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--turns", type=int, default=40)
-    parser.add_argument("--chunks", type=int, default=9000)
-    parser.add_argument("--window", type=int, default=1024)
-    parser.add_argument("--ask-every", type=float, default=0.5, help="the streams' QUIET, seconds")
-    parser.add_argument("--asks", type=int, default=4, help="how many QUIET periods to wait once the turns ended")
-    args = parser.parse_args()
+def finished(rt: Runtime, probe: StopTool) -> bool:
+    """Whether the probe's turn has ended in its host (a busy host may answer late)."""
+    try:
+        return rt.control(probe, timeout=30).code == "turn_finished"
+    except TurnTimeout:
+        return False
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """One run in this process: the unread turns, then the figures of ``args.mode``."""
     stream_module.QUIET = args.ask_every
+    trace = args.mode == "heap"
 
     def responder(request: Request) -> Reply:
         if any(m.get("role") == "tool" for m in request.messages):
@@ -87,6 +94,7 @@ def main() -> None:
         count = args.chunks if content.startswith("unread") else 10
         return use_tools(call("stream_chunks", {"count": count, "seed": len(content)}))
 
+    out: dict[str, Any] = {"code": str(Path(stream_module.__file__).resolve().parents[2])}
     with (
         ScriptedProvider(responder=responder) as provider,
         Runtime(
@@ -97,23 +105,29 @@ def main() -> None:
             pass
         gc.collect()
         rss_before = rss_kib()
-        tracemalloc.start()
+        if trace:
+            tracemalloc.start()
         heap_before = tracemalloc.get_traced_memory()[0]
         started = time.monotonic()
         handles = [rt.run(f"unread {i}", tools=[stream_chunks]) for i in range(args.turns)]
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 120
         for h in handles:  # every event of the turn is in its host once a probe says it has ended
             probe = StopTool(turn_id=h.turn_id, call_id="no such call")
-            while rt.control(probe).code != "turn_finished" and time.monotonic() < deadline:
+            while not finished(rt, probe) and time.monotonic() < deadline:
                 time.sleep(0.05)
-        ended = time.monotonic() - started
+        out["ended_within_s"] = round(time.monotonic() - started, 2)
         time.sleep(args.asks * args.ask_every + 0.5)  # the streams ask again meanwhile (a benchmark, not a test)
         gc.collect()
         heap_after = tracemalloc.get_traced_memory()[0]
         rss_after = rss_kib()
         held = [held_by(h) for h in handles]
-        asked = [getattr(h._stream, "asked", None) for h in handles]
+        asked = getattr(handles[0]._stream, "asked", None)
         tracemalloc.stop()
+        out.update(held_total=sum(held), held_max_per_handle=max(held), asked_per_stream=asked)
+        if not trace:
+            out["rss_grown_kib"] = rss_after - rss_before
+            return out
+        out["heap_grown_bytes"] = heap_after - heap_before
 
         # the baseline: a bare list of the same strings (copies), measured the same way
         texts = [e.data for h in handles for e in h.all_events if isinstance(e, ToolProgress)]
@@ -124,38 +138,73 @@ def main() -> None:
         base_after = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
         del bare
+        out.update(baseline_bytes=base_after - base_before, baseline_strings=len(texts))
+        out["mean_text_chars"] = round(sum(map(len, texts)) / max(1, len(texts)), 1)
+    return out
 
-    total = sum(held)
-    per_event = (heap_after - heap_before) / max(1, total)
-    baseline = (base_after - base_before) / max(1, len(texts))
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--chunks", type=int, default=3000)
+    parser.add_argument("--window", type=int, default=1024)
+    parser.add_argument("--ask-every", type=float, default=0.5, help="the streams' QUIET, seconds")
+    parser.add_argument("--asks", type=int, default=4, help="how many QUIET periods to wait once the turns ended")
+    parser.add_argument("--mode", choices=["heap", "rss"], help=argparse.SUPPRESS)  # one run, in this process
+    args = parser.parse_args()
+    if args.mode is not None:
+        print(json.dumps(measure(args)), flush=True)
+        return
+    runs = {}
+    for mode in ("heap", "rss"):
+        argv = [a for a in sys.argv[1:]] + ["--mode", mode]
+        done = subprocess.run(
+            [sys.executable, __file__, *argv], capture_output=True, text=True, timeout=300, check=False
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"the {mode} run failed:\n{done.stderr[-3000:]}")
+        runs[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    heap, rss = runs["heap"], runs["rss"]
+    total = heap["held_total"]
+    per_event = heap["heap_grown_bytes"] / max(1, total)
+    baseline = heap["baseline_bytes"] / max(1, heap["baseline_strings"])
     results = {
+        "code": heap["code"],
         "turns": args.turns,
         "chunks": args.chunks,
         "window": args.window,
         "ask_every_s": args.ask_every,
-        "ended_within_s": round(ended, 2),
+        "asked_per_stream": heap["asked_per_stream"],
+        "ended_within_s": heap["ended_within_s"],
         "held_total": total,
-        "held_max_per_handle": max(held),
-        "held_max_over_window": max(held) / args.window,
-        "asked_per_stream": asked[0] if asked and asked[0] is not None else "n/a",
+        "held_max_per_handle": heap["held_max_per_handle"],
+        "held_max_over_window": round(heap["held_max_per_handle"] / args.window, 2),
         "heap_bytes_per_held_event": round(per_event, 1),
         "baseline_bytes_per_string": round(baseline, 1),
         "beyond_text_bytes": round(per_event - baseline, 1),
         "over_baseline": round(per_event / baseline, 2),
-        "mean_text_chars": round(sum(map(len, texts)) / max(1, len(texts)), 1),
-        "rss_grown_mib": round((rss_after - rss_before) / 1024, 1),
-        "rss_bytes_per_held_event": round((rss_after - rss_before) * 1024 / max(1, total), 1),
-        "code": str(Path(stream_module.__file__).resolve().parents[2]),
+        "mean_text_chars": heap["mean_text_chars"],
+        "rss_held_total": rss["held_total"],
+        "rss_grown_mib": round(rss["rss_grown_kib"] / 1024, 1),
+        "rss_bytes_per_held_event": round(rss["rss_grown_kib"] * 1024 / max(1, rss["held_total"]), 1),
     }
     print(f"code: {results['code']}")
-    print(f"{args.turns} unread turns of {args.chunks} chunks, window {args.window}, ended in {ended:.1f} s")
-    print(f"held: {total} events, at most {max(held)} per handle ({max(held) / args.window:.2f}x the window)")
+    print(
+        f"{args.turns} unread turns of {args.chunks} chunks, window {args.window}, ended in {heap['ended_within_s']} s"
+    )
+    print(
+        f"held: {total} events, at most {heap['held_max_per_handle']} per handle "
+        f"({results['held_max_over_window']:.2f}x the window)"
+    )
     print(
         f"heap per held event: {per_event:.0f} B; a bare list of the same strings: {baseline:.0f} B "
         f"({per_event / baseline:.2f}x; {per_event - baseline:.0f} B beyond the text, "
         f"{results['mean_text_chars']} characters on average)"
     )
-    print(f"RSS grown by {results['rss_grown_mib']} MiB ({results['rss_bytes_per_held_event']:.0f} B per held event)")
+    print(
+        f"RSS grown by {results['rss_grown_mib']} MiB for {rss['held_total']} held events "
+        f"({results['rss_bytes_per_held_event']:.0f} B each; a run without tracemalloc)"
+    )
     save("held_events", results)
 
 
