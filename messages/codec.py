@@ -169,9 +169,9 @@ def split_encoded(data: bytes) -> list[tuple[dict[str, Any], bytes]]:
                 raise CodecError(f"malformed message payload: expected a map, got {type(fields).__name__}")
             out.append((fields, data[start:end]))
             start = end
-    except CodecError:
-        raise
-    except Exception as exc:  # msgpack raises several unrelated types, some without a message
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:  # CodecError is a ValueError: raised as it is
+        if isinstance(exc, CodecError):
+            raise
         raise CodecError(f"malformed message array: {type(exc).__name__}" + (f": {exc}" if str(exc) else "")) from None
     return out
 
