@@ -18,6 +18,7 @@ BENCHES = [
     "approval_window.py",
     "transport.py",
     "async_stall.py",
+    "held_events.py",
     "close_cycles.py",
     "mcp_guard.py",
     "admission.py",

@@ -5,7 +5,9 @@ model's JSON-mode fields, ``kind`` among them; ``decode`` finds the class by ``k
 A class whose fields are all strings, integers, booleans or None (``TextDelta``, say) is
 encoded from its fields as they are, without ``model_dump``: the bytes are the same.
 ``join_encoded`` puts encoded messages in one msgpack array (their bytes as they are) and
-``decode_many`` reads such an array back, validating each message as ``decode`` does.
+``decode_many`` reads such an array back, validating each message as ``decode`` does;
+``split_encoded`` reads it back as each message's fields and bytes, validating nothing (a
+receiver that keeps the bytes and decodes them later, when they are asked for).
 Bytes that are not msgpack, a payload that is not a map, an unknown ``kind`` or fields that
 do not fit the class raise ``CodecError`` with a message that says which.
 
@@ -36,6 +38,7 @@ __all__ = [
     "encode_snapshot",
     "join_encoded",
     "message_classes",
+    "split_encoded",
 ]
 
 
@@ -148,6 +151,29 @@ def decode_many(data: bytes) -> list[Message]:
     if not isinstance(payloads, list):
         raise CodecError(f"malformed message array: expected an array, got {type(payloads).__name__}")
     return [_message(p) for p in payloads]
+
+
+def split_encoded(data: bytes) -> list[tuple[dict[str, Any], bytes]]:
+    """The messages of a ``join_encoded`` array, each as its fields (unpacked, not validated)
+    and its own bytes (``decode`` takes them); ``CodecError`` when it is not such an array."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
+    unpacker.feed(data)
+    out: list[tuple[dict[str, Any], bytes]] = []
+    try:
+        count = unpacker.read_array_header()
+        start = unpacker.tell()
+        for _ in range(count):
+            fields = unpacker.unpack()
+            end = unpacker.tell()
+            if not isinstance(fields, dict):
+                raise CodecError(f"malformed message payload: expected a map, got {type(fields).__name__}")
+            out.append((fields, data[start:end]))
+            start = end
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:  # CodecError is a ValueError: raised as it is
+        if isinstance(exc, CodecError):
+            raise
+        raise CodecError(f"malformed message array: {type(exc).__name__}" + (f": {exc}" if str(exc) else "")) from None
+    return out
 
 
 def _message(payload: Any) -> Message:

@@ -302,11 +302,11 @@ class Subscribe(Message):
     """Receive this turn's events from ``since`` (its ``seq``) on, then as they happen.
 
     ``window`` (events) asks for flow control: the turn's host sends at most ``window``
-    events past the last ``Consumed`` it had from this subscriber, and holds the rest in the
-    turn's log until the subscriber says it read them; ``None`` (a supervisor's default)
-    sends every event as it happens. The first ``Finish`` a subscriber gets carries the
-    whole history, later ones what is new. ``answer_within`` as for a ``TurnCommand``
-    (``Runtime.attach`` sets it from its ``timeout``)."""
+    events past ``unread_from`` (the first the subscriber has not read; ``since`` if not
+    given, so asking again never widens the window), then past each ``Consumed``, and holds
+    the rest in the turn's log; ``None`` (a supervisor's default) sends every event as it
+    happens. The first ``Finish`` a subscriber gets carries the whole history, later ones
+    what is new. ``answer_within`` as for a ``TurnCommand`` (``Runtime.attach`` sets it)."""
 
     kind: Literal["subscribe"] = "subscribe"
     turn_id: str
@@ -314,6 +314,7 @@ class Subscribe(Message):
     request_id: str | None = None
     window: int | None = Field(default=None, ge=1)
     answer_within: float | None = Field(default=None, gt=0)
+    unread_from: int | None = Field(default=None, ge=0)
 
 
 class Consumed(Message):

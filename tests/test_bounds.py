@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from actors import ReaderDropped, Runtime
+from actors.client import stream as stream_module
 from actors.lifecycle.processes import session_processes
-from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.testing import Reply, Request, ScriptedProvider, call, say, use_tools
 from actors.turn.results import error_result, interrupted_content
-from messages import ChatMessage, Finish, RetryPolicy, StopTool, ToolFinished, ToolProgress, TurnOptions
+from messages import ChatMessage, Finish, RetryPolicy, StopTool, TextDelta, ToolFinished, ToolProgress, TurnOptions
 
 from . import tools_for_tests as T
 from .helpers import wait_until
@@ -132,6 +133,43 @@ def test_a_reader_that_does_not_read_holds_at_most_its_window(provider: Scripted
         events = list(turn.events(timeout=30))  # reading lets the rest come
         assert sum(isinstance(e, ToolProgress) for e in events) == 200
         assert isinstance(events[-1], Finish) and events[-1].finish_reason == "stop"
+
+
+def test_unread_turns_hold_at_most_their_window_however_often_their_streams_ask_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33: a stream that hears nothing (its window is full) asks for what follows every
+    ``QUIET`` seconds; each ask used to let a whole window more be held (3,072 against 1,024)."""
+    monkeypatch.setattr(stream_module, "QUIET", 0.05)  # ask again often: the asks, not time, are waited on
+    window, turns, reports = 16, 3, 300
+    text = "".join(f"w{i} " for i in range(1500))
+
+    def responder(request: Request) -> Reply:
+        if any(m.get("role") == "tool" for m in request.messages):
+            return say(text, pieces=1500)
+        marker = tmp_path / str(request.messages[-1].get("content"))
+        return use_tools(call("many_progress", {"count": reports, "marker": str(marker)}))
+
+    with (
+        ScriptedProvider(responder=responder) as provider,
+        Runtime(provider.provider(), hosts=1, tool_processes=1, event_window=window) as rt,
+    ):
+        handles = [rt.run(f"turn{i}", tools=[T.many_progress]) for i in range(turns)]
+        for i, turn in enumerate(handles):
+            assert wait_until((tmp_path / f"turn{i}").exists, timeout=30)
+            probe = StopTool(turn_id=turn.turn_id, call_id="no such call")
+            assert wait_until(lambda p=probe: rt.control(p).code == "turn_finished", 30), "every event is in its host"
+            stream, asked = turn._stream, turn._stream.asked
+            assert wait_until(lambda s=stream, a=asked: s.asked >= a + 3, 30), "the stream asked again"
+            assert stream.held_most <= window and turn.held == window == len(turn.all_events)
+        for turn in handles:
+            events = list(turn.events(timeout=30))  # reading lets the rest come, in order, every delta intact
+            assert [e.seq for e in events] == list(range(len(events)))
+            assert [e.data for e in events if isinstance(e, ToolProgress)] == list(range(reports))
+            assert "".join(e.text for e in events if isinstance(e, TextDelta)) == text
+            assert isinstance(events[-1], Finish) and events[-1].finish_reason == "stop"
+            assert turn.result().text == text and turn.held == 0
+            assert turn._stream.held_most <= window, "never more than the window held unread"
 
 
 def test_a_reader_still_behind_after_the_grace_is_dropped_saying_so(provider: ScriptedProvider, tmp_path: Path) -> None:

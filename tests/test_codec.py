@@ -6,7 +6,7 @@ import msgpack
 import pytest
 
 import messages as m
-from messages.codec import CodecError, SnapshotVersionError, decode_many, join_encoded
+from messages.codec import CodecError, SnapshotVersionError, decode_many, join_encoded, split_encoded
 
 call = m.ToolCall(id="call_1", name="add", arguments='{"a": 1, "b": 2}')
 provider = m.ProviderConfig(
@@ -168,6 +168,21 @@ def test_encoded_messages_joined_in_one_array_decode_back_in_order(n: int) -> No
 def test_an_array_of_any_length_has_the_header_msgpack_reads(n: int) -> None:
     """Each side of msgpack's header sizes (fixarray, array 16, array 32), cheap items."""
     assert msgpack.unpackb(join_encoded([msgpack.packb(i) for i in range(n)])) == list(range(n))
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 300, 65_536])
+def test_a_joined_array_splits_back_into_each_messages_fields_and_bytes(n: int) -> None:
+    payloads = [m.encode(m.TextDelta(turn_id="t", seq=i, text=f"{i} ")) for i in range(n)]
+    split = split_encoded(join_encoded(payloads))
+    assert [raw for _, raw in split] == payloads
+    assert [fields for fields, _ in split] == [msgpack.unpackb(p) for p in payloads]
+
+
+def test_an_array_that_does_not_split_is_a_clear_error() -> None:
+    with pytest.raises(CodecError, match="malformed message payload: expected a map, got int"):
+        split_encoded(join_encoded([msgpack.packb(1)]))
+    with pytest.raises(CodecError, match="malformed message array: OutOfData"):
+        split_encoded(b"\x93\x80")
 
 
 def test_an_array_with_a_message_that_does_not_fit_is_a_clear_error() -> None:

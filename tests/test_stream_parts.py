@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import queue
 import threading
 import time
@@ -13,13 +14,14 @@ from typing import Any
 import pytest
 
 from actors.client.receiving import Inbound
+from actors.client.records import EventRecords
 from actors.client.stream import GAP_WAIT, LOST_AFTER, QUIET, TurnStream
 from actors.host.llm_actor import LLMActor
 from actors.mailbox import Kernel, LocalActor
 from actors.providers.client import ProviderClient, _Deadlines
 from actors.testing import ScriptedProvider, say
 from actors.wire.protocol import EventBatch
-from messages import AbortStream, ChatMessage, Finish, StreamChat, TextDelta, TurnStarted, encode
+from messages import AbortStream, ChatMessage, Error, Finish, StreamChat, TextDelta, ToolProgress, TurnStarted, encode
 
 
 def test_a_deadline_fires_once_in_order_and_a_cancelled_one_never() -> None:
@@ -144,7 +146,7 @@ def test_a_stop_that_lands_just_after_its_stream_ended_leaves_the_client_fit_for
 
 def test_a_caller_asks_again_for_a_missing_event_and_for_what_follows_a_long_silence() -> None:
     asked: list[int] = []
-    stream = TurnStream("turn_gap", resend=asked.append)
+    stream = TurnStream("turn_gap", resend=lambda seq, unread_from: asked.append(seq))
     t0 = time.monotonic()
     stream.deliver(TurnStarted(turn_id="turn_gap", seq=0))
     stream.deliver(TextDelta(turn_id="turn_gap", seq=2, text="late"))  # seq 1 is missing
@@ -171,3 +173,31 @@ def test_an_event_still_missing_after_lost_after_is_replaced_once_a_finish_is_be
     assert not stream.fill_gaps(t0 + LOST_AFTER / 2)
     assert stream.fill_gaps(t0 + LOST_AFTER + 1)
     assert [(e.seq, e.kind) for e in stream.events] == [(0, "turn_started"), (1, "error"), (2, "finish")]
+
+
+def test_a_stream_holds_batched_events_as_their_bytes_and_its_readers_get_the_same_models() -> None:
+    tid = "turn_records"
+    events = [
+        TurnStarted(turn_id=tid, seq=0),
+        TextDelta(turn_id=tid, seq=1, text="héllo "),
+        ToolProgress(turn_id=tid, seq=2, call_id="c1", data={"done": [1, 2]}),
+        TextDelta(turn_id=tid, seq=3, text="world"),
+        Finish(turn_id=tid, seq=4, finish_reason="stop", messages=[ChatMessage.assistant("héllo world")]),
+    ]
+    inbound = Inbound(lambda: False, lambda msg: None)
+    stream = inbound.open_stream(tid, 0, fresh=True)
+    batch = pickle.loads(pickle.dumps(EventBatch([encode(e) for e in events])))  # as it crosses
+    inbound.on_message(batch, None)
+    assert [stream.events.is_model(i) for i in range(5)] == [False, False, False, False, True]
+    assert list(stream.events) == events and stream.events[1:3] == events[1:3] and stream.events[-1] == events[-1]
+    assert stream.held == 5 and stream.finished
+    assert [stream.wait_index(i, 1) for i in range(5)] == events and stream.held == 0
+    assert stream.result_at(5).text == "héllo world"
+
+
+def test_a_record_that_does_not_decode_is_read_as_an_event_lost_error() -> None:
+    records = EventRecords("turn_bad", 7)
+    records.append(b"\x81\xa4kind\xaatext_delta", "text_delta")  # no turn_id, seq or text
+    (event,) = list(records)
+    assert isinstance(event, Error) and (event.seq, event.error_type) == (7, "event_lost")
+    assert event.message == "event 7 cannot be decoded"

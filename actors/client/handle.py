@@ -71,6 +71,12 @@ class _Handle:
             return list(self._stream.events)
 
     @property
+    def held(self) -> int:
+        """How many events this process holds for this turn that its readers have not read
+        (at most the Runtime's ``event_window``: its host keeps the rest until they are read)."""
+        return self._stream.held
+
+    @property
     def rejections(self) -> list[ControlReply]:
         """Refusals nobody awaited (a ``StartTurn`` refused, say)."""
         return list(self._stream.rejections)

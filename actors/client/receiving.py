@@ -25,6 +25,7 @@ from messages import ControlReply, Error, ListNodes, MembershipChanged, NodeInfo
 from ..errors import ControlRejected, RuntimeClosedError, TurnTimeout
 from ..telemetry.metrics import MetricBatch
 from ..wire.protocol import EventBatch, HostReplaced, NodesChanged, ShutdownDone, SpanBatch
+from .records import Record, batch_records
 from .stream import TurnStream, Waiter, wake_all
 
 __all__ = ["Inbound"]
@@ -96,7 +97,7 @@ class Inbound:
         fresh: bool,
         window: int | None = None,
         consumed: Callable[[int], None] = lambda seq: None,
-        resend: Callable[[int], None] = lambda seq: None,
+        resend: Callable[[int, int], None] = lambda seq, unread_from: None,
     ) -> TurnStream:
         """A new stream for ``turn_id``; with ``fresh``, refused if one is still open."""
         with self._lock:
@@ -143,9 +144,9 @@ class Inbound:
 
     def on_message(self, msg: Any, sender: Any) -> None:
         if isinstance(msg, EventBatch):
-            self._events(msg.events)
+            self._events(batch_records(msg))
         elif isinstance(msg, TurnEvent):
-            self._events([msg])
+            self._events([(msg.turn_id, msg.seq, msg.kind, msg)])
         elif isinstance(msg, ControlReply):
             if msg.ok and msg.command == "subscribe" and (stream := self.stream(msg.turn_id)) is not None:
                 stream.host = stream.host or sender  # a turn attached to: its host answered (its id
@@ -175,24 +176,25 @@ class Inbound:
         if future is not None and not future.done():
             future.set_result(msg)
 
-    def _events(self, events: Iterable[TurnEvent]) -> None:
-        """Deliver in order; each stream's readers are woken once, after its last event here,
-        and the asyncio readers of all of them with one callback per event loop."""
+    def _events(self, events: Iterable[tuple[str, int, str, Record]]) -> None:
+        """Deliver in order (each event as its record: ``records``); each stream's readers are
+        woken once, after its last event here, and the asyncio readers of all of them with one
+        callback per event loop."""
         touched: dict[str, TurnStream] = {}
-        for event in events:
-            stream = self.stream(event.turn_id)
+        for turn_id, seq, kind, event in events:
+            stream = self.stream(turn_id)
             if stream is None:
                 continue
-            if event.seq < 0:  # not one of the turn's own events: about this reader
+            if seq < 0:  # not one of the turn's own events: about this reader (always a model)
                 if isinstance(event, Error) and event.error_type == "reader_dropped":
                     stream.drop(event.message)
-                    self.drop(event.turn_id, stream)
+                    self.drop(turn_id, stream)
                 elif isinstance(event, Error) and event.error_type == "turn_moved":
-                    self.on_moved(event.turn_id, stream, event.message, event.detail, event.epoch)
+                    self.on_moved(turn_id, stream, event.message, event.detail, event.epoch)
                 continue
-            touched[event.turn_id] = stream
-            if stream.deliver(event, wake=False):
-                self.drop(event.turn_id, stream)
+            touched[turn_id] = stream
+            if stream.deliver_record(seq, kind, event, wake=False):
+                self.drop(turn_id, stream)
         later: list[Waiter] = []
         for stream in touched.values():
             stream.wake(later)

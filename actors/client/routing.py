@@ -152,8 +152,8 @@ class Hosts:
     def open(self, turn_id: str, since: int, fresh: bool) -> TurnStream:
         """A stream for ``turn_id`` whose readers' progress goes back to its host."""
         consumed = lambda seq: self._endpoint.send(self.of(turn_id), Consumed(turn_id=turn_id, seq=seq))
-        resend = lambda seq: self._endpoint.send(  # no request id: the host answers with the events
-            self.of(turn_id), Subscribe(turn_id=turn_id, since=seq, window=self.window)
+        resend = lambda seq, unread_from: self._endpoint.send(  # no request id: the host answers with the events
+            self.of(turn_id), Subscribe(turn_id=turn_id, since=seq, window=self.window, unread_from=unread_from)
         )
         return self._inbound.open_stream(turn_id, since, fresh, self.window, consumed, resend)
 
@@ -245,6 +245,11 @@ class Hosts:
         stream = self.open(turn_id, since, fresh=False)
         return stream, self.command(waiting(Subscribe(turn_id=turn_id, since=since, window=self.window), timeout))
 
+    def _again(self, turn_id: str, stream: TurnStream) -> Subscribe:
+        """A ``Subscribe`` for what ``stream`` has not received, its window counted from where
+        its readers are (what it holds unread stays counted)."""
+        return Subscribe(turn_id=turn_id, since=stream.next_seq, window=self.window, unread_from=stream.unread_from)
+
     def unsubscribe(self, turn_id: str) -> None:
         """Tell the turn's host to send this runtime nothing more of it."""
         self._endpoint.send(self.of(turn_id), Unsubscribe(turn_id=turn_id))
@@ -278,7 +283,7 @@ class Hosts:
                 _unreachable(command, future, self._inbound)
             return
         self._at(stream, host)
-        self._endpoint.send(host, Subscribe(turn_id=turn_id, since=stream.next_seq, window=self.window))
+        self._endpoint.send(host, self._again(turn_id, stream))
         for command, future in self._release(turn_id):
             self._send(command, future)
 
@@ -304,7 +309,7 @@ class Hosts:
                 continue
             if turn_id in msg.recovered:
                 self._at(stream, msg.address)
-                self._endpoint.send(msg.address, Subscribe(turn_id=turn_id, since=stream.next_seq, window=self.window))
+                self._endpoint.send(msg.address, self._again(turn_id, stream))
                 for command, future in self._release(turn_id) + self._unsent(turn_id, old):
                     self._send(command, future)
             else:

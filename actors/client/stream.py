@@ -10,15 +10,15 @@ Guarantees:
 - the history is whole: ``Finish`` events carry what is new since the previous one, and
   the stream joins them (``TurnResult.messages`` is always the whole history);
 - flow control: with a ``window``, the stream tells the turn's host (``consumed(seq)``)
-  each time its readers have read half a window more, so the host never sends more than a
-  window ahead of the slowest point read, and a reader that stops reading holds at most a
-  window of events here; a reader dropped by the host (``reader_dropped``) raises
-  ``ReaderDropped`` once it has read what came;
+  each time its readers have read half a window more, and says where they are
+  (``unread_from``) whenever it asks again, so a reader that stops reading holds at most a
+  window of events here (``held``), each as its bytes until it is read (``records``); a
+  reader dropped by the host (``reader_dropped``) raises ``ReaderDropped`` once it has read
+  what came;
 - a gap is asked for again: an event still missing ``GAP_WAIT`` seconds after a later one
-  came is asked of the host (``resend(seq)``, a ``Subscribe`` from there; again every
-  ``GAP_WAIT``), since the transport gave up on the frame that held it; a stream that has
-  heard nothing for ``QUIET`` seconds asks likewise (its host may have let go of it when a
-  partition outlasted the transport's ``deliver_within``);
+  came is asked of the host (``resend``, a ``Subscribe`` from there; again every
+  ``GAP_WAIT``); a stream that has heard nothing for ``QUIET`` seconds asks likewise (its
+  host may have let go of it when a partition outlasted ``deliver_within``);
 - a reader never waits for ever on a turn that cannot go on: an event still missing after
   ``LOST_AFTER`` is replaced by an ``Error(event_lost)`` once a later ``Finish`` shows the
   run ended; a lost host ends the turn with ``Error(host_lost)`` + ``Finish(error)``,
@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,7 @@ from ..providers.formats import WireApi, messages_as
 from ..turn.history import close_open_calls
 from ..turn.reorder import Reorder
 from ..turn.results import error_result
+from .records import EventRecords, Record
 
 __all__ = ["GAP_WAIT", "LOST_AFTER", "QUIET", "TurnResult", "TurnStream", "wake_all"]
 
@@ -104,18 +106,19 @@ class TurnStream:
         closed: Callable[[], bool] = lambda: False,
         window: int | None = None,
         consumed: Callable[[int], None] = lambda seq: None,
-        resend: Callable[[int], None] = lambda seq: None,
+        resend: Callable[[int, int], None] = lambda seq, unread_from: None,
     ) -> None:
         self.turn_id = turn_id
         self._closed = closed
         self._cond = threading.Condition(threading.RLock())
         self._base = since  # the seq of events[0]
-        self.events: list[TurnEvent] = []
-        self._arrived: list[float] = []  # when each of ``events`` arrived (time.monotonic())
-        self._order: Reorder[TurnEvent] = Reorder(since)
+        self.events = EventRecords(turn_id, since)  # in order; compact, decoded when read (``records``)
+        self._arrived = array("d")  # when each of ``events`` arrived (time.monotonic())
+        self._order: Reorder[tuple[str, Record]] = Reorder(since)  # (kind, record) by seq
         self._gap_since: float | None = None
         self._resend = resend
         self._asked_at = time.monotonic()  # when the missing events were last asked for
+        self.asked = self.held_most = 0  # how many times they were asked for; the most ever ``held``
         self._heard = self._asked_at  # when the last event arrived
         self._finished = False  # a terminal Finish is in ``events``
         self.ended = threading.Event()  # the same, for whoever outlives the stream (its finalizer)
@@ -140,12 +143,17 @@ class TurnStream:
         """Take one event; True if it ended the turn (a terminal ``Finish`` now in order).
         With ``wake=False`` the readers are not woken: the caller calls ``wake()`` once it
         has delivered the rest of a batch."""
+        return self.deliver_record(event.seq, event.kind, event, wake)
+
+    def deliver_record(self, seq: int, kind: str, record: Record, wake: bool = True) -> bool:
+        """``deliver`` for an event as its record (``records.batch_records``): kept as it is."""
         arrived = self._heard = time.monotonic()
         with self._cond:
-            ready = self._order.add(event.seq, event)
+            ready = self._order.add(seq, (kind, record))
             if not ready:
-                if event.seq in self._order.early:
+                if seq in self._order.early:
                     self._gap_since = self._gap_since or arrived
+                    self._count_held()
                 return False  # early, a duplicate, or one already read
             ended = self._append(ready, arrived)
             self._gap_since = (self._gap_since or arrived) if self._order.waiting else None
@@ -153,9 +161,9 @@ class TurnStream:
                 self._wake()
             return ended
 
-    def _append(self, ready: list[TurnEvent], arrived: float) -> bool:
+    def _append(self, ready: list[tuple[str, Record]], arrived: float) -> bool:
         ended = False
-        for event in ready:
+        for kind, event in ready:
             if isinstance(event, Finish):
                 if event.history_from > len(self._history):  # cannot happen: the first one is whole
                     log().error("turn %s: a Finish starts its history at %d of %d", self.turn_id,
@@ -163,12 +171,16 @@ class TurnStream:
                 extend_history(self._history, event)
                 self._history_at[len(self.events)] = len(self._history)
                 ended = ended or event.terminal
-            self.events.append(event)
+            self.events.append(event, kind)
             self._arrived.append(arrived)
         if ended:
             self._finished = True
             self.ended.set()
+        self._count_held()
         return ended
+
+    def _count_held(self) -> None:
+        self.held_most = max(self.held_most, len(self.events) - self._read + len(self._order.early))
 
     def fill_gaps(self, now: float) -> bool:
         """Ask again for events missing ``GAP_WAIT``; replace those missing ``LOST_AFTER``,
@@ -178,7 +190,7 @@ class TurnStream:
                 return False  # thread (deliver, fill_gaps, lost) writes it
             with self._cond:
                 self._asked_at = now
-                self._resend(self._order.next)
+                self._ask_again()
             return False
         with self._cond:
             if self._gap_since is None or now - self._gap_since < GAP_WAIT:
@@ -187,14 +199,14 @@ class TurnStream:
                 if now - self._asked_at >= GAP_WAIT:
                     self._asked_at = now
                     log().warning("turn %s: event %d is late; asked for again", self.turn_id, self._order.next)
-                    self._resend(self._order.next)
+                    self._ask_again()
                 return False
-            if not any(isinstance(e, Finish) for e in self._order.early.values()):
+            if not any(isinstance(e, Finish) for _, e in self._order.early.values()):
                 return False
 
-            def lost(seq: int) -> TurnEvent:
+            def lost(seq: int) -> tuple[str, Record]:
                 log().error("turn %s: event %d never arrived; it is replaced by an error", self.turn_id, seq)
-                return Error(
+                return "error", Error(
                     turn_id=self.turn_id, seq=seq, error_type="event_lost", message=f"event {seq} was lost in transit"
                 )
 
@@ -202,6 +214,12 @@ class TurnStream:
             self._gap_since = None
             self._wake()
             return ended
+
+    def _ask_again(self) -> None:
+        """Ask the host for what follows the last event in order, saying where the readers
+        are (``unread_from``), so that the answer never holds more than the window unread."""
+        self.asked += 1
+        self._resend(self._order.next, self.unread_from)
 
     def lost(self, detail: str, error_type: str = "host_lost") -> None:
         """End the turn here, after what arrived: its host was lost (``messages.host_lost``),
@@ -211,7 +229,7 @@ class TurnStream:
             seq = max([self._order.next - 1, *self._order.early]) + 1
             results: dict[str, list[str]] = {}
             if self._base == 0:  # every ToolFinished of the turn is here
-                for e in self.events:
+                for e in self.events.of_kind("tool_finished"):
                     if isinstance(e, ToolFinished):
                         results.setdefault(e.call_id, []).append(e.content)
             interrupted = error_result(f"Interrupted: Agent run lost ({detail})")
@@ -255,6 +273,19 @@ class TurnStream:
     def next_seq(self) -> int:
         with self._cond:
             return self._order.next
+
+    @property
+    def unread_from(self) -> int:
+        """The seq of the first event the readers have not read (a window counts from it)."""
+        with self._cond:
+            return self._base + self._read
+
+    @property
+    def held(self) -> int:
+        """How many events are held here that the readers have not read: those in order
+        past the read point and those that came early (at most the window, if one is set)."""
+        with self._cond:
+            return len(self.events) - self._read + len(self._order.early)
 
     @property
     def dropped(self) -> str | None:
@@ -324,8 +355,8 @@ class TurnStream:
         position ``floor``, the position just after it: the turn is as that ``Finish`` says.
         None while the turn has moved on since its latest ``Finish`` (or made none yet)."""
         with self._cond:
-            if not self.events or len(self.events) <= floor:
-                return None
+            if not self.events or len(self.events) <= floor or not self.events.is_model(-1):
+                return None  # a Finish is kept as its model: one kept as bytes is not one
             last = self.events[-1]
             if isinstance(last, Finish) and (last.terminal or not final):
                 self._note_read(len(self.events))
@@ -334,12 +365,12 @@ class TurnStream:
 
     def result_at(self, end: int) -> TurnResult:
         with self._cond:
-            events = self.events[:end]
+            finish = self.events[end - 1]
+            asked = self.events.of_kind("tool_approval_request", end)
+            errors = [e for e in self.events.of_kind("error", end) if isinstance(e, Error)]
             history = self._history[: self._history_at[end - 1]]
-        finish = events[-1]
         assert isinstance(finish, Finish)
-        requests = {e.call_id: e for e in events if isinstance(e, ToolApprovalRequest) and e.child_turn_id is None}
-        errors = [e for e in events if isinstance(e, Error)]
+        requests = {e.call_id: e for e in asked if isinstance(e, ToolApprovalRequest) and e.child_turn_id is None}
         return TurnResult(
             turn_id=self.turn_id,
             finish_reason=finish.finish_reason,

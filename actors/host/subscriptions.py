@@ -3,9 +3,12 @@
 A turn's events are numbered 0, 1, 2, ... and kept (in the turn's log, or in the store),
 so a subscriber is a cursor into them: ``next_seq``, the first event it has not been sent.
 A subscriber with a ``window`` is sent at most ``window`` events past the last one it said
-it read (``Consumed``); the rest waits in the log until it reads, so a slow reader holds
-nothing but its cursor in the host and at most its window in its own process. One without a
-window (a supervisor) is sent everything as it happens.
+it read (``Consumed``, or a ``Subscribe``'s ``unread_from``); the rest waits in the log until
+it reads, so a slow reader holds nothing but its cursor in the host and at most its window in
+its own process. A subscriber that asks again for what follows (a ``Subscribe`` from the
+first event it has not received) says where its reading is (``unread_from``), so that asking
+again never widens its window. One without a window (a supervisor) is sent everything as it
+happens.
 
 The first ``Finish`` a subscriber is sent carries the whole history (``whole_finish``):
 a subscriber that started reading at ``since`` > 0 has not seen the ``Finish`` events before
@@ -47,8 +50,11 @@ class Subscription:
     reading: bool = False  # what it missed is being read from the store for it
 
     @classmethod
-    def of(cls, address: Any, since: int, window: int | None) -> Subscription:
-        return cls(address, str(address), since, window, None if window is None else since + window, since == 0)
+    def of(cls, address: Any, since: int, window: int | None, unread_from: int | None = None) -> Subscription:
+        """From ``since``; with a ``window``, it may be sent ``window`` events past
+        ``unread_from`` (the first it has not read: ``since`` if not given, never past it)."""
+        start = since if unread_from is None else min(unread_from, since)
+        return cls(address, str(address), since, window, None if window is None else start + window, since == 0)
 
     def may_send(self, seq: int) -> bool:
         return self.limit is None or seq < self.limit
@@ -94,10 +100,10 @@ class Readers:
         self.emitted = emitted
         self.closed = False
 
-    def add(self, who: Any, since: int, window: int | None) -> Subscription:
+    def add(self, who: Any, since: int, window: int | None, unread_from: int | None = None) -> Subscription:
         """Subscribe ``who`` from ``since`` (a new subscription from the same address
-        replaces the old) and send it what it missed."""
-        sub = Subscription.of(who, since, window)
+        replaces the old) and send it what it missed; see ``Subscription.of``."""
+        sub = Subscription.of(who, since, window, unread_from)
         if sub.key not in self.subs:
             self.host.hold_outbox(sub.key)
         self.subs[sub.key] = sub

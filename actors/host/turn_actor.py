@@ -165,7 +165,7 @@ class TurnActor(LocalActor):
     def receiveMsg_Subscribe(self, message: Subscribe, sender: Any) -> None:
         """Send ``sender`` the events from ``since`` on (as its window allows), then what
         happens; confirm if asked."""
-        self.readers.add(sender, message.since, message.window)
+        self.readers.add(sender, message.since, message.window, message.unread_from)
         if message.request_id is not None:  # a turn about to resume says where its next run starts
             resumes_at = self.state.next_seq if self.state.commit_pending else None
             self.host.reply(sender, reply_for(message, True, resumes_at=resumes_at))
