@@ -21,6 +21,7 @@ from .busy import Policy
 from .conversation import Compact, new_session_id
 from .conversation import Session as Conversation
 from .handle import TurnHandle
+from .stream import TurnResult
 from .queries import Queries
 
 __all__ = ["Sessions"]
@@ -93,7 +94,7 @@ class Sessions(Queries):
 
     def fork(
         self,
-        turn_id: str,
+        turn: str | TurnHandle | TurnResult,
         at: int,
         *,
         text: str | None = None,
@@ -105,13 +106,19 @@ class Sessions(Queries):
         timeout: float = 10.0,
         requires: dict[str, Any] | None = None,
     ) -> TurnHandle:
-        """A new turn (``new_id``, if given) from turn ``turn_id``'s history up to message ``at`` (its first ``at``
-        messages); with ``text``, its last user message among them replaced by ``text`` (and
-        what followed it left out). The original is not touched. The history is the store's
-        (with a store), else the turn's as this process has it (a handle on it that is still
-        open). ``ConfigurationError`` if ``at`` is past the end of the history, or cuts a tool
+        """A new turn (``new_id``, if given) from ``turn``'s history up to message ``at`` (its
+        first ``at`` messages); with ``text``, its last user message among them replaced by
+        ``text`` (and what followed it left out). The original is not touched. ``turn`` is a
+        turn id (its history is the store's; without a store, the one of a turn still running
+        here), a handle (its latest ``Finish``) or a result. ``ConfigurationError`` if ``at`` is past the end of the history, or cuts a tool
         call from its result; ``ControlRejected("unknown_turn")`` if the turn is unknown."""
-        messages = self._history_of(turn_id)
+        turn_id = turn if isinstance(turn, str) else turn.turn_id
+        if isinstance(turn, TurnResult):
+            messages = list(turn.messages)
+        elif isinstance(turn, TurnHandle):
+            messages = list(turn.result(timeout).messages)
+        else:
+            messages = self._history_of(turn)
         if not 0 < at <= len(messages):
             raise ConfigurationError(
                 f"turn {turn_id} has {len(messages)} messages: at={at} is past the end of its history "
@@ -143,7 +150,7 @@ class Sessions(Queries):
         end = stream.current_finish(0, False) if stream is not None else None
         if stream is None or end is None:
             raise ControlRejected(
-                "unknown_turn", f"this Runtime has no finished run of turn {turn_id} (without a store, fork needs "
-                "an open handle on a turn that has finished a run)",
+                "unknown_turn", f"this Runtime has no run of turn {turn_id} (without a store, pass fork the turn's handle "
+                "or result)",
             )  # fmt: skip
         return stream.result_at(end).messages
