@@ -135,6 +135,40 @@ def test_max_messages_bounds_what_a_turn_is_given_and_the_session_keeps_its_whol
     assert len(chat.wait_idle(30)) == 6
 
 
+def test_compact_turns_the_history_into_a_shorter_one_before_each_turn(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
+    def summary(history: list[ChatMessage]) -> list[ChatMessage]:
+        if len(history) <= 2:
+            return history
+        return [ChatMessage.user("(what we said so far: a and b)"), ChatMessage.assistant("Noted.")]
+
+    provider.add(say("A."), say("B."), say("C."))
+    chat = runtime.session(compact=summary)
+    for text in ("a", "b", "c"):
+        chat.run(text).result(30)
+    assert sent(provider, 1) == [("user", "a"), ("assistant", "A."), ("user", "b")]
+    assert sent(provider, 2) == [("user", "(what we said so far: a and b)"), ("assistant", "Noted."), ("user", "c")]
+    assert [text for _, text in said(chat.wait_idle(30))] == ["a", "A.", "b", "B.", "c", "C."]
+
+
+def test_a_compact_that_returns_an_invalid_history_fails_that_message_and_the_session_goes_on(
+    runtime: Runtime, provider: ScriptedProvider
+) -> None:
+    provider.add(say("A."), say("B."))
+    broken = [True]
+
+    def compact(history: list[ChatMessage]) -> list[ChatMessage]:
+        return [ChatMessage.tool("{}", "call_x")] if broken[0] else history
+
+    chat = runtime.session(compact=compact)
+    with pytest.raises(ConfigurationError, match=f"session {chat.session_id}: compact returned an invalid history: "):
+        chat.run("a")
+    assert (chat.history, chat.running, len(provider.requests)) == ([], None, 0)
+    broken[0] = False
+    assert chat.run("a").result(30).text == "A."
+
+
 def test_a_stopped_turn_contributes_its_valid_interrupted_history(runtime: Runtime, provider: ScriptedProvider) -> None:
     provider.add(
         use_tools(call("add", {"a": 1, "b": 2})), say("The sum is 3 and", hold_after=1, hold=threading.Event())

@@ -251,10 +251,10 @@ class Session:
         """Start the message's turn on the history as it is now (under the lock)."""
         run = dict(message.run)
         system, timeout = run.pop("system", None), run.pop("timeout")
-        opening = self._opening()
-        if system is not None:
-            opening = [ChatMessage.system(system), *(m for m in opening if m.role != "system")]
         try:
+            opening = self._opening()  # the caller's compact may raise: the message fails, the session goes on
+            if system is not None:
+                opening = [ChatMessage.system(system), *(m for m in opening if m.role != "system")]
             handle = self._start_turn(opening + message.messages, turn_id=message.message_id, timeout=timeout, **run)
         except BaseException as exc:
             message.error = exc
