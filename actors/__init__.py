@@ -1,7 +1,7 @@
 """greenroom: an actor-model runtime for LLM agent turns, on Thespian.
 
 Everything a user needs is importable from here: the runtimes (``Runtime``,
-``AsyncRuntime``), tools (``tool``, ``ToolContext``, ``run_command``, ``run_subagent``,
+``AsyncRuntime``), conversations (``Session``, ``AsyncSession``, ``Queued``), tools (``tool``, ``ToolContext``, ``run_command``, ``run_subagent``,
 ``mcp_tools``), the
 messages a turn is made of (``ChatMessage``, ``ProviderConfig``, ``TurnOptions``, events
 such as ``TextDelta`` and ``Finish``, commands such as ``StopTurn`` and ``SendInput``), what a supervisor
@@ -64,6 +64,8 @@ from messages import (
 )
 
 from .client.async_runtime import AsyncRuntime
+from .client.async_session import AsyncQueued, AsyncSession
+from .client.conversation import Queued, Session
 from .client.handle import AsyncTurnHandle, TurnHandle
 from .client.runtime import Runtime
 from .client.stream import TurnResult
@@ -87,6 +89,7 @@ from .errors import (
     ToolDefinitionError,
     TransportAuthError,
     TurnTimeout,
+    UnknownSession,
 )
 from .mcp.tools import mcp_tools
 from .providers.formats import messages_from
@@ -101,7 +104,9 @@ from .wire.transport import TransportConfig
 
 __all__ = [
     "DIRECTORY_NAME",
+    "AsyncQueued",
     "AsyncRuntime",
+    "AsyncSession",
     "AsyncTurnHandle",
     "BudgetWarning",
     "CancelTurn",
@@ -129,10 +134,12 @@ __all__ = [
     "Registration",
     "RespondToApprovals",
     "ResumeTurn",
+    "Queued",
     "RetryPolicy",
     "Runtime",
     "RuntimeClosedError",
     "SendInput",
+    "Session",
     "SnapshotError",
     "StartTurn",
     "StopTool",
@@ -163,6 +170,7 @@ __all__ = [
     "TurnRetrying",
     "TurnStarted",
     "TurnTimeout",
+    "UnknownSession",
     "Usage",
     "history_problems",
     "mcp_tools",

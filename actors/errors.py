@@ -6,8 +6,10 @@ never as exception objects; these are raised in the caller's own process.
     │   └── ToolDefinitionError     a tool that cannot be offered or loaded
     ├── ToolContextError            ToolContext.current() outside a running tool
     ├── RuntimeClosedError          the Runtime was used after it shut down
-    ├── ControlRejected             the turn refused a command (code: unknown_call, duplicate, ...)
+    ├── ControlRejected             the turn refused a command (code: unknown_call, duplicate, ...),
+    │   │                           or a session a message (busy, started, unknown_message)
     │   └── Overloaded              run() found its host's queue full (code: overloaded), naming the limit
+    ├── UnknownSession (LookupError) runtime.session(id): no session with that id
     ├── TurnTimeout                 a wait on a turn ran out of time (and only that)
     ├── HostUnreachable             a command could not be delivered to its turn's host
     ├── ReaderDropped               the turn's host stopped sending to this handle (it fell behind)
@@ -49,6 +51,7 @@ __all__ = [
     "ToolError",
     "TransportAuthError",
     "TurnTimeout",
+    "UnknownSession",
 ]
 
 
@@ -87,6 +90,18 @@ class Overloaded(ControlRejected):
 
     def __init__(self, message: str) -> None:
         super().__init__("overloaded", message)
+
+
+class UnknownSession(GreenroomError, LookupError):
+    """``runtime.session(session_id)`` named a session that neither this Runtime nor its store
+    has (``create=True`` makes it instead); nothing was created."""
+
+    def __init__(self, session_id: str, where: str) -> None:
+        super().__init__(f"no session {session_id!r} in {where}: runtime.session(id, create=True) makes one")
+        self.session_id = session_id
+
+    def __str__(self) -> str:  # LookupError's would quote the message
+        return str(self.args[0])
 
 
 class TurnTimeout(GreenroomError, TimeoutError):

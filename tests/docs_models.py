@@ -35,6 +35,7 @@ BOB = [use_tools(call("transfer", {"to": "Bob", "amount": 200})), say("Sent Bob 
 SCRIPTS: dict[str, dict[str, list[Reply]]] = {
     "README.md": {
         "Weather in Paris and Oslo?": WEATHER,
+        "Hi, I am Ada.": [say("Hello Ada!"), say("You are Ada.")],
         "Email the team that the build is green": [
             use_tools(
                 call("send_email", {"to": "team@example.com", "subject": "The build is green"}),
@@ -102,6 +103,8 @@ SCRIPTS: dict[str, dict[str, list[Reply]]] = {
 EXPECT: dict[str, list[str]] = {
     "README.md": [
         "stop Paris: 18 °C. Oslo: 18 °C.",
+        "Hello Ada!",
+        "You are Ada.",
         "['text']",
         "stop Emailed the team; the motd stays as it was.",
         "stopped",
@@ -126,6 +129,9 @@ EXPECT: dict[str, list[str]] = {
         '{"ok": true, "data": "sent 20 to Bob", "edited_arguments": {"to": "Bob", "amount": 20}}',
         "budget_exceeded",
         "['budget_warning', 'error']",
+        "True Oslo is a city of fjords.",
+        "['user', 'assistant', 'user', 'assistant'] 2",
+        "2 + 3 = 5. 4",
     ],
     "docs/tools.md": [
         "convert - Convert an amount of US dollars.",

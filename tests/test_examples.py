@@ -124,6 +124,17 @@ def test_asyncio_example() -> None:
     ], out
 
 
+def test_sessions_example() -> None:
+    out = run_example("08_sessions.py")
+    assert out.splitlines() == [
+        "Hi, I am Ada. -> Hello Ada!",
+        "What is my name? -> You are Ada.",
+        "turns so far: 2",
+        "Paris: stopped | Rome: Rome!",
+        "[('user', 'No, about Rome'), ('assistant', 'Rome!')]",
+    ], out
+
+
 def test_tracing_example() -> None:
     out = run_example("07_tracing.py")
     assert out.splitlines() == [

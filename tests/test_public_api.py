@@ -10,18 +10,18 @@ import actors
 import messages
 
 ACTORS = [
-    "AsyncRuntime", "AsyncTurnHandle", "BudgetWarning", "CancelTurn", "Cancellation", "ChatMessage", "ChildTurnFailed", "CodecError",
+    "AsyncQueued", "AsyncRuntime", "AsyncSession", "AsyncTurnHandle", "BudgetWarning", "CancelTurn", "Cancellation", "ChatMessage", "ChildTurnFailed", "CodecError",
     "CommandResult", "ConfigurationError", "ControlRejected", "ControlReply", "DIRECTORY_NAME", "DirectoryActor",
     "Error", "EventBatch", "Finish", "FinishReason", "GreenroomError", "HostUnreachable", "InputAccepted",
-    "MembershipChanged", "Overloaded", "PauseTurn", "ProviderConfig", "ReaderDropped",
+    "MembershipChanged", "Overloaded", "PauseTurn", "ProviderConfig", "Queued", "ReaderDropped",
     "Registration", "RespondToApprovals", "ResumeTurn", "RetryPolicy", "Runtime", "RuntimeClosedError", "SendInput",
-    "SnapshotError",
+    "Session", "SnapshotError",
     "StartTurn", "StopTool", "StopTurn", "StoreError", "StoreUnavailable", "Subscribe", "Supervisor", "TextDelta",
     "Timeouts", "Tool",
     "ToolApprovalRequest", "ToolApprovalResponse", "ToolCall", "ToolCallStarted", "ToolCancelled", "ToolContext",
     "ToolContextError", "ToolDefinitionError", "ToolFinished", "ToolProgress", "TransportAuthError",
     "TransportConfig", "TurnEvent", "TurnHandle", "TurnOptions", "TurnResult", "TurnRetrying", "TurnStarted",
-    "TurnTimeout", "Usage", "history_problems", "mcp_tools", "messages_from", "requires_approval", "run_command",
+    "TurnTimeout", "UnknownSession", "Usage", "history_problems", "mcp_tools", "messages_from", "requires_approval", "run_command",
     "run_subagent", "tool", "tool_specs",
 ]  # fmt: skip
 

@@ -30,6 +30,9 @@ from messages import ControlReply, MembershipChanged, NodeInfo, ProviderConfig, 
 from ..errors import TurnTimeout
 from ..lifecycle import owner
 from ..store.sqlite import TurnSummary
+from .busy import Policy
+from .async_session import AsyncSession
+from .conversation import Compact
 from .handle import AsyncTurnHandle
 from .inputs import History
 from .routing import waiting
@@ -102,6 +105,31 @@ class AsyncRuntime:
         if turn_id is not None and stream.admitted == "running":
             await handle._wait_index(0, timeout)  # raises ControlRejected if the id is taken
         return handle
+
+    async def session(
+        self,
+        session_id: str | None = None,
+        *,
+        create: bool = False,
+        on_busy: Policy = "reject",
+        max_messages: int | None = None,
+        compact: Compact | None = None,
+        **defaults: Any,
+    ) -> AsyncSession:
+        """A conversation; see ``Runtime.session`` (opened in a worker thread: it reads the store)."""
+        if not self.sync._started:
+            await self.start()
+        sync = await asyncio.to_thread(
+            lambda: self.sync.session(
+                session_id, create=create, on_busy=on_busy, max_messages=max_messages, compact=compact, **defaults
+            )
+        )
+        return AsyncSession(sync)
+
+    async def fork(self, turn_id: str, at: int, **kw: Any) -> AsyncTurnHandle:
+        """A new turn from another's history up to message ``at``; see ``Runtime.fork``."""
+        handle = await asyncio.to_thread(lambda: self.sync.fork(turn_id, at, **kw))
+        return AsyncTurnHandle(self.sync._command, handle._stream)
 
     async def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> AsyncTurnHandle:
         """A handle on a turn started elsewhere; see ``Runtime.attach``."""

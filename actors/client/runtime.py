@@ -60,7 +60,7 @@ from ..wire.transport import TransportConfig
 from .follow import STORE_WAIT, Follower
 from .handle import TurnHandle
 from .inputs import History, checked_options, checked_provider, checked_tools, history
-from .queries import Queries
+from .sessions import Sessions
 from .receiving import Inbound
 from .routing import Hosts, addressed, waiting
 from .session import Session
@@ -71,7 +71,7 @@ __all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
 ToolLike = Tool | Callable[..., Any] | ToolSpec
 
 
-class Runtime(Queries):
+class Runtime(Sessions):
     """An embedded greenroom: its own actor system, its turns, and a clean end.
 
     ``provider`` is the default for ``run()``; ``admin_port`` defaults to a free port;

@@ -1,13 +1,14 @@
 """What a turn store is: four small interfaces, one per concern, and the data they hand back.
 
-A store (``TurnStore``) is the four of them over one database:
+A store (``TurnStore``) is the four of them over one database, and its sessions:
 
 - ``log``, the turns' log: per turn its latest snapshot and its events, written before the
   turn acts on them, one transition (``TurnWrite``) at a time;
 - ``inbox``: commands written by other processes (the command line, the console), and the
   replies the turns record for them;
 - ``owners``: who owns each durable turn (a host and an *epoch*) and who may take it over;
-- ``hosts``: the hosts that hold a lease in the store, and the store's own identity.
+- ``hosts``: the hosts that hold a lease in the store, and the store's own identity;
+- ``sessions``: conversations, each the ordered turns it is made of (``SessionLog``).
 
 The rules of ownership (identity, lease, fence, claim, heir) are in ``ownership``. Every
 write of a turn names the owner it expects: a write by a host that was cut off and has
@@ -23,13 +24,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from pydantic import BaseModel
 
-from messages import ControlReply, Message, TurnEvent, TurnState, encode_snapshot
+from messages import ChatMessage, ControlReply, Message, TurnEvent, TurnState, encode_snapshot
 
 from ..errors import StoreError
 
@@ -42,6 +43,9 @@ __all__ = [
     "Ownership",
     "Owner",
     "Route",
+    "SessionLog",
+    "SessionRecord",
+    "SessionSummary",
     "Snapshot",
     "TurnLog",
     "TurnStore",
@@ -55,8 +59,8 @@ __all__ = [
 EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
 
 # 1: greenroom 0.1.0 (no owners); 2: owners and epochs, hosts and their leases, event times;
-# 3: when each turn was last claimed (on the database's clock)
-STORE_SCHEMA = 3
+# 3: when each turn was last claimed (on the database's clock); 4: sessions (two new tables)
+STORE_SCHEMA = 4
 
 
 class TurnSummary(BaseModel):
@@ -295,6 +299,49 @@ class HostRegistry(Protocol):
         """A random id the store keeps for ever: two locations with the same id are one store."""
 
 
+@dataclass(frozen=True)
+class SessionRecord:
+    """A session as its store has it: its turns in order, and its history (the concatenation
+    of what each of them added)."""
+
+    session_id: str
+    turns: list[str]
+    messages: list[ChatMessage]
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """One line of a list of sessions."""
+
+    session_id: str
+    turns: int
+    created_at: float
+    updated_at: float
+
+
+class SessionLog(Protocol):
+    """Sessions: each an ordered list of turns and what each added to its history."""
+
+    def create(self, session_id: str) -> None:
+        """Make the session (empty) unless it exists."""
+
+    def exists(self, session_id: str) -> bool:
+        """Whether the store has the session."""
+
+    def load(self, session_id: str) -> SessionRecord:
+        """The session; ``KeyError`` if unknown, ``SnapshotError`` if unreadable."""
+
+    def append(self, session_id: str, position: int, turn_id: str, added: Sequence[ChatMessage]) -> None:
+        """Record that the session's turn ``position`` (0-based) is ``turn_id`` and added
+        ``added``; idempotent; ``SessionConflict`` (nothing written) if that position is
+        another turn's or the session has not exactly ``position`` turns."""
+
+    def summaries(self) -> list[SessionSummary]:
+        """Every session, most recently changed first."""
+
+
 class TurnStore(Protocol):
     """A store: the four concerns over one database. Safe to use from any process; each
     thread has its own connection."""
@@ -312,5 +359,8 @@ class TurnStore(Protocol):
 
     @property
     def hosts(self) -> HostRegistry: ...
+
+    @property
+    def sessions(self) -> SessionLog: ...
 
     def close(self) -> None: ...

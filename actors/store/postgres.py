@@ -17,7 +17,8 @@ one (``base``, ``log``, ``inbox``), and uses what the database is good at:
   recorded reply wakes whoever waits for it (``wait_reply``, channel ``greenroom_replies``);
 - the schema is created and migrated by greenroom itself under an advisory lock (any number
   of nodes may start at once), with its version in ``meta``; a newer one is refused, and so
-  is a store with a table missing (never recreated empty).
+  is a store with a table missing (never recreated empty). Schema 3 to 4 adds the sessions'
+  tables (``sessions``), empty.
 
 Every connection is bounded in time: connecting (``connect_timeout``), data sent and not
 acknowledged (TCP's ``tcp_user_timeout``), a silent peer (keepalives), a statement or an
@@ -80,6 +81,13 @@ CREATE INDEX IF NOT EXISTS commands_open ON commands (turn_id, taken_at);
 CREATE TABLE IF NOT EXISTS hosts (
     host_id TEXT PRIMARY KEY, node TEXT NOT NULL, address BYTEA NOT NULL, lease_until DOUBLE PRECISION NOT NULL,
     seen_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY, created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_turns (
+    session_id TEXT NOT NULL, position INTEGER NOT NULL, turn_id TEXT NOT NULL, added BYTEA NOT NULL,
+    PRIMARY KEY (session_id, position)
 )
 """
 

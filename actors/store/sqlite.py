@@ -10,7 +10,8 @@ Snapshots are ``messages.codec.encode_snapshot`` (msgpack, with a schema version
 are ``messages.codec.encode``. A record that cannot be read (unknown version, corrupted
 bytes) raises ``SnapshotError`` for that turn alone; listing and recovery go on with the
 others. A store written by greenroom 0.1.0 (schema 1) is brought to schema 2 when opened;
-one from a newer greenroom is refused, saying so. The same holds from schema 2 to 3.
+one from a newer greenroom is refused, saying so. The same holds from schema 2 to 3, and from 3 to 4 (the
+sessions' tables, ``sessions``, created empty).
 
 Only processes of one machine reach the file: with members, a runtime on a SQLite store
 places its (durable) turns on its own hosts. The command line's commands reach a turn
@@ -59,6 +60,13 @@ CREATE INDEX IF NOT EXISTS commands_open ON commands (turn_id, taken_at);
 CREATE TABLE IF NOT EXISTS hosts (
     host_id TEXT PRIMARY KEY, node TEXT NOT NULL, address BLOB NOT NULL, lease_until REAL NOT NULL,
     seen_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY, created_at REAL NOT NULL, updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_turns (
+    session_id TEXT NOT NULL, position INTEGER NOT NULL, turn_id TEXT NOT NULL, added BLOB NOT NULL,
+    PRIMARY KEY (session_id, position)
 );
 """
 

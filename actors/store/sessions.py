@@ -1,0 +1,110 @@
+"""Sessions over SQL (``base.SessionLog``): a conversation as the ordered turns it is made of.
+
+Two tables (store schema 4): ``sessions`` (one row a session) and ``session_turns`` (one
+row a turn of it: its ``position``, its ``turn_id`` and ``added``, the messages that turn
+added to the session's history, encoded as one msgpack array of ``ChatMessage``). A
+session's history is the concatenation of its turns' ``added``, by position.
+
+``append`` is idempotent by ``(session_id, position, turn_id)``: written twice it is stored
+once. A position already taken by another turn (a second process appended to the same
+session in between) raises ``SessionConflict`` and writes nothing, so a history is never
+interleaved; the caller reloads and decides again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from messages import ChatMessage, encode
+from messages.codec import CodecError, decode_many, join_encoded
+
+from ..errors import SnapshotError, StoreError
+from .base import SessionRecord, SessionSummary
+from .database import Database
+
+__all__ = ["SQLSessions", "SessionConflict"]
+
+
+class SessionConflict(StoreError):
+    """The session's next position was taken by another turn meanwhile: nothing was written."""
+
+
+class SQLSessions:
+    """A ``SessionLog`` over a ``Database``."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def create(self, session_id: str) -> None:
+        now = time.time()
+        with self.db.tx(f"create session {session_id}"):
+            self.db.run(
+                "INSERT INTO sessions (session_id, created_at, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (session_id) DO NOTHING",
+                (session_id, now, now),
+            )
+
+    def exists(self, session_id: str) -> bool:
+        rows = self.db.rows("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,), f"read session {session_id}")
+        return bool(rows)
+
+    def load(self, session_id: str) -> SessionRecord:
+        what = f"read session {session_id}"
+        head = self.db.rows("SELECT created_at, updated_at FROM sessions WHERE session_id = ?", (session_id,), what)
+        if not head:
+            raise KeyError(session_id)
+        rows = self.db.rows(
+            "SELECT position, turn_id, added FROM session_turns WHERE session_id = ? ORDER BY position",
+            (session_id,),
+            what,
+        )
+        turns: list[str] = []
+        messages: list[ChatMessage] = []
+        for position, turn_id, added in rows:
+            if position != len(turns):
+                raise SnapshotError(f"session {session_id}: position {len(turns)} is missing")
+            turns.append(str(turn_id))
+            messages.extend(_decoded(session_id, position, bytes(added)))
+        return SessionRecord(session_id, turns, messages, float(head[0][0]), float(head[0][1]))
+
+    def append(self, session_id: str, position: int, turn_id: str, added: Sequence[ChatMessage]) -> None:
+        db = self.db
+        data = join_encoded([encode(m) for m in added])
+        with db.tx(f"append turn {turn_id} to session {session_id}"):
+            taken = db.run(
+                "SELECT turn_id FROM session_turns WHERE session_id = ? AND position = ?", (session_id, position)
+            ).fetchone()
+            if taken is not None:
+                if str(taken[0]) == turn_id:
+                    return  # written already
+                raise SessionConflict(
+                    f"session {session_id} changed meanwhile: its turn {position} is {taken[0]}, not {turn_id}"
+                )
+            count = db.run("SELECT count(*) FROM session_turns WHERE session_id = ?", (session_id,)).fetchone()
+            if int(count[0]) != position:
+                raise SessionConflict(
+                    f"session {session_id} changed meanwhile: it has {count[0]} turns, not {position}"
+                )
+            db.run(
+                "INSERT INTO session_turns (session_id, position, turn_id, added) VALUES (?, ?, ?, ?)",
+                (session_id, position, turn_id, data),
+            )
+            db.run("UPDATE sessions SET updated_at = ? WHERE session_id = ?", (time.time(), session_id))
+
+    def summaries(self) -> list[SessionSummary]:
+        rows = self.db.rows(
+            "SELECT s.session_id, s.created_at, s.updated_at, (SELECT count(*) FROM session_turns t"
+            " WHERE t.session_id = s.session_id) FROM sessions s ORDER BY s.updated_at DESC"
+        )
+        return [SessionSummary(str(r[0]), int(r[3]), float(r[1]), float(r[2])) for r in rows]
+
+
+def _decoded(session_id: str, position: int, data: bytes) -> list[ChatMessage]:
+    try:
+        out = decode_many(data)
+    except CodecError as exc:
+        raise SnapshotError(f"session {session_id}, turn {position}: {exc}") from None
+    if not all(isinstance(m, ChatMessage) for m in out):
+        raise SnapshotError(f"session {session_id}, turn {position}: not a list of chat messages")
+    return [m for m in out if isinstance(m, ChatMessage)]
