@@ -156,10 +156,7 @@ class StartTurn(Message):
     trace_context: dict[str, str] | None = None
     window: int | None = Field(default=None, ge=1)  # the sender's flow control, as in Subscribe
     requires: dict[str, Any] = Field(default_factory=dict)
-    # admission (``actors.host.admission``): with a ``request_id`` the host answers once it has
-    # started the turn, queued it, or refused it (``overloaded``); ``wait`` holds it, unanswered,
-    # while the host's queue is full
-    request_id: str | None = None
+    request_id: str | None = None  # admission (actors.host.admission) answers it: running, queued, overloaded
     priority: StrictInt = 0
     tenant: StrictStr = ""
     wait: bool = False
@@ -347,21 +344,13 @@ TURN_COMMANDS: tuple[type[TurnCommand], ...] = (
 
 
 RejectCode = Literal[
-    "unknown_turn",
-    "turn_finished",
-    "unknown_call",
-    "not_waiting",
-    "duplicate",
-    "invalid",
-    "not_allowed",
-    "overloaded",
-    "queued",
-]
+    "unknown_turn", "turn_finished", "unknown_call", "not_waiting", "duplicate", "invalid", "not_allowed",
+    "overloaded", "queued",
+]  # fmt: skip
 """Why a command was refused: the turn is unknown or has finished, the call is unknown or not
 waiting, the decision repeats one, the command is malformed, (``not_allowed``) its ``by``
-is not one of the ``approvers`` of the call's tool, (``overloaded``) a ``StartTurn`` found
-its host's queue full, or (``queued``) the turn waits in its host's queue and takes only a
-stop or a cancel until it starts."""
+is not one of the ``approvers`` of the call's tool, (``overloaded``) a ``StartTurn`` found its
+host's queue full, or (``queued``) the turn is queued: only a stop or a cancel until it starts."""
 
 
 class ControlReply(Message):

@@ -30,13 +30,14 @@ from messages import ControlReply, MembershipChanged, NodeInfo, ProviderConfig, 
 from ..errors import TurnTimeout
 from ..lifecycle import owner
 from ..store.sqlite import TurnSummary
-from .busy import Policy
 from .async_session import AsyncSession
+from .busy import Policy
 from .conversation import Compact
 from .handle import AsyncTurnHandle
 from .inputs import History
 from .routing import waiting
 from .runtime import Runtime, ToolLike
+from .starting import admitted_as
 
 __all__ = ["AsyncRuntime"]
 
@@ -101,7 +102,7 @@ class AsyncRuntime:
                 if stream.finished:
                     return handle
                 raise TurnTimeout(f"the host of turn {stream.turn_id} did not answer within {timeout:g} s")
-        self.sync._admitted(stream, pending.result())
+        admitted_as(self.sync._inbound, stream, pending.result())
         if turn_id is not None and stream.admitted == "running":
             await handle._wait_index(0, timeout)  # raises ControlRejected if the id is taken
         return handle

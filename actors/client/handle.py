@@ -45,6 +45,7 @@ from messages.control import Timing
 
 from ..errors import ControlRejected, TurnTimeout
 from .routing import waiting
+from .starting import turn_status
 from .stream import TurnResult, TurnStream
 
 __all__ = ["AsyncTurnHandle", "SendCommand", "TurnHandle", "TurnResult"]
@@ -72,8 +73,7 @@ class _Handle:
 
     @property
     def held(self) -> int:
-        """How many events this process holds for this turn that its readers have not read
-        (at most the Runtime's ``event_window``: its host keeps the rest until they are read)."""
+        """Events held here unread (at most ``event_window``: the host keeps the rest till read)."""
         return self._stream.held
 
     @property
@@ -88,18 +88,8 @@ class _Handle:
 
     @property
     def status(self) -> str:
-        """As of the events received: ``queued`` (it waits in its host's queue: no event yet),
-        ``running``, ``awaiting_approval``, ``paused`` or ``finished``."""
-        with self._stream._cond:
-            if self._stream.finished:
-                return "finished"
-            events = self._stream.events
-            if not events:
-                return "queued" if self._stream.admitted == "queued" else "running"
-            last = events[-1]
-            if isinstance(last, Finish) and last.finish_reason in ("awaiting_approval", "paused"):
-                return last.finish_reason
-            return "running"
+        """``queued`` (in its host's queue), ``running``, ``awaiting_approval``, ``paused`` or ``finished``."""
+        return turn_status(self._stream)
 
     @property
     def dropped(self) -> str | None:

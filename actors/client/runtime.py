@@ -36,7 +36,6 @@ from messages import (
     ControlReply,
     ProviderConfig,
     StartTurn,
-    Subscribe,
     ToolSpec,
     TurnOptions,
     WatchMembership,
@@ -44,26 +43,27 @@ from messages import (
 )
 
 from ..console import NO_CONSOLE, start_console
-from ..errors import ConfigurationError, ControlRejected, Overloaded, RuntimeClosedError, TurnTimeout
+from ..errors import ConfigurationError, RuntimeClosedError, TurnTimeout
 from ..host.admission import DEFAULT_MAX_QUEUED, DEFAULT_MAX_RUNNING, checked_limits
 from ..lifecycle import owner
 from ..lifecycle.cpus import usable_cpus
 from ..lifecycle.processes import free_port
 from ..store import TurnStore
-from ..store.base import is_url
-from ..store.urls import keep
+from ..store.base import store_location
 from ..telemetry.export import SpanSink
 from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
 from ..wire.protocol import Configure, HostReplaced, NodesChanged
 from ..wire.transport import TransportConfig
+from .attaching import Attaching
 from .follow import STORE_WAIT, Follower
 from .handle import TurnHandle
 from .inputs import History, checked_options, checked_provider, checked_tools, history
-from .sessions import Sessions
 from .receiving import Inbound
 from .routing import Hosts, addressed, waiting
 from .session import Session
+from .sessions import Sessions
+from .starting import admission, admitted_as, checked_admission, elsewhere
 from .stream import TurnResult, TurnStream
 
 __all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
@@ -71,7 +71,7 @@ __all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
 ToolLike = Tool | Callable[..., Any] | ToolSpec
 
 
-class Runtime(Sessions):
+class Runtime(Attaching, Sessions):
     """An embedded greenroom: its own actor system, its turns, and a clean end.
 
     ``provider`` is the default for ``run()``; ``admin_port`` defaults to a free port;
@@ -135,7 +135,7 @@ class Runtime(Sessions):
         self.command_hold = (
             command_hold if command_hold is not None else (transport or TransportConfig()).deliver_within
         )
-        self.store_path = _location(store)  # a SQLite file's absolute path, or a URL without its password (urls.keep)
+        self.store_path = store_location(store)  # a SQLite file's absolute path, or a URL without its password
         self.recovered: list[str] = []
         self.unrecoverable: dict[str, str] = {}
         self.capabilities = dict(capabilities or {})
@@ -166,7 +166,9 @@ class Runtime(Sessions):
             raise ConfigurationError(str(exc)) from None
         if store_wait <= 0:
             raise ConfigurationError(f"store_wait must be a number of seconds > 0, not {store_wait!r}")
-        self._follower = Follower(self._need_store, lambda t, stream, at: self._running().found(t, stream, at), store_wait)
+        self._follower = Follower(
+            self._need_store, lambda t, stream, at: self._running().found(t, stream, at), store_wait
+        )
         self._console_config, self._console = console, NO_CONSOLE
         self._closed = False
         self._started = False
@@ -328,40 +330,20 @@ class Runtime(Sessions):
         first event, ``timeout`` at most). ``requires`` places the turn on a node with
         those capabilities (``ConfigurationError`` if no node on this store has them).
 
-        Admission (``Runtime(max_running=..., max_queued=...)``, per host): a turn whose host
-        runs ``max_running`` turns waits in its queue (``handle.status == "queued"``); the
-        queued turn of the highest ``priority`` starts first, and among equal priorities the
-        ``tenant``s take turns (round-robin). A full queue raises ``Overloaded`` at once,
-        naming the limits; with ``wait=True`` this waits (without bound) for room instead."""
+        Admission, per host (``Runtime(max_running=, max_queued=)``): a full host queues the
+        turn (``handle.status == "queued"``; the highest ``priority`` first, ``tenant``s in turn);
+        a full queue raises ``Overloaded`` at once, or ``wait=True`` waits for room."""
         self._running()
         stream, admitted = self._start_turn(
             messages, tools, provider, options, turn_id, system, requires, priority, tenant, wait
         )
-        deadline = None if wait else time.monotonic() + timeout
-        while True:  # the host's answer: started, queued or refused (or its host was lost)
-            try:
-                reply = admitted.result(0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic())))
-                break
-            except concurrent.futures.TimeoutError:
-                if stream.finished:  # its host could not be reached: the handle says so
-                    self._inbound.forget(admitted_key(stream))
-                    return TurnHandle(self._command, stream)
-                if deadline is not None and time.monotonic() >= deadline:
-                    self._inbound.forget(admitted_key(stream))
-                    raise TurnTimeout(f"the host of turn {stream.turn_id} did not answer within {timeout:g} s") from None
-        self._admitted(stream, reply)
+        reply = admission(self._inbound, stream, admitted, None if wait else timeout)
+        if reply is None:  # its host could not be reached: the handle says so
+            return TurnHandle(self._command, stream)
+        admitted_as(self._inbound, stream, reply)
         if turn_id is not None and stream.admitted == "running":
             stream.wait_index(0, timeout)  # raises ControlRejected if the id is taken
         return TurnHandle(self._command, stream)
-
-    def _admitted(self, stream: TurnStream, reply: ControlReply) -> None:
-        """The host's answer to a turn's start: refused raises (``Overloaded`` when full)."""
-        if not reply.ok:
-            self._inbound.drop(stream.turn_id, stream)
-            if reply.code == "overloaded":
-                raise Overloaded(reply.message)
-            raise ControlRejected(reply.code or "invalid", reply.message)
-        stream.admitted = "queued" if reply.message == "queued" else "running"
 
     def _start_turn(
         self,
@@ -389,7 +371,9 @@ class Runtime(Sessions):
             tenant=tenant,
             wait=wait,
             messages=history(messages, system),
-            tools=checked_tools(tools, self._main_names, self._elsewhere(hosts, requires or {})),
+            tools=checked_tools(
+                tools, self._main_names, elsewhere(f"{self.host}:{self.admin_port}", hosts, requires or {})
+            ),
             provider=(chosen := checked_provider(provider or self.provider)),
             options=checked_options(options or TurnOptions(), chosen),
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
@@ -401,55 +385,6 @@ class Runtime(Sessions):
             self._inbound.forget(f"start:{tid}")
             raise
 
-    def _elsewhere(self, hosts: Hosts, requires: dict[str, Any]) -> str | None:
-        """The other nodes a turn with ``requires`` may be placed on (by ``placement``, among
-        the hosts of this store), as words; None if only this node's hosts may run it."""
-        here = f"{self.host}:{self.admin_port}"
-        nodes = sorted({h.rpartition("/")[0] for h in hosts.placeable(requires)} - {here})
-        if not nodes:
-            return None
-        return f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}"
-
-    def attach(self, turn_id: str, since: int = 0, timeout: float = 10.0) -> TurnHandle:
-        """A handle on a turn started elsewhere (or recovered), with its events from ``since``
-        on, then as they happen. An unknown turn raises ``ControlRejected("unknown_turn")``."""
-        stream, subscribed = self._subscribe(turn_id, since, timeout)
-        floor = None
-        if subscribed is not None:
-            try:
-                reply = subscribed.result(timeout)
-            except concurrent.futures.TimeoutError:
-                subscribed.cancel()
-                raise TurnTimeout(f"the host of turn {turn_id} did not answer within {timeout:g} s") from None
-            floor = self._subscribed(turn_id, stream, reply)
-        return TurnHandle(self._command, stream, since, floor)
-
-    def _subscribe(
-        self, turn_id: str, since: int, timeout: float | None = None
-    ) -> tuple[TurnStream, concurrent.futures.Future[ControlReply] | None]:
-        """The turn's stream; and the host's answer to our subscription (within ``timeout``
-        s), unless we have it."""
-        hosts = self._running()
-        addressed(Subscribe(turn_id=turn_id))
-        mine = self._inbound.stream(turn_id)
-        if mine is not None and since >= mine._base:  # started here: already subscribed
-            return mine, None
-        return hosts.subscribe(turn_id, since, timeout)
-
-    def _subscribed(self, turn_id: str, stream: TurnStream, reply: ControlReply) -> int | None:
-        """The host's answer to an attach: a refusal raises; ``resumes_at`` (the turn was
-        about to resume when it answered) is where ``result()`` waits from."""
-        if not reply.ok:
-            self._inbound.drop(turn_id, stream)
-            raise ControlRejected(reply.code or "invalid", reply.message)
-        stream.host_id = stream.host_id or self._running().host_id(stream.host)
-        return reply.resumes_at
-
-    def _forgotten(self, turn_id: str) -> None:
-        """A handle's stream was collected before its turn ended: its host may stop sending."""
-        if self._hosts is not None:
-            self._hosts.unsubscribe(turn_id)
-
     @property
     def directory(self) -> Any:
         """The DirectoryActor's address, for actors that start and steer turns themselves."""
@@ -460,25 +395,3 @@ class Runtime(Sessions):
         if self._session is None or self._closed:
             raise RuntimeClosedError("the Runtime is not running")
         return cast(ActorSystem, self._session.system)  # an ActorSystem whose calls take turns
-
-
-def admitted_key(stream: TurnStream) -> str:
-    """The key of the future that gets a turn's admission (its ``StartTurn``'s request id)."""
-    return f"start:{stream.turn_id}"
-
-
-def checked_admission(priority: object, tenant: object, wait: object) -> None:
-    """``ConfigurationError`` for a ``priority`` that is not an int, a ``tenant`` that is not a
-    string, a ``wait`` that is not a bool."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ConfigurationError(f"priority must be an int (higher starts first), not {priority!r}")
-    if not isinstance(tenant, str):
-        raise ConfigurationError(f"tenant must be a string (its name), not {tenant!r}")
-    if not isinstance(wait, bool):
-        raise ConfigurationError(f"wait must be True or False, not {wait!r}")
-
-
-def _location(store: str | os.PathLike[str] | None) -> str | None:
-    if store is None:
-        return None
-    return keep(str(store)) if is_url(store) else os.path.abspath(os.fspath(store))

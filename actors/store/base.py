@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from messages import ChatMessage, ControlReply, Message, TurnEvent, TurnState, encode_snapshot
 
 from ..errors import StoreError
+from .urls import keep
 
 __all__ = [
     "STORE_SCHEMA",
@@ -54,6 +55,7 @@ __all__ = [
     "is_url",
     "refuse_newer",
     "status_of",
+    "store_location",
 ]
 
 EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
@@ -190,6 +192,13 @@ def refuse_newer(location: str, found: int) -> None:
 def is_url(location: str | os.PathLike[str]) -> bool:
     """Whether ``location`` names a PostgreSQL server rather than a SQLite file."""
     return str(location).startswith(("postgresql://", "postgres://"))
+
+
+def store_location(store: str | os.PathLike[str] | None) -> str | None:
+    """Where a store is, as shown: a SQLite file's absolute path, or a URL without its password."""
+    if store is None:
+        return None
+    return keep(str(store)) if is_url(store) else os.path.abspath(os.fspath(store))
 
 
 class TurnLog(Protocol):
