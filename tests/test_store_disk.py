@@ -38,12 +38,11 @@ def small_disk(where: Path, size: str = "8m") -> Iterator[Path]:
 def fill(disk: Path) -> Path:
     """Write one file until the disk is full; the file."""
     filler = disk / "filler"
-    with open(filler, "wb") as f:
+    with open(filler, "wb", buffering=0) as f:  # unbuffered: nothing left to write at close
         block = b"\0" * 65536
         try:
             while True:
                 f.write(block)
-                f.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC, exc
     return filler
