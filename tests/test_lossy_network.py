@@ -14,6 +14,7 @@ above each names the bug it caught). A fault that was not injected as planned ra
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -229,10 +230,13 @@ def test_a_stop_whose_sender_stops_waiting_before_its_turn_starts_is_answered_in
     rule = Rule(carries("StartTurn", outbound=True), delay(4500))
     with relayed_runtime(rule) as (rt, provider, relay):
         provider.add(say("done"))
-        turn = rt.run("hello")
-        planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "StartTurn is held by the relay")
-        stop = StopTurn(turn_id=turn.turn_id, reason="too late", request_id="too late", answer_within=2)
-        reply = rt.actor_system.ask(rt.directory, stop, 2)  # None if no answer came within its wait
+        # run() returns once the host has admitted the turn, so it runs beside the stop
+        with concurrent.futures.ThreadPoolExecutor(1) as starting:
+            started = starting.submit(rt.run, "hello", turn_id="turn_late", timeout=20)
+            planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "StartTurn is held by the relay")
+            stop = StopTurn(turn_id="turn_late", reason="too late", request_id="too late", answer_within=2)
+            reply = rt.actor_system.ask(rt.directory, stop, 2)  # None if no answer came within its wait
+            turn = started.result(30)
         seen = summary(events_of(turn, timeout=10))
         assert (getattr(reply, "code", reply), seen[-1]) == ("unknown_turn", ("finish", "stop"))
 
