@@ -97,6 +97,13 @@ def group_processes(pgid: int) -> list[int]:
 
 def children(pid: int) -> list[int]:
     """The direct children of ``pid`` (zombies included)."""
+    found = _children_listed(pid)
+    return found if found is not None else _by_parent().get(pid, [])
+
+
+def _children_listed(pid: int) -> list[int] | None:
+    """``pid``'s children from ``/proc/<pid>/task/*/children``; None on a kernel without
+    CONFIG_PROC_CHILDREN (so only a scan of ``/proc`` finds them)."""
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -107,28 +114,34 @@ def children(pid: int) -> list[int]:
             with open(f"/proc/{pid}/task/{tid}/children") as f:
                 out.extend(int(x) for x in f.read().split())
         except FileNotFoundError:
-            return _children_by_scan(pid)  # a kernel without CONFIG_PROC_CHILDREN
+            return None
         except OSError:
             continue
     return out
 
 
-def _children_by_scan(pid: int) -> list[int]:
-    out = []
+def _by_parent() -> dict[int, list[int]]:
+    """Every process's children, from one scan of ``/proc``."""
+    out: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             fields = _stat_fields(entry)
-            if fields is not None and int(fields[1]) == pid:
-                out.append(int(entry))
+            if fields is not None:
+                out.setdefault(int(fields[1]), []).append(int(entry))
     return out
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below ``pid``, parents before their children (zombies included)."""
+    """Every process below ``pid``, parents before their children (zombies included): one
+    scan of ``/proc`` where the kernel does not list children (not one per process found)."""
+    listed = _children_listed(pid)
+    tree = _by_parent() if listed is None else None
     out: list[int] = []
     todo = [pid]
     while todo:
-        for child in children(todo.pop()):
+        parent = todo.pop()
+        below = tree.get(parent, []) if tree is not None else (_children_listed(parent) or [])
+        for child in below:
             if child not in out:
                 out.append(child)
                 todo.append(child)
