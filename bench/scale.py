@@ -93,17 +93,31 @@ class RemoteProvider:
         self.proc.wait(30)
 
 
-def uss_mib(pids: list[int]) -> float:
+def uss_mib(pids: list[int], fields: tuple[str, ...] = ("Private_Clean:", "Private_Dirty:")) -> float:
+    """The unique memory of ``pids`` (or, with ``fields=("Pss:",)``, their proportional share)."""
     total = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
-                    if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    if line.startswith(fields):
                         total += int(line.split()[1])
         except OSError:
             continue
     return total / 1024
+
+
+def pss_mib(pids: list[int]) -> float:
+    return uss_mib(pids, ("Pss:",))
+
+
+def idle_footprint_mib(provider: "RemoteProvider") -> float:
+    """The PSS of every process of a runtime with the default hosts and tool processes,
+    started and given no turn (issue 33: at most 100 MiB)."""
+    with Runtime(provider.provider()) as rt:
+        rt.run("warm", tools=[fetch]).result(60)  # every host and tool pool is up once a turn has run
+        time.sleep(1.0)  # let the hosts' start-up garbage go (a measurement, not a synchronisation)
+        return pss_mib(session_processes(rt.admin_sid))  # type: ignore[arg-type]
 
 
 def cpu_s(pids: list[int]) -> dict[int, float]:
@@ -151,13 +165,13 @@ def stream_requests(provider: RemoteProvider, names: set[str]) -> dict[str, dict
 def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> dict:
     names = [f"{tag}{i}" for i in range(n)]
     pids = session_processes(rt.admin_sid)  # type: ignore[arg-type]
-    before = uss_mib(pids)
+    before, pss_before = uss_mib(pids), pss_mib(pids)
     cpu0, own0 = cpu_s(pids), own_cpu_s()
+    t0 = time.monotonic()  # before the starts: run() returns once the turn's host has admitted it
     handles = {name: rt.run(name, tools=[fetch]) for name in names}
-    t0 = time.monotonic()
     arrivals: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
     texts: dict[str, list[str]] = {name: [] for name in names}
-    errors, mem, lock = 0, [0.0], threading.Lock()
+    errors, mem, lock = 0, [0.0, 0.0], threading.Lock()
 
     def follow(name: str) -> None:
         nonlocal errors
@@ -169,7 +183,8 @@ def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> di
                     texts[name].append(event.text)
                     arrivals[name].append((total, handles[name].received_at(event.seq) or time.monotonic()))
                     if len(texts[name]) == 3 and name == names[-1]:
-                        mem[0] = uss_mib(session_processes(rt.admin_sid))  # every turn is streaming by now
+                        now = session_processes(rt.admin_sid)  # type: ignore[arg-type]
+                        mem[:] = [uss_mib(now), pss_mib(now)]  # every turn is streaming by now
                 if isinstance(event, Finish) and event.finish_reason != "stop":
                     with lock:
                         errors += 1
@@ -196,6 +211,7 @@ def run_greenroom(rt: Runtime, provider: RemoteProvider, n: int, tag: str) -> di
         "p50_delta_ms": pct(lat, 50) * 1000,
         "mem_per_turn_mib": mem[0] / n,
         "added_per_turn_mib": (mem[0] - before) / n,
+        "pss_added_per_turn_mib": (mem[1] - pss_before) / n,
         "cpu_ms_per_turn": cpu_ms,
         "errors": errors,
         "intact": intact,
@@ -317,6 +333,7 @@ def main() -> None:
                     base["p99_delta_ms"],
                     ours["mem_per_turn_mib"],
                     ours["added_per_turn_mib"],
+                    ours["pss_added_per_turn_mib"],
                     ours["cpu_ms_per_turn"],
                     base["cpu_ms_per_turn"],
                     ours["errors"],
@@ -325,6 +342,8 @@ def main() -> None:
                 ]
             )
         idle_kib = idle_turn_kib(rt)
+        rt.close()
+        footprint = idle_footprint_mib(provider)
     finally:
         rt.close()
         provider.close()
@@ -341,6 +360,7 @@ def main() -> None:
                 "baseline p99 ms",
                 "USS/N MiB",
                 "added/turn MiB",
+                "PSS added/turn MiB",
                 "CPU ms/turn",
                 "baseline CPU ms/turn",
                 "errors",
@@ -351,7 +371,13 @@ def main() -> None:
     )
     print("baseline errors:", {n: r["baseline"]["errors"] for n, r in results.items()})
     print(f"memory per idle TurnActor (a turn paused for approval, 200 of them): {idle_kib:.1f} KiB")
-    print("saved", save("scale", {"results": results, "idle_turn_kib": idle_kib}))
+    print(f"idle footprint (PSS of every process, default hosts, no turn running): {footprint:.1f} MiB (target 100)")
+    if 20 in results and 200 in results:  # issue 33: CPU per turn at 200 against the hand-written loop at 20
+        ours, base = results[200]["greenroom"]["cpu_ms_per_turn"], results[20]["baseline"]["cpu_ms_per_turn"]
+        print(
+            f"CPU per turn at N=200 / the baseline's at N=20: {ours:.1f} / {base:.1f} ms = {ours / base:.2f}x (target 1.2x)"
+        )
+    print("saved", save("scale", {"results": results, "idle_turn_kib": idle_kib, "idle_footprint_mib": footprint}))
 
 
 if __name__ == "__main__":

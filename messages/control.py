@@ -356,10 +356,9 @@ host's queue full, or (``queued``) the turn is queued: only a stop or a cancel u
 class ControlReply(Message):
     """The answer to a command that carried a ``request_id``; ``ok=False`` changed nothing.
 
-    ``resumes_at`` is set when the command ends a pause (the last decision of an approval
-    round, or a stop or cancel of a turn that was waiting): the ``seq`` of the first event
-    of the run it starts.
-    """
+    ``resumes_at``: set when the command ends a pause (the last decision of an approval round,
+    or a stop or cancel of a turn that was waiting), the ``seq`` of the first event of the run
+    it starts. ``room``: a start's answer, how many more turns its host would start at once."""
 
     kind: Literal["control_reply"] = "control_reply"
     turn_id: str
@@ -369,6 +368,7 @@ class ControlReply(Message):
     code: RejectCode | None = None
     message: str = ""
     resumes_at: int | None = None
+    room: int | None = None
 
 
 def reply_for(

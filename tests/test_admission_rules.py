@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from actors.client.starting import Room
 from actors.host.admission import (
     Admission,
     Arrived,
@@ -21,6 +22,7 @@ from actors.host.admission import (
     Withdrawn,
     checked_limits,
 )
+from messages import ControlReply
 
 FULL_2_1 = "2 turns running (max_running=2) and 1 queued (max_queued=1)"
 
@@ -156,3 +158,39 @@ def test_bad_limits_are_refused_saying_which(running: object, queued: object, me
     with pytest.raises(ValueError) as caught:
         checked_limits(running, queued)
     assert str(caught.value) == message
+
+
+# -- the caller's side: which starts need not wait for their host's answer (client.starting.Room)
+
+
+def _answer(room: int | None, ok: bool = True) -> ControlReply:
+    return ControlReply(turn_id="t", command="start_turn", ok=ok, code=None if ok else "overloaded", room=room)
+
+
+def test_a_start_waits_for_its_answer_until_the_host_said_it_has_room() -> None:
+    room = Room()
+    assert room.sent("h1") is False  # nothing known yet: this one waits
+    room.answered("h1", _answer(room=2))
+    assert [room.sent("h1"), room.sent("h1"), room.sent("h1")] == [True, True, False]  # 2 places, then unknown
+    assert room.sent("h2") is False  # another host's room is its own
+
+
+def test_the_starts_still_unanswered_count_against_the_room_an_answer_gives() -> None:
+    room = Room()
+    assert room.sent("h") is False and room.sent("h") is False  # two sent before any answer
+    room.answered("h", _answer(room=1))  # the first's: 1 place after it, which the second (unanswered) may take
+    assert room.sent("h") is False  # so the third waits
+    room.answered("h", _answer(room=0))  # the second's: it took that place
+    room.answered("h", _answer(room=3))  # the third's: places were freed since
+    assert room.sent("h") is True
+
+
+def test_a_refusal_or_a_queued_answer_leaves_no_room() -> None:
+    room = Room()
+    room.sent("h")
+    room.answered("h", _answer(room=5))
+    room.sent("h")
+    room.answered("h", _answer(room=None, ok=False))
+    assert room.sent("h") is False
+    room.answered("h", _answer(room=0))  # queued: its host starts no more at once
+    assert room.sent("h") is False

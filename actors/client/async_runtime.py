@@ -37,7 +37,7 @@ from .handle import AsyncTurnHandle
 from .inputs import History
 from .routing import waiting
 from .runtime import Runtime, ToolLike
-from .starting import admitted_as
+from .starting import admit_later, admitted_as
 
 __all__ = ["AsyncRuntime"]
 
@@ -94,7 +94,10 @@ class AsyncRuntime:
             messages, tools, provider, options, turn_id, system, requires, priority, tenant, wait
         )
         handle = AsyncTurnHandle(self.sync._command, stream)
+        if admit_later(self.sync._inbound, self.sync._room, stream, admitted, wait or turn_id is not None):
+            return handle  # its host is known to have room: see Runtime.run
         pending = asyncio.wrap_future(admitted)
+        pending.add_done_callback(lambda f: self.sync._room.answered_by(stream.host, f))
         while not pending.done():  # the host's answer (its turn's stream ends if its host is lost)
             done, _ = await asyncio.wait({pending}, timeout=0.25 if wait else timeout)
             if not done and (stream.finished or not wait):

@@ -63,7 +63,7 @@ from .receiving import Inbound
 from .routing import Hosts, addressed, waiting
 from .session import Session
 from .sessions import Sessions
-from .starting import admission, admitted_as, checked_admission, elsewhere
+from .starting import Room, admission, admit_later, admitted_as, checked_admission, elsewhere
 from .stream import TurnResult, TurnStream
 
 __all__ = ["History", "Runtime", "TurnHandle", "TurnResult", "history"]
@@ -154,6 +154,7 @@ class Runtime(Attaching, Sessions):
         self._session: Session | None = None
         self._hosts: Hosts | None = None
         self._spans, self._metrics = SpanSink(tracer_provider), MetricSink(meter_provider)
+        self._room = Room()  # what each host can still take: a start it has room for need not wait
         self._inbound = Inbound(
             lambda: self._closed, self._hosts_changed, self._spans.put, self._forgotten, self._metrics.put
         )
@@ -322,22 +323,24 @@ class Runtime(Attaching, Sessions):
         tenant: str = "",
         wait: bool = False,
     ) -> TurnHandle:
-        """Start a turn and return its handle, once its host has started or queued it.
+        """Start a turn and return its handle, once its host has started or queued it, or at
+        once if its host is known to have room for it (``starting.Room``).
 
         ``messages`` is a string (one user message), chat messages, or a history in a
         provider's wire format (``TurnResult.messages_as``). With an explicit ``turn_id``
         already in use, ``ControlRejected`` is raised at once (this waits for the turn's
-        first event, ``timeout`` at most). ``requires`` places the turn on a node with
-        those capabilities (``ConfigurationError`` if no node on this store has them).
-
-        Admission, per host (``Runtime(max_running=, max_queued=)``): a full host queues the
-        turn (``handle.status == "queued"``; the highest ``priority`` first, ``tenant``s in turn);
-        a full queue raises ``Overloaded`` at once, or ``wait=True`` waits for room."""
+        first event, ``timeout`` at most). ``requires`` places the turn on a node with those
+        capabilities (``ConfigurationError`` if no node on this store has them). Admission, per
+        host (``Runtime(max_running=, max_queued=)``): a full host queues the turn (``status ==
+        "queued"``; the highest ``priority`` first, ``tenant``s in turn); a full queue raises
+        ``Overloaded`` at once, or ``wait=True`` waits for room."""
         self._running()
         stream, admitted = self._start_turn(
             messages, tools, provider, options, turn_id, system, requires, priority, tenant, wait
         )
-        reply = admission(self._inbound, stream, admitted, None if wait else timeout)
+        if admit_later(self._inbound, self._room, stream, admitted, wait or turn_id is not None):
+            return TurnHandle(self._command, stream)
+        reply = admission(self._inbound, self._room, stream, admitted, None if wait else timeout)
         if reply is None:  # its host could not be reached: the handle says so
             return TurnHandle(self._command, stream)
         admitted_as(self._inbound, stream, reply)

@@ -209,6 +209,11 @@ class Admission:
         self.queued: dict[str, tuple[int, str]] = {}  # turn id -> (priority, tenant)
         self.waiting: OrderedDict[str, tuple[int, str]] = OrderedDict()  # beyond the queue, oldest first
 
+    @property
+    def room(self) -> int:
+        """How many more turns this host would start at once (not queue)."""
+        return max(0, self.limits.max_running - len(self.running) - len(self.queued) - len(self.waiting))
+
     def status(self, turn_id: str) -> str | None:
         """``queued``, ``waiting``, ``running``, ``parked``, or None (not known here)."""
         if turn_id in self.queued:

@@ -53,7 +53,7 @@ class Admitting:
             if isinstance(d, adm.Queued):
                 entry.answered = True
                 if msg.request_id is not None:
-                    self.host.reply(sender, reply_for(msg, True, None, "queued"))
+                    self.host.reply(sender, self._admitted(msg, "queued"))
             elif isinstance(d, adm.Refused):
                 del self.queued[d.turn_id]
                 why = f"host {self.host.host_id} is full: {d.why}; try later, or run(..., wait=True)"
@@ -61,9 +61,13 @@ class Admitting:
             elif isinstance(d, (adm.Start, adm.Withdrawn)):
                 del self.queued[d.turn_id]
                 if isinstance(d, adm.Start) and not entry.answered and msg.request_id is not None:
-                    self.host.reply(sender, reply_for(msg, True, None, "running"))
+                    self.host.reply(sender, self._admitted(msg, "running"))
                 self._start(msg, sender, entry.later)
             # adm.Waits: held, unanswered, until there is room
+
+    def _admitted(self, msg: StartTurn, how: str) -> Any:
+        """The answer to a start that was queued or started: with the host's room after it."""
+        return reply_for(msg, True, None, how).model_copy(update={"room": self.admission.room})
 
     def start_queued(self) -> None:
         """The host is closing: every queued or waiting turn starts, to end as the others do."""
