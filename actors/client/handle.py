@@ -88,7 +88,8 @@ class _Handle:
 
     @property
     def status(self) -> str:
-        """``queued`` (in its host's queue), ``running``, ``awaiting_approval``, ``paused`` or ``finished``."""
+        """``queued`` (in its host's queue), ``running``, ``rate_limited`` (its next model request
+        waits for its provider's ``RateLimit``), ``awaiting_approval``, ``paused`` or ``finished``."""
         return turn_status(self._stream)
 
     @property
