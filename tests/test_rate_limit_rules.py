@@ -1,9 +1,10 @@
 """The rules of a provider's rate limit (``actors.providers.rates``), driven with a given clock:
-no database, no process, no network."""
+no database, no process, no network; and the limiter when its store cannot be reached."""
 
 from __future__ import annotations
 
 import random
+import socket
 
 import pytest
 from pydantic import ValidationError
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 from actors.providers import rates
 from actors.providers.limiter import Limiter
 from actors.providers.rates import Window, admit, key_of, pause, spend
+from actors.store.rates import SQLRates
 from messages import RateLimit
 
 
@@ -77,13 +79,14 @@ def test_the_limit_is_named_by_the_key_s_fingerprint_never_the_key() -> None:
     assert key_of("https://api.example.com/v1", None) == "https://api.example.com/v1#no-key"
 
 
-def test_a_store_that_fails_leaves_the_limit_to_the_process() -> None:
-    class Broken:
-        def update(self, key: str, change: object) -> object:
-            raise OSError("the store is away")
+def test_a_store_that_cannot_be_reached_leaves_the_limit_to_the_process() -> None:
+    with socket.socket() as sock:  # a port on 127.0.0.1 that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    from actors.store.postgres import PostgresDatabase
 
     limiter, limit = Limiter(), RateLimit(requests_per_minute=2, window=60.0)
-    limiter.share(Broken())
+    limiter.share(SQLRates(PostgresDatabase(f"postgresql://greenroom@127.0.0.1:{port}/none", 1.0, True)))
     assert [limiter.admit("k", limit)[1] for _ in range(3)] == ["", "", "requests_per_minute"]
 
 

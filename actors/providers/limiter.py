@@ -10,8 +10,8 @@ state is kept:
   under the row's lock, on the store's clock. Its calls run on one thread of the process
   (``greenroom-rates``: one connection, whatever the number of streams), each bounded by
   ``STORE_WAIT`` seconds;
-- without one, or while the store does not answer (an error, or a call that took longer
-  than ``STORE_WAIT``, or one still under way), in this process: the local count, which
+- without one, or while the store does not answer (an error, a call that took longer
+  than ``STORE_WAIT``, and every call while that one is still under way), in this process: the local count, which
   starts from the store's last answer, holds alone. A store outage never fails a request
   nor ends a turn; it is logged once per outage.
 """
@@ -58,7 +58,7 @@ class Limiter:
         self._shared: SharedRates | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pid = 0
-        self._pending: Future[Any] | None = None  # a store call that has not answered yet
+        self._stuck: Future[Any] | None = None  # a store call that took too long and still runs
         self._down = False  # the store did not answer the last call (logged once)
 
     def share(self, shared: SharedRates | None) -> None:
@@ -95,14 +95,16 @@ class Limiter:
             return rates.dumps(state), (state, result)
 
         with self._lock:
-            if self._pending is not None and not self._pending.done():
-                return None  # the store is still on the call before: it does not answer
+            if self._stuck is not None and not self._stuck.done():
+                return None  # the store is still on a call that timed out: it does not answer
             if self._pool is None or self._pid != os.getpid():  # a forked child has no thread
                 self._pool, self._pid = ThreadPoolExecutor(1, thread_name_prefix="greenroom-rates"), os.getpid()
-            future = self._pending = self._pool.submit(shared.update, key, change)
+            future = self._pool.submit(shared.update, key, change)  # after the calls of other streams
         try:
             state, result = future.result(timeout=STORE_WAIT)
         except Exception as exc:  # unreachable, refused, or too slow: the local count holds alone
+            if not future.done():
+                self._stuck = future
             if not self._down:
                 self._down = True
                 log().warning("rate limits held in this process alone: the store did not answer (%s)", exc)
