@@ -29,9 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from messages import (
-    AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRateLimited, LLMRetrying, LLMUsage, StreamChat,
-)  # fmt: skip
+from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRateLimited, LLMRetrying, LLMUsage, StreamChat
 
 from ..mailbox import Kernel, LocalActor
 from ..providers.streaming import ProviderClient, StreamOutput, StreamWorker

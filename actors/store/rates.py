@@ -32,8 +32,13 @@ class SQLRates:
     def update(self, key: str, change: Callable[[str | None, float], tuple[str, Any]]) -> Any:
         db = self.db
         with db.tx(f"update the rate limit {key}"):
-            db.run(f"INSERT INTO rate_limits (key, state, updated_at) VALUES (?, '', {db.now}) ON CONFLICT DO NOTHING", (key,))
-            text, now = db.run(f"SELECT state, {db.now} FROM rate_limits WHERE key = ?{db.for_update}", (key,)).fetchone()
+            db.run(
+                f"INSERT INTO rate_limits (key, state, updated_at) VALUES (?, '', {db.now}) ON CONFLICT DO NOTHING",
+                (key,),
+            )
+            text, now = db.run(
+                f"SELECT state, {db.now} FROM rate_limits WHERE key = ?{db.for_update}", (key,)
+            ).fetchone()
             written, result = change(text or None, float(now))
             db.run(f"UPDATE rate_limits SET state = ?, updated_at = {db.now} WHERE key = ?", (written, key))
         return result
