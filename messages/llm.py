@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .base import Message
 from .chat import ChatMessage, Usage
@@ -70,9 +70,23 @@ class RateLimit(Message):
     the key's fingerprint); without a store each host process keeps its own count."""
 
     kind: Literal["rate_limit"] = "rate_limit"
-    requests_per_minute: int | None = Field(default=None, gt=0)
-    tokens_per_minute: int | None = Field(default=None, gt=0)
-    window: float = Field(default=60.0, gt=0)
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    window: float = 60.0
+
+    @field_validator("requests_per_minute", "tokens_per_minute", mode="before")
+    @classmethod
+    def _whole(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{info.field_name} must be an int >= 1 (None: no limit), not {value!r}")
+        return value
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"window must be a number of seconds > 0 (60: a minute), not {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _some_limit(self) -> RateLimit:
