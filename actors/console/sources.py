@@ -294,6 +294,8 @@ class RuntimeSource(Source):
         owner = getattr(stream, "host_id", None)  # a sub-agent's: not known here
         moving = getattr(stream, "moving", None)  # its host let it go: it is being found again
         status = f"{line['status']} (moving: {moving})" if moving and line["status"] != "finished" else line["status"]
+        if not events and getattr(stream, "admitted", None) == "queued":  # in its host's queue: no event yet
+            status = "queued"
         return {**line, "status": status, "owner": owner, "owner_host": owner, "owner_node": node_of(owner), "held": None}
 
     def nodes(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
