@@ -304,7 +304,9 @@ def test_closing_the_runtime_ends_a_queued_turn_stopped_without_calling_the_mode
     assert _prompts(gated.requests) == ["first"]
 
 
-def test_the_console_lists_a_queued_turn_as_queued_and_stops_or_cancels_it(gated: ScriptedProvider, gates: Gates) -> None:
+def test_the_console_lists_a_queued_turn_as_queued_and_stops_or_cancels_it(
+    gated: ScriptedProvider, gates: Gates
+) -> None:
     from actors.console import ConsoleConfig
 
     key = "a-console-key-for-admission-0123456789"

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from actors.providers import rates
 from actors.providers.limiter import Limiter
-from actors.providers.rates import Window, admit, key_of, pause, spend
+from actors.providers.rates import Window, admit, key_of, pause, sent, spend
 from actors.store.rates import SQLRates
 from messages import RateLimit
 
@@ -44,6 +44,16 @@ def test_what_it_says_to_wait_is_exactly_when_the_next_one_may_go() -> None:
     assert (delay, reason) == (2.0, "requests_per_minute")
     assert admit(limit, state, 2.0 + delay - 1e-9)[0] > 0
     assert admit(limit, state, 2.0 + delay + 1e-9) == (0.0, "")
+
+
+def test_a_request_counts_from_when_its_answer_began_so_the_next_waits_a_window_after_it() -> None:
+    limit, state = RateLimit(requests_per_minute=1, window=10.0), Window()
+    assert admit(limit, state, 0.0) == (0.0, "")
+    sent(limit, state, 0.25, 0.0)  # it took 250 ms to reach the provider
+    assert state.sent == [0.25]
+    assert admit(limit, state, 10.0) == (0.25, "requests_per_minute")
+    sent(limit, state, 11.0, 99.0)  # a request it never counted: nothing changes
+    assert admit(limit, state, 10.25) == (0.0, "")
 
 
 def test_tokens_used_in_the_window_hold_the_next_request_back_until_enough_left() -> None:
@@ -98,7 +108,10 @@ def test_a_store_that_cannot_be_reached_leaves_the_limit_to_the_process() -> Non
         ({"requests_per_minute": True}, "requests_per_minute must be an int >= 1 (None: no limit), not True"),
         ({"tokens_per_minute": -5}, "tokens_per_minute must be an int >= 1 (None: no limit), not -5"),
         ({"requests_per_minute": 10, "window": 0}, "window must be a number of seconds > 0 (60: a minute), not 0"),
-        ({"requests_per_minute": 10, "window": "1m"}, "window must be a number of seconds > 0 (60: a minute), not '1m'"),
+        (
+            {"requests_per_minute": 10, "window": "1m"},
+            "window must be a number of seconds > 0 (60: a minute), not '1m'",
+        ),
         ({}, "a RateLimit needs requests_per_minute, tokens_per_minute or both"),
     ],
 )

@@ -296,7 +296,14 @@ class RuntimeSource(Source):
         status = f"{line['status']} (moving: {moving})" if moving and line["status"] != "finished" else line["status"]
         if not events and getattr(stream, "admitted", None) == "queued":  # in its host's queue: no event yet
             status = "queued"
-        return {**line, "status": status, "owner": owner, "owner_host": owner, "owner_node": node_of(owner), "held": None}
+        return {
+            **line,
+            "status": status,
+            "owner": owner,
+            "owner_host": owner,
+            "owner_node": node_of(owner),
+            "held": None,
+        }
 
     def nodes(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         turns: dict[str, int] = {}

@@ -1,8 +1,8 @@
 """Where a provider's rate limit is held: in the store every host shares, else in this process.
 
 One ``Limiter`` per process (``LIMITER``); every stream worker of the process asks it before
-each attempt (``admit``), tells it the tokens the stream used (``spend``) and the
-``Retry-After`` of a 429 (``pause``). What it decides is the pure ``rates`` rules; where the
+each attempt (``admit``), tells it when the provider's answer began (``sent``), the tokens
+the stream used (``spend``) and the ``Retry-After`` of a 429 (``pause``). What it decides is the pure ``rates`` rules; where the
 state is kept:
 
 - with a store (``share``: the TurnHost gives it its store's ``rate_limits``), in the row of
@@ -66,9 +66,15 @@ class Limiter:
         with self._lock:
             self._shared = shared
 
-    def admit(self, key: str, limit: RateLimit) -> tuple[float, str]:
-        """``(0.0, "")``: the request may go now (it is counted); else ``(seconds, reason)`` to wait."""
-        return self._apply(key, lambda state, now: rates.admit(limit, state, now))
+    def admit(self, key: str, limit: RateLimit) -> tuple[float, str, float]:
+        """``(0.0, "", counted_at)``: the request may go now (it is counted, at that time);
+        else ``(seconds, reason, now)`` to wait."""
+        return self._apply(key, lambda state, now: (*rates.admit(limit, state, now), now))
+
+    def sent(self, key: str, limit: RateLimit, counted_at: float) -> None:
+        """The provider's answer to the request counted at ``counted_at`` began: it counts from
+        now. Not waited for: the stream reads on while the store is told (in order)."""
+        self._apply(key, lambda state, now: rates.sent(limit, state, now, counted_at), wait=False)
 
     def spend(self, key: str, limit: RateLimit, tokens: int) -> None:
         if limit.tokens_per_minute is not None and tokens > 0:
@@ -77,17 +83,20 @@ class Limiter:
     def pause(self, key: str, limit: RateLimit, seconds: float) -> None:
         self._apply(key, lambda state, now: rates.pause(limit, state, now, seconds))
 
-    def _apply(self, key: str, rule: Callable[[Window, float], T]) -> T:
+    def _apply(self, key: str, rule: Callable[[Window, float], T], wait: bool = True) -> T:
         shared = self._shared
         if shared is not None:
-            found = self._in_store(shared, key, rule)
+            found = self._in_store(shared, key, rule, wait)
             if found is not None:
                 return found[0]
         with self._lock:
             return rule(self._local.setdefault(key, Window()), time.time())
 
-    def _in_store(self, shared: SharedRates, key: str, rule: Callable[[Window, float], T]) -> tuple[T] | None:
-        """``(result,)`` from the store, or None when it did not answer in time (see above)."""
+    def _in_store(
+        self, shared: SharedRates, key: str, rule: Callable[[Window, float], T], wait: bool
+    ) -> tuple[T] | None:
+        """``(result,)`` from the store, or None when it did not answer in time (see above);
+        not ``wait``: ``(None,)`` once the call is on its way."""
 
         def change(text: str | None, now: float) -> tuple[str, tuple[Window, T]]:
             state = rates.loads(text)
@@ -100,6 +109,8 @@ class Limiter:
             if self._pool is None or self._pid != os.getpid():  # a forked child has no thread
                 self._pool, self._pid = ThreadPoolExecutor(1, thread_name_prefix="greenroom-rates"), os.getpid()
             future = self._pool.submit(shared.update, key, change)  # after the calls of other streams
+        if not wait:
+            return (None,)  # type: ignore[return-value]
         try:
             state, result = future.result(timeout=STORE_WAIT)
         except Exception as exc:  # unreachable, refused, or too slow: the local count holds alone

@@ -1,7 +1,7 @@
 """The rules of a provider's rate limit, pure: may a request go now, and if not, when to ask again.
 
 A ``Window`` is what one (provider, key) has done in the last ``RateLimit.window`` seconds:
-the time of each request it let go, the tokens each stream used (as the provider reported
+the time of each request it let go (then the time its answer began: ``sent``), the tokens each stream used (as the provider reported
 them), and until when a ``Retry-After`` holds every request back. ``admit`` is a sliding
 log, not a token bucket: a request goes only if fewer than ``requests_per_minute`` went in
 the ``window`` seconds before it and the tokens used in them are under ``tokens_per_minute``,
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from messages import RateLimit
 
-__all__ = ["Window", "admit", "dumps", "key_of", "loads", "pause", "spend"]
+__all__ = ["Window", "admit", "dumps", "key_of", "loads", "pause", "sent", "spend"]
 
 
 @dataclass
@@ -60,6 +60,17 @@ def admit(limit: RateLimit, state: Window, now: float) -> tuple[float, str]:
                     return t + limit.window - now, "tokens_per_minute"
     state.sent.append(now)
     return 0.0, ""
+
+
+def sent(limit: RateLimit, state: Window, now: float, counted_at: float) -> None:
+    """The request counted at ``counted_at`` has reached the provider (its answer began) by
+    ``now``: it counts from ``now`` on, so that the next one is let go a whole window after the
+    provider saw it, however long it took to get there (a connection made, a busy host)."""
+    _prune(state, limit, now)
+    if counted_at in state.sent and now > counted_at:
+        state.sent.remove(counted_at)
+        state.sent.append(now)
+        state.sent.sort()
 
 
 def spend(limit: RateLimit, state: Window, now: float, tokens: int) -> None:

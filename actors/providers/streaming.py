@@ -151,6 +151,7 @@ class StreamWorker:
         self._ended = False
         self._usage: Any = None  # the usage last emitted (or the stream's, once done)
         self._limit_key = ""  # the (provider, key) of its rate limit
+        self._counted_at: float | None = None  # when the limit counted the attempt under way
 
     def start(self) -> None:
         self.client.run(self._main)
@@ -240,7 +241,7 @@ class StreamWorker:
         assert limit is not None
         told: tuple[float, str] = (0.0, "")
         while True:
-            delay, reason = LIMITER.admit(self._limit_key, limit)
+            delay, reason, self._counted_at = LIMITER.admit(self._limit_key, limit)
             if delay <= 0:
                 return True
             delay += random.uniform(0, 0.02 * delay)  # the hosts that wait do not all ask at once
@@ -271,6 +272,9 @@ class StreamWorker:
             with self.client.client.stream(
                 "POST", url, headers=headers, json=body, timeout=timeout, extensions={"trace": self.client.trace}
             ) as response:
+                limit, counted_at = req.provider.rate_limit, self._counted_at
+                if limit is not None and counted_at is not None:  # it reached the provider: it counts from now
+                    LIMITER.sent(self._limit_key, limit, counted_at)
                 if response.status_code != 200:
                     detail = response.read()[:500].decode("utf-8", "replace")
                     reason = f"the provider answered HTTP {response.status_code}: {detail}"
