@@ -16,7 +16,7 @@ from actors.placement import rendezvous
 from actors.testing import ScriptedProvider, say
 from actors.testing.script import Reply, fail
 from actors.testing.server import Request
-from messages import RetryPolicy
+from messages import RetryPolicy, TurnOptions
 
 from .helpers import summary
 
@@ -118,3 +118,18 @@ def test_a_retry_after_seen_by_one_host_holds_the_other_back(tmp_path: Path) -> 
             assert len(times) == 3 and min(times[1:]) >= times[0] + 1.9  # nobody asked before Retry-After's end
         finally:
             _closed(rt)
+
+
+def test_a_wait_for_the_limit_longer_than_idle_timeout_is_not_silence(provider: ScriptedProvider) -> None:
+    limit = RateLimit(requests_per_minute=1, window=1.5)
+    rt = Runtime(provider.provider(rate_limit=limit), hosts=1, tool_processes=1).start()
+    try:
+        options = TurnOptions(idle_timeout=0.5)
+        assert rt.run("first", options=options).result(30).text == "ok"
+        second = rt.run("second", options=options)
+        assert second.result(30, final=True).text == "ok"  # it waited about 1.5 s, three idle timeouts
+        assert summary(second.all_events) == [
+            ("turn_started",), ("rate_limited", "requests_per_minute"), ("text", "ok"), ("finish", "stop"),
+        ]  # fmt: skip
+    finally:
+        _closed(rt)
