@@ -133,3 +133,18 @@ def test_a_wait_for_the_limit_longer_than_idle_timeout_is_not_silence(provider: 
         ]  # fmt: skip
     finally:
         _closed(rt)
+
+
+def test_the_tokens_a_stream_used_hold_the_next_request_back_until_they_leave_the_window() -> None:
+    with ScriptedProvider(responder=lambda request: say("ok", usage=(60, 40))) as provider:
+        limit = RateLimit(tokens_per_minute=150, window=2.0)  # two answers of 100 tokens: the second waits
+        rt = Runtime(provider.provider(rate_limit=limit), hosts=1, tool_processes=1).start()
+        try:
+            assert [rt.run(p).result(30).text for p in ("one", "two")] == ["ok", "ok"]  # 0, then 100 < 150
+            third = rt.run("three")
+            assert third.result(30, final=True).text == "ok"
+            assert ("rate_limited", "tokens_per_minute") in summary(third.all_events)
+            times = [r.received_at for r in provider.requests]
+            assert times[2] - times[0] >= 2.0 - 0.05  # the first answer's 100 tokens left the window first
+        finally:
+            _closed(rt)

@@ -77,8 +77,9 @@ class Limiter:
         self._apply(key, lambda state, now: rates.sent(limit, state, now, counted_at), wait=False)
 
     def spend(self, key: str, limit: RateLimit, tokens: int) -> None:
+        """A stream used ``tokens``. Not waited for; this process's next call comes after it."""
         if limit.tokens_per_minute is not None and tokens > 0:
-            self._apply(key, lambda state, now: rates.spend(limit, state, now, tokens))
+            self._apply(key, lambda state, now: rates.spend(limit, state, now, tokens), wait=False)
 
     def pause(self, key: str, limit: RateLimit, seconds: float) -> None:
         self._apply(key, lambda state, now: rates.pause(limit, state, now, seconds))

@@ -163,7 +163,14 @@ class StreamWorker:
                 self._ended = True
             if out[0] == "done" and out[3] is not None:
                 self._usage = out[3]
+            self._spend()  # before the turn hears of the end, so its next request sees the tokens
         self._emit_raw(out)
+
+    def _spend(self) -> None:
+        """Count the tokens the stream used against its rate limit, once."""
+        limit, usage, self._usage = self.request.provider.rate_limit, self._usage, None
+        if limit is not None and self._limit_key and usage is not None:
+            LIMITER.spend(self._limit_key, limit, usage.total_tokens)
 
     def abort(self, report: tuple[str, str] | None = None) -> None:
         """Abort now. With ``report`` the worker emits it as its failure; otherwise nothing.
@@ -197,9 +204,7 @@ class StreamWorker:
                 self._ended = True  # an abort that reported nothing: the same holds
             if deadline is not None:
                 DEADLINES.cancel(deadline)
-            limit = provider.rate_limit
-            if limit is not None and self._limit_key and self._usage is not None:
-                LIMITER.spend(self._limit_key, limit, self._usage.total_tokens)
+            self._spend()  # an aborted stream's tokens so far
 
     def _report_abort(self) -> None:
         if self._abort_report is not None:
