@@ -304,15 +304,16 @@ def test_closing_the_runtime_ends_a_queued_turn_stopped_without_calling_the_mode
     assert _prompts(gated.requests) == ["first"]
 
 
+@pytest.mark.parametrize("with_store", [False, True], ids=["runtime", "store"])
 def test_the_console_lists_a_queued_turn_as_queued_and_stops_or_cancels_it(
-    gated: ScriptedProvider, gates: Gates
+    gated: ScriptedProvider, gates: Gates, with_store: bool, tmp_path: Path
 ) -> None:
     from actors.console import ConsoleConfig
 
     key = "a-console-key-for-admission-0123456789"
     rt = Runtime(
         gated.provider(), hosts=1, tool_processes=1, max_running=1, max_queued=4,
-        console=ConsoleConfig(port=0, key=key, quiet=True),
+        console=ConsoleConfig(port=0, key=key, quiet=True), store=tmp_path / "turns.db" if with_store else None,
     ).start()  # fmt: skip
     try:
         api, headers = f"http://127.0.0.1:{rt._console.port}/api/turns", {"Authorization": f"Bearer {key}"}
