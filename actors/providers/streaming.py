@@ -248,7 +248,7 @@ class StreamWorker:
         while True:
             delay, reason, self._counted_at = LIMITER.admit(self._limit_key, limit)
             if delay <= 0:
-                return True
+                return not self._aborted.is_set()  # stopped while the store answered: nothing is sent
             delay += random.uniform(0, 0.02 * delay)  # the hosts that wait do not all ask at once
             until = time.time() + delay
             if reason != told[1] or until > told[0] + 1.0:
