@@ -27,6 +27,7 @@ __all__ = [
     "FinishReason",
     "InputAccepted",
     "TERMINAL_REASONS",
+    "RateLimited",
     "TextDelta",
     "ToolApprovalRequest",
     "ToolCallStarted",
@@ -130,6 +131,17 @@ class TurnRetrying(TurnEvent):
     reason: str
 
 
+class RateLimited(TurnEvent):
+    """The turn's next model request waits for its provider's rate limit until about
+    ``until`` (seconds since the epoch; ``reason``: ``requests_per_minute``,
+    ``tokens_per_minute`` or ``retry_after``). A stop ends the wait at once; the turn's
+    ``status`` is ``rate_limited`` until its next event."""
+
+    kind: Literal["rate_limited"] = "rate_limited"
+    until: float
+    reason: str
+
+
 class InputAccepted(TurnEvent):
     """Input sent to the running turn (``SendInput``, ``ResumeTurn``) entered its history:
     ``messages`` are at ``history_index`` on, just before the model call that reads them.
@@ -227,6 +239,7 @@ TurnEventUnion = Annotated[
         ToolFinished,
         ToolApprovalRequest,
         TurnRetrying,
+        RateLimited,
         InputAccepted,
         BudgetWarning,
         Error,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .base import Message
 from .chat import ChatMessage, Usage
@@ -25,8 +25,10 @@ __all__ = [
     "LLMDeltas",
     "LLMFailed",
     "LLMRetrying",
+    "LLMRateLimited",
     "LLMUsage",
     "ProviderConfig",
+    "RateLimit",
     "RetryPolicy",
     "StreamChat",
     "Timeouts",
@@ -59,12 +61,47 @@ class RetryPolicy(Message):
     jitter: float = Field(default=0.2, ge=0, le=1)
 
 
+class RateLimit(Message):
+    """A provider's limit per API key: at most ``requests_per_minute`` requests, and
+    ``tokens_per_minute`` tokens (as the provider reports them), in any ``window`` seconds
+    (60: a minute; shorter only to test it). Either may be None (no limit), not both.
+
+    Every host of one store shares it (the store's ``rate_limits`` row of the base URL and
+    the key's fingerprint); without a store each host process keeps its own count."""
+
+    kind: Literal["rate_limit"] = "rate_limit"
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    window: float = 60.0
+
+    @field_validator("requests_per_minute", "tokens_per_minute", mode="before")
+    @classmethod
+    def _whole(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{info.field_name} must be an int >= 1 (None: no limit), not {value!r}")
+        return value
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"window must be a number of seconds > 0 (60: a minute), not {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> RateLimit:
+        if self.requests_per_minute is None and self.tokens_per_minute is None:
+            raise ValueError("a RateLimit needs requests_per_minute, tokens_per_minute or both")
+        return self
+
+
 class ProviderConfig(Message):
     """Where and how to reach a model. Holds the *name* of the key's variable, never the key.
 
     ``input_price`` and ``output_price`` are the model's prices per million prompt and
     completion tokens (in the currency of ``TurnOptions.max_cost``); without them a turn's
-    cost is not known and ``max_cost`` is refused."""
+    cost is not known and ``max_cost`` is refused. ``rate_limit``: the provider's limit for
+    this key, held by every host of the store before each request (``RateLimit``)."""
 
     kind: Literal["provider_config"] = "provider_config"
     api: Literal["openai", "anthropic"] = "openai"
@@ -78,6 +115,7 @@ class ProviderConfig(Message):
     params: dict[str, Any] = Field(default_factory=dict)
     input_price: float | None = Field(default=None, ge=0)
     output_price: float | None = Field(default=None, ge=0)
+    rate_limit: RateLimit | None = None
 
     @property
     def priced(self) -> bool:
@@ -130,6 +168,19 @@ class LLMRetrying(Message):
     stream_id: str
     seq: int
     attempt: int
+    delay: float
+    reason: str
+
+
+class LLMRateLimited(Message):
+    """The request waits for its provider's rate limit (``reason``: ``requests_per_minute``,
+    ``tokens_per_minute`` or ``retry_after``, a 429 some host of the store saw) for ``delay``
+    seconds, until about ``until`` (seconds since the epoch), then asks again."""
+
+    kind: Literal["llm_rate_limited"] = "llm_rate_limited"
+    stream_id: str
+    seq: int
+    until: float
     delay: float
     reason: str
 

@@ -26,9 +26,9 @@ __all__ = [
 
 # 2: trace contexts, tool configuration; 3: finish_mark; 4: a call's "stopping" status, answered commands, call keys;
 # 5: who decided (CallState.decided_by and stopped_by, Marker.by, ToolSpec.approvers); input, pause, budgets (queued
-# input, the hold, cost and sub-agents' usage, edited arguments)
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# input, the hold, cost and sub-agents' usage, edited arguments); 6: the provider's rate limit (ProviderConfig.rate_limit)
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "paused", "finished"]
 CallStatus = Literal["queued", "pending_approval", "decided", "running", "stopping", "done"]

@@ -2,6 +2,7 @@
 
     GREENROOM_KEY=... python -m tests.cluster_leader HOST PORT [--trace] [--provider URL]
         [--store URL] [--hosts N] [--tool-processes N] [--capability NAME[=VALUE]]...
+        [--rate-limit REQUESTS/SECONDS]
 
 With ``--trace`` the runtime traces into an in-memory exporter, which ``{"op": "spans"}`` reads.
 With ``--provider`` (an OpenAI-style base URL, ``http://10.251.7.1:PORT/v1``) turns use that
@@ -26,7 +27,7 @@ from typing import Any
 from actors import Runtime
 from actors.cluster.node import parse_capability
 from actors.testing import Reply, ScriptedProvider, call, say, use_tools
-from messages import Finish, ProviderConfig, RetryPolicy, StopTurn, TurnEvent
+from messages import Finish, ProviderConfig, RateLimit, RetryPolicy, StopTurn, TurnEvent
 
 from . import cluster_tools as C
 from . import otel_tools as O
@@ -85,6 +86,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hosts", type=int, default=None)
     parser.add_argument("--tool-processes", type=int, default=2)
     parser.add_argument("--capability", action="append", default=[])
+    parser.add_argument("--rate-limit", default=None, help="REQUESTS/SECONDS: the provider's RateLimit")
     return parser.parse_args(argv)
 
 
@@ -94,11 +96,18 @@ class Leader:
     def __init__(self, args: argparse.Namespace) -> None:
         self.exporter, tracing = traced() if args.trace else (None, {})
         self.model = None if args.provider else ScriptedProvider(host=args.host).start()  # every node reaches it
+        limited: dict[str, Any] = {}
+        if args.rate_limit:
+            requests, _, seconds = args.rate_limit.partition("/")
+            limited["rate_limit"] = RateLimit(requests_per_minute=int(requests), window=float(seconds))
+            limited["retry"] = RetryPolicy(max_attempts=3, initial_delay=0.0, jitter=0)  # a 429 is tried again
         if args.provider:
-            provider = ProviderConfig(api="openai", base_url=args.provider, model="scripted-model", retry=ONCE)
+            provider = ProviderConfig(
+                api="openai", base_url=args.provider, model="scripted-model", **{"retry": ONCE, **limited}
+            )
         else:
             assert self.model is not None
-            provider = self.model.provider(retry=ONCE)
+            provider = self.model.provider(**{"retry": ONCE, **limited})
         options: dict[str, Any] = {"store": args.store} if args.store else {}
         if args.hosts is not None:
             options["hosts"] = args.hosts
@@ -181,9 +190,10 @@ class Leader:
         started = time.perf_counter()
         handles = [self._start(f"{prefix}{i}", prompt, tools, requires) for i in range(count)]
         ends = {h.turn_id: h.result(timeout, final=True).finish_reason for h in handles}
+        kinds = {h.turn_id: [e.kind for e in h.all_events] for h in handles}
         took = time.perf_counter() - started
         hosts = {h.turn_id: getattr(h, "host", None) for h in handles}
-        return {"seconds": took, "finish": ends, "hosts": hosts}
+        return {"seconds": took, "finish": ends, "hosts": hosts, "kinds": kinds}
 
     def op_attach(self, turn_id: str, since: int = 0, timeout: float = 30) -> dict[str, Any]:
         self.turns[turn_id] = self.rt.attach(turn_id, since, timeout)

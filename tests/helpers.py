@@ -27,6 +27,8 @@ def summary(events: list[TurnEvent]) -> list[tuple[Any, ...]]:
             out.append((e.kind, e.finish_reason))
         elif e.kind == "error":
             out.append((e.kind, e.error_type, e.message))  # type: ignore[attr-defined]
+        elif e.kind == "rate_limited":
+            out.append((e.kind, e.reason))  # type: ignore[attr-defined]
         else:
             out.append((e.kind,))
     return out

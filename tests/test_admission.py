@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from actors import AsyncRuntime, ConfigurationError, Overloaded, Runtime
@@ -301,3 +302,36 @@ def test_closing_the_runtime_ends_a_queued_turn_stopped_without_calling_the_mode
     assert [e.kind for e in queued.all_events] == ["turn_started", "error", "finish"]
     assert queued.all_events[-1].finish_reason == "stopped"  # type: ignore[attr-defined]
     assert _prompts(gated.requests) == ["first"]
+
+
+@pytest.mark.parametrize("with_store", [False, True], ids=["runtime", "store"])
+def test_the_console_lists_a_queued_turn_as_queued_and_stops_or_cancels_it(
+    gated: ScriptedProvider, gates: Gates, with_store: bool, tmp_path: Path
+) -> None:
+    from actors.console import ConsoleConfig
+
+    key = "a-console-key-for-admission-0123456789"
+    rt = Runtime(
+        gated.provider(), hosts=1, tool_processes=1, max_running=1, max_queued=4,
+        console=ConsoleConfig(port=0, key=key, quiet=True), store=tmp_path / "turns.db" if with_store else None,
+    ).start()  # fmt: skip
+    try:
+        api, headers = f"http://127.0.0.1:{rt._console.port}/api/turns", {"Authorization": f"Bearer {key}"}
+        first = rt.run("first")
+        gated.wait_for_requests(1, timeout=30)
+        stopped, cancelled = rt.run("stopped"), rt.run("cancelled")
+        rows = {r["turn_id"]: r["status"] for r in httpx.get(api, headers=headers, timeout=10).json()["turns"]}
+        assert rows == {first.turn_id: "running", stopped.turn_id: "queued", cancelled.turn_id: "queued"}
+        stop = httpx.post(f"{api}/{stopped.turn_id}/stop", headers=headers, json={"reason": "not now"}, timeout=10)
+        cancel = httpx.post(f"{api}/{cancelled.turn_id}/cancel", headers=headers, json={"reason": "no"}, timeout=10)
+        assert (stop.status_code, stop.json()["ok"], cancel.status_code, cancel.json()["ok"]) == (200, True, 200, True)
+        assert stopped.result(30).finish_reason == "stopped" and cancelled.result(30).finish_reason == "cancelled"
+        rows = {r["turn_id"]: r["status"] for r in httpx.get(api, headers=headers, timeout=10).json()["turns"]}
+        assert (rows[stopped.turn_id], rows[cancelled.turn_id]) == ("finished", "finished")
+        gates.open("first")
+        assert first.result(30).finish_reason == "stop"
+        assert _prompts(gated.requests) == ["first"]  # neither queued turn reached the model
+    finally:
+        gates.open_all()
+        rt.close()
+        assert rt.admin_sid is not None and session_processes(rt.admin_sid) == []

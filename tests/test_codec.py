@@ -44,6 +44,8 @@ SAMPLES: dict[str, m.Message] = {
     ),
     "llm_deltas": m.LLMDeltas(stream_id="t1/s1", seq=0, text="hé"),
     "llm_retrying": m.LLMRetrying(stream_id="t1/s1", seq=1, attempt=1, delay=0.5, reason="HTTP 429"),
+    "llm_rate_limited": m.LLMRateLimited(stream_id="t1/s1", seq=1, until=1.7e9, delay=2.5, reason="requests_per_minute"),
+    "rate_limit": m.RateLimit(requests_per_minute=60, tokens_per_minute=90_000, window=60.0),
     "llm_completed": m.LLMCompleted(
         stream_id="t1/s1", seq=2, message=history[2], finish_reason="tool_calls", usage=m.Usage(total_tokens=1)
     ),
@@ -116,6 +118,7 @@ SAMPLES: dict[str, m.Message] = {
     "tool_finished": m.ToolFinished(call_id="c", name="add", outcome="interrupted", content="x", **ids),
     "tool_approval_request": m.ToolApprovalRequest(call_id="c", name="add", arguments={"a": 1}, description="d", **ids),
     "turn_retrying": m.TurnRetrying(attempt=2, delay=0.25, reason="HTTP 503", **ids),
+    "rate_limited": m.RateLimited(until=1.7e9, reason="retry_after", **ids),
     "input_accepted": m.InputAccepted(messages=[m.ChatMessage.user("also Oslo")], history_index=4, request_id="q", **ids),
     "budget_warning": m.BudgetWarning(budget="cost", used=0.81, limit=1.0, **ids),
     "error": m.Error(error_type="stopped", message="Agent run stopped", detail="user", **ids),

@@ -88,7 +88,7 @@ class _Handle:
 
     @property
     def status(self) -> str:
-        """``queued`` (in its host's queue), ``running``, ``awaiting_approval``, ``paused`` or ``finished``."""
+        """``queued``, ``running``, ``rate_limited`` (``RateLimited``), ``awaiting_approval``, ``paused``, ``finished``."""
         return turn_status(self._stream)
 
     @property

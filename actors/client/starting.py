@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from messages import ControlReply, Finish
+from messages import ControlReply, Finish, RateLimited
 
 from ..errors import ConfigurationError, ControlRejected, Overloaded, TurnTimeout
 from .receiving import Inbound
@@ -170,4 +170,4 @@ def turn_status(stream: TurnStream) -> str:
         last = events[-1]
         if isinstance(last, Finish) and last.finish_reason in ("awaiting_approval", "paused"):
             return last.finish_reason
-        return "running"
+        return "rate_limited" if isinstance(last, RateLimited) else "running"

@@ -21,6 +21,7 @@ from typing import Any
 
 from messages import (
     Finish,
+    RateLimited,
     ToolApprovalRequest,
     ToolCallStarted,
     ToolFinished,
@@ -52,6 +53,8 @@ def _last_finish(events: Sequence[Timed]) -> tuple[Finish, float | None] | None:
 def _status(events: Sequence[Timed]) -> tuple[str, str | None, float | None]:
     """(status, finish reason, waiting since) from the events alone."""
     last = _last_finish(events)
+    if events and isinstance(events[-1][0], RateLimited):  # its model request waits for the limit
+        return "rate_limited", None, None
     if last is None:
         return "running", None, None
     finish, at = last

@@ -1,7 +1,8 @@
 """Where the console reads turns from and sends commands to: a store, or a Runtime's streams.
 
 - ``StoreSource``: every turn of a store (live ones are written at each transition, before
-  anything is carried out, so the store is as live as the turn): the list from
+  anything is carried out, so the store is as live as the turn), and the queued ones of the
+  Runtime given (in no store until they start): the list from
   ``TurnStore.summaries``, with each turn's host and whether a live host holds it
   (``cluster.holders``, read again at most every ``HOSTS_EVERY`` seconds, so a host that
   dies shows within that of its lease running out), each turn's events with the time each
@@ -30,7 +31,7 @@ from messages import ControlReply, Message, RespondToApprovals, TurnState
 from ..cluster.holders import Holders, node_of
 from ..errors import ControlRejected, SnapshotError, TurnTimeout
 from ..store import open_store
-from ..store.base import is_url
+from ..store.base import TurnSummary, is_url
 from . import model
 from .commands import RemoteRuntimes, offline, through_store
 from .ports import RuntimeFace, StreamFace
@@ -112,7 +113,17 @@ class StoreSource(Source):
         return holders
 
     def version(self) -> Any:
-        return (self.store.log.version(), self.holders().fingerprint())
+        return (self.store.log.version(), self.holders().fingerprint(), tuple(self._queued()))
+
+    def _queued(self) -> dict[str, str | None]:
+        """The turns of the Runtime given still in their host's queue (the store has nothing
+        of them until they start), and their hosts."""
+        streams = self.runtime._inbound.open_streams() if self.runtime is not None else []
+        return {
+            tid: getattr(s, "host_id", None)
+            for tid, s in streams
+            if getattr(s, "admitted", None) == "queued" and not s.events
+        }
 
     def rows(self) -> list[dict[str, Any]]:
         version = self.version()
@@ -120,12 +131,18 @@ class StoreSource(Source):
             if self._rows[0] == version:
                 return self._rows[1]
         summaries = self.store.log.summaries()
+        stored = {s.turn_id for s in summaries}
+        queued = [
+            {**TurnSummary(turn_id=tid, status="queued").model_dump(mode="json"), "owner_host": host,
+             "owner_node": node_of(host), "held": None, "children": []}
+            for tid, host in self._queued().items() if tid not in stored
+        ]  # fmt: skip
         holders = self.holders()
         children: dict[str, list[str]] = {}
         for s in reversed(summaries):  # oldest first
             if s.parent_turn_id is not None:
                 children.setdefault(s.parent_turn_id, []).append(s.turn_id)
-        out = [
+        out = queued + [
             {**s.model_dump(mode="json"), **holders.fields(s), "children": children.get(s.turn_id, [])}
             for s in summaries
         ]
@@ -153,7 +170,7 @@ class StoreSource(Source):
         with self._lock:
             known = list(self._events.get(turn_id, ()))
         new = self.store.log.timed_events(turn_id, len(known))
-        if not known and not new and not self.store.log.exists(turn_id):
+        if not known and not new and not self.store.log.exists(turn_id) and turn_id not in self._queued():
             raise UnknownTurn(f"no turn {turn_id}")
         if new:
             with self._lock:
@@ -294,7 +311,16 @@ class RuntimeSource(Source):
         owner = getattr(stream, "host_id", None)  # a sub-agent's: not known here
         moving = getattr(stream, "moving", None)  # its host let it go: it is being found again
         status = f"{line['status']} (moving: {moving})" if moving and line["status"] != "finished" else line["status"]
-        return {**line, "status": status, "owner": owner, "owner_host": owner, "owner_node": node_of(owner), "held": None}
+        if not events and getattr(stream, "admitted", None) == "queued":  # in its host's queue: no event yet
+            status = "queued"
+        return {
+            **line,
+            "status": status,
+            "owner": owner,
+            "owner_host": owner,
+            "owner_node": node_of(owner),
+            "held": None,
+        }
 
     def nodes(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         turns: dict[str, int] = {}

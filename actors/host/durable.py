@@ -32,6 +32,7 @@ from messages import Message, TurnState
 
 from ..errors import SnapshotError, StoreError
 from ..logs import logger
+from ..providers.limiter import LIMITER
 from ..store.base import Owner, TurnStore, is_url
 from ..store.ownership import LEASE, TICK, Lease, heir, identity, new_incarnation, reconcile
 from .journal import Done, Journal
@@ -118,8 +119,10 @@ class Durable:
         leased: Callable[[], None] = lambda: None,
     ) -> None:
         """``leased()`` is called (on the actor thread) once the first renewal was answered,
-        or failed: the host's turns may be claimed from then on."""
+        or failed: the host's turns may be claimed from then on. The providers' rate limits of
+        the host's streams are held in the store from now on (``providers.limiter``)."""
         self.store = store
+        LIMITER.share(store.rates)
         self.host_id = host_id  # node/slot: where the Runtime looks
         self.identity = identity(host_id, new_incarnation())  # who owns this host's turns in the store
         self.node = node

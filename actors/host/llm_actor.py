@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, LLMUsage, StreamChat
+from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRateLimited, LLMRetrying, LLMUsage, StreamChat
 
 from ..mailbox import Kernel, LocalActor
 from ..providers.streaming import ProviderClient, StreamOutput, StreamWorker
@@ -120,6 +120,9 @@ class LLMActor(LocalActor):
             self._flush(stream)
             if kind == "usage":  # before the stream's end: so that an aborted stream counts it
                 self._send(stream, LLMUsage, usage=out[1])
+                continue
+            if kind == "limited":  # the request waits for its rate limit: the span goes on
+                self._send(stream, LLMRateLimited, until=out[1], reason=out[2], delay=out[3])
                 continue
             end_chat(stream.span, out)
             if kind == "retry":

@@ -5,6 +5,12 @@ through a pipe); it never calls Thespian. ``abort()`` shuts down the stream's so
 ``SHUT_RDWR``, which frees a reader blocked in ``recv`` within milliseconds, even on a
 stalled stream; the provider sees the connection close.
 
+Rate limits: with ``ProviderConfig.rate_limit`` every attempt first waits for the limit of
+its (provider, key) (``limiter``), emitting ``("limited", until, reason, delay)`` when it must wait
+(again when the reason changes or the wait grows by more than a second); an abort ends the
+wait at once. A ``Retry-After`` the provider answered pauses every stream to that provider
+and key, on every host of the store; the tokens a stream used count once it ends.
+
 Retries: a connection error, HTTP 429 (``Retry-After`` honoured) or 5xx that happens before
 the first text reached the turn is retried with the provider's ``RetryPolicy``; each retry
 is emitted first. Usage the provider reports before its end is emitted as it changes
@@ -39,7 +45,9 @@ from ..debug_trace import trace
 from .anthropic import AnthropicAdapter
 from .base import Accumulator, Adapter, ProviderStreamError, error_message
 from .client import DEADLINES, ProviderClient, ssl_context
+from .limiter import LIMITER
 from .openai import OpenAIAdapter
+from .rates import key_of
 from .sse import iter_sse
 
 __all__ = ["ADAPTERS", "ProviderClient", "StreamOutput", "StreamWorker", "backoff_delay", "ssl_context"]
@@ -47,6 +55,7 @@ __all__ = ["ADAPTERS", "ProviderClient", "StreamOutput", "StreamWorker", "backof
 ADAPTERS: dict[str, Adapter] = {"openai": OpenAIAdapter(), "anthropic": AnthropicAdapter()}
 
 # What a worker emits: ("text", str) | ("retry", attempt, delay, reason) | ("usage", Usage)
+# | ("limited", until, reason, delay)
 # | ("done", ChatMessage, finish_reason, Usage | None) | ("failed", error_type, message)
 StreamOutput = tuple[Any, ...]
 
@@ -140,7 +149,9 @@ class StreamWorker:
         self._abort_report: tuple[str, str] | None = None
         self._sent_text = False
         self._ended = False
-        self._usage: Any = None  # the usage last emitted
+        self._usage: Any = None  # the usage last emitted (or the stream's, once done)
+        self._limit_key = ""  # the (provider, key) of its rate limit
+        self._counted_at: float | None = None  # when the limit counted the attempt under way
 
     def start(self) -> None:
         self.client.run(self._main)
@@ -150,7 +161,16 @@ class StreamWorker:
         if out[0] in ("done", "failed"):  # the last output: from here on abort() does nothing,
             with self._lock:  # so the client is spent already or stays fit for the next stream
                 self._ended = True
+            if out[0] == "done" and out[3] is not None:
+                self._usage = out[3]
+            self._spend()  # before the turn hears of the end, so its next request sees the tokens
         self._emit_raw(out)
+
+    def _spend(self) -> None:
+        """Count the tokens the stream used against its rate limit, once."""
+        limit, usage, self._usage = self.request.provider.rate_limit, self._usage, None
+        if limit is not None and self._limit_key and usage is not None:
+            LIMITER.spend(self._limit_key, limit, usage.total_tokens)
 
     def abort(self, report: tuple[str, str] | None = None) -> None:
         """Abort now. With ``report`` the worker emits it as its failure; otherwise nothing.
@@ -184,6 +204,7 @@ class StreamWorker:
                 self._ended = True  # an abort that reported nothing: the same holds
             if deadline is not None:
                 DEADLINES.cancel(deadline)
+            self._spend()  # an aborted stream's tokens so far
 
     def _report_abort(self) -> None:
         if self._abort_report is not None:
@@ -197,15 +218,19 @@ class StreamWorker:
         url, headers, body = adapter.build(provider, req.messages, req.tools, api_key)
         t = provider.timeouts
         timeout = httpx.Timeout(connect=t.connect, read=t.read, write=t.read, pool=t.connect)
-        policy = provider.retry
+        policy, limit = provider.retry, provider.rate_limit
+        if limit is not None:
+            self._limit_key = key_of(provider.base_url, api_key)
         attempt = 0
         while True:
             attempt += 1
-            if self._aborted.is_set():
+            if self._aborted.is_set() or (limit is not None and not self._wait_for_limit()):
                 return self._report_abort()
             try:
                 return self._attempt(adapter, url, headers, body, timeout)
             except _Retry as retry:
+                if limit is not None and retry.retry_after is not None:  # for every host of the store
+                    LIMITER.pause(self._limit_key, limit, retry.retry_after)
                 if self._aborted.is_set():
                     return self._report_abort()
                 if attempt >= policy.max_attempts:
@@ -214,6 +239,23 @@ class StreamWorker:
                 self._emit(("retry", attempt, delay, retry.reason))
                 if self._aborted.wait(delay):
                     return self._report_abort()
+
+    def _wait_for_limit(self) -> bool:
+        """Wait until the rate limit lets this attempt go (it is counted); False if aborted first."""
+        limit = self.request.provider.rate_limit
+        assert limit is not None
+        told: tuple[float, str] = (0.0, "")
+        while True:
+            delay, reason, self._counted_at = LIMITER.admit(self._limit_key, limit)
+            if delay <= 0:
+                return not self._aborted.is_set()  # stopped while the store answered: nothing is sent
+            delay += random.uniform(0, 0.02 * delay)  # the hosts that wait do not all ask at once
+            until = time.time() + delay
+            if reason != told[1] or until > told[0] + 1.0:
+                told = (until, reason)
+                self._emit(("limited", until, reason, delay))
+            if self._aborted.wait(delay):
+                return False
 
     def _pass_on(self, text: str) -> None:
         """Emit ``text`` if there is any; from then on a failure is not retried."""
@@ -235,6 +277,9 @@ class StreamWorker:
             with self.client.client.stream(
                 "POST", url, headers=headers, json=body, timeout=timeout, extensions={"trace": self.client.trace}
             ) as response:
+                limit, counted_at = req.provider.rate_limit, self._counted_at
+                if limit is not None and counted_at is not None:  # it reached the provider: it counts from now
+                    LIMITER.sent(self._limit_key, limit, counted_at)
                 if response.status_code != 200:
                     detail = response.read()[:500].decode("utf-8", "replace")
                     reason = f"the provider answered HTTP {response.status_code}: {detail}"

@@ -8,7 +8,8 @@ A store (``TurnStore``) is the four of them over one database, and its sessions:
   replies the turns record for them;
 - ``owners``: who owns each durable turn (a host and an *epoch*) and who may take it over;
 - ``hosts``: the hosts that hold a lease in the store, and the store's own identity;
-- ``sessions``: conversations, each the ordered turns it is made of (``SessionLog``).
+- ``sessions``: conversations, each the ordered turns it is made of (``SessionLog``);
+- ``rates``: the providers' rate limits every host shares (``Rates``, ``rates``).
 
 The rules of ownership (identity, lease, fence, claim, heir) are in ``ownership``. Every
 write of a turn names the owner it expects: a write by a host that was cut off and has
@@ -26,7 +27,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -43,6 +44,7 @@ __all__ = [
     "Inbox",
     "Ownership",
     "Owner",
+    "Rates",
     "Route",
     "SessionLog",
     "SessionRecord",
@@ -61,8 +63,9 @@ __all__ = [
 EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
 
 # 1: greenroom 0.1.0 (no owners); 2: owners and epochs, hosts and their leases, event times;
-# 3: when each turn was last claimed (on the database's clock); 4: sessions (two new tables)
-STORE_SCHEMA = 4
+# 3: when each turn was last claimed (on the database's clock); 4: sessions (two new tables);
+# 6: the providers' rate limits (one new table, ``rates``; 5 is taken by another branch)
+STORE_SCHEMA = 6
 
 
 class TurnSummary(BaseModel):
@@ -351,6 +354,13 @@ class SessionLog(Protocol):
         """Every session, most recently changed first."""
 
 
+class Rates(Protocol):
+    """The providers' rate limits: a row of text per key, changed under its lock (``rates``)."""
+
+    def update(self, key: str, change: Callable[[str | None, float], tuple[str, Any]]) -> Any:
+        """``change(text, now)`` on the row (None: new) and the database's clock, in one transaction."""
+
+
 class TurnStore(Protocol):
     """A store: the four concerns over one database. Safe to use from any process; each
     thread has its own connection."""
@@ -371,5 +381,8 @@ class TurnStore(Protocol):
 
     @property
     def sessions(self) -> SessionLog: ...
+
+    @property
+    def rates(self) -> Rates: ...
 
     def close(self) -> None: ...

@@ -1,7 +1,7 @@
 """A turn store over SQL, for both backends: its four parts over one ``Database``.
 
 ``SQLStore(db)`` is a ``base.TurnStore``: ``log`` (``log.SQLLog``), ``inbox``
-(``inbox.SQLInbox``), ``owners`` and ``hosts`` (``owners``), ``sessions`` (``sessions``). A backend (``sqlite``,
+(``inbox.SQLInbox``), ``owners`` and ``hosts`` (``owners``), ``sessions`` (``sessions``), ``rates`` (``rates``). A backend (``sqlite``,
 ``postgres``) makes the ``Database`` and may give its own log or inbox where it has a
 better way (PostgreSQL: one-statement writes, ``LISTEN``/``NOTIFY``).
 """
@@ -12,6 +12,7 @@ from .database import Database
 from .inbox import SQLInbox
 from .log import SQLLog
 from .owners import SQLHosts, SQLOwnership
+from .rates import SQLRates
 from .sessions import SQLSessions
 
 __all__ = ["SQLStore"]
@@ -28,6 +29,7 @@ class SQLStore:
         self.owners = SQLOwnership(db)
         self.hosts = SQLHosts(db)
         self.sessions = SQLSessions(db)
+        self.rates = SQLRates(db)
 
     def close(self) -> None:
         self.inbox.close()

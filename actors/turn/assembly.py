@@ -11,13 +11,13 @@ the provider has reported so far, and when the stream last showed a sign of life
 
 from __future__ import annotations
 
-from messages import LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, LLMUsage, Usage
+from messages import LLMCompleted, LLMDeltas, LLMFailed, LLMRateLimited, LLMRetrying, LLMUsage, Usage
 
 from .reorder import Reorder
 
 __all__ = ["StreamAssembly", "StreamMessage"]
 
-StreamMessage = LLMDeltas | LLMRetrying | LLMUsage | LLMCompleted | LLMFailed
+StreamMessage = LLMDeltas | LLMRetrying | LLMRateLimited | LLMUsage | LLMCompleted | LLMFailed
 
 
 class StreamAssembly:

@@ -42,8 +42,8 @@ from collections.abc import Callable
 from typing import Any
 
 from messages import (
-    TURN_COMMANDS, CancelTurn, Error, Finish, LLMCompleted, LLMDeltas, LLMFailed, LLMRetrying, LLMUsage, Marker,
-    PauseTurn, RejectCode, ReportProgress, RespondToApprovals, ResumeTurn, SendInput, StartTurn, StopCause, StopTool,
+    TURN_COMMANDS, CancelTurn, Error, Finish, LLMCompleted, LLMDeltas, LLMFailed, LLMRateLimited, LLMRetrying,
+    LLMUsage, Marker, PauseTurn, RejectCode, ReportProgress, RespondToApprovals, ResumeTurn, SendInput, StartTurn, StopCause, StopTool,
     StopTurn, ToolApprovalResponse, ToolResult, ToolSpec, TurnEvent, TurnStarted, TurnRetrying, TurnState, reply_for,
 )  # fmt: skip
 from messages.events import FinishReason
@@ -352,6 +352,7 @@ _HANDLERS: dict[type, Callable[[TurnRules, Any], list[Decision]]] = {
     TimerFired: TurnRules._on_timer,
     LLMDeltas: stream.on_stream_message,
     LLMRetrying: stream.on_stream_message,
+    LLMRateLimited: stream.on_stream_message,
     LLMCompleted: stream.on_stream_message,
     LLMFailed: stream.on_stream_message,
     LLMUsage: stream.on_stream_message,

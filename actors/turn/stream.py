@@ -13,8 +13,8 @@ classified at once (``running``), unless the turn is being stopped or cancelled.
 from __future__ import annotations
 
 from messages import (
-    CallState, ChatMessage, LLMCompleted, LLMDeltas, LLMRetrying, LLMUsage, StopCause, StreamChat, TextDelta,
-    TurnRetrying, Usage,
+    CallState, ChatMessage, LLMCompleted, LLMDeltas, LLMRateLimited, LLMRetrying, LLMUsage, RateLimited, StopCause,
+    StreamChat, TextDelta, TurnRetrying, Usage,
 )  # fmt: skip
 
 from .assembly import StreamAssembly, StreamMessage
@@ -64,6 +64,9 @@ def on_stream_message(rules: Rules, msg: StreamMessage) -> list[Decision]:
             out.append(rules.emit(TextDelta, text=text))
         elif isinstance(m, LLMRetrying):
             out.append(rules.emit(TurnRetrying, attempt=m.attempt, delay=m.delay, reason=m.reason))
+        elif isinstance(m, LLMRateLimited):  # a wait for the limit is not silence: idle counts after it
+            assembly.alive_at = rules.now() + m.delay
+            out.append(rules.emit(RateLimited, until=m.until, reason=m.reason))
         elif isinstance(m, LLMCompleted):
             out.extend(_on_response(rules, m))
         else:
