@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from actors import Runtime
+from actors import Overloaded, Runtime
 from actors.cluster.node import parse_capability
 from actors.testing import Reply, ScriptedProvider, call, say, use_tools
 from messages import Finish, ProviderConfig, RateLimit, RetryPolicy, StopTurn, TurnEvent
@@ -194,6 +194,29 @@ class Leader:
         took = time.perf_counter() - started
         hosts = {h.turn_id: getattr(h, "host", None) for h in handles}
         return {"seconds": took, "finish": ends, "hosts": hosts, "kinds": kinds}
+
+    def op_flood(
+        self, turns: list[list[Any]], requires: dict[str, Any] | None = None, timeout: float = 300
+    ) -> dict[str, Any]:
+        """Start each of ``turns`` (``[prompt, tenant, priority]``), one right after the other,
+        none waited for (``timeout``: the harness's wait); the handles are kept by prompt. Which were refused (``Overloaded``),
+        the first refusal's words, the slowest refusal, and each accepted turn's status."""
+        refused: list[str] = []
+        words, slowest = "", 0.0
+        for prompt, tenant, priority in turns:
+            t0 = time.perf_counter()
+            try:
+                self.turns[prompt] = self.rt.run(prompt, tenant=tenant, priority=priority, requires=requires)
+            except Overloaded as exc:
+                slowest = max(slowest, time.perf_counter() - t0)
+                refused.append(prompt)
+                words = words or str(exc)
+        statuses = {p: self.turns[p].status for p, _, _ in turns if p not in refused}
+        return {"refused": refused, "words": words, "slowest": slowest, "statuses": statuses}
+
+    def op_finishes(self, prompts: list[str], timeout: float = 120) -> dict[str, Any]:
+        """Each turn's finish reason, waited for (the turns ``flood`` started)."""
+        return {p: self.turns[p].result(timeout, final=True).finish_reason for p in prompts}
 
     def op_attach(self, turn_id: str, since: int = 0, timeout: float = 30) -> dict[str, Any]:
         self.turns[turn_id] = self.rt.attach(turn_id, since, timeout)
