@@ -2,6 +2,8 @@
 
     greenroom turns list                       id, status, host, waiting since, pending approvals; turns per node
     greenroom turns show ID [--since N]        status and host, history, pending approvals, events
+    greenroom sessions list                    id, turns, created, updated
+    greenroom sessions show ID                 its turns (each with its status) and its history
     greenroom approve ID CALL [--reason R] [--as NAME]
     greenroom deny ID CALL [--reason R] [--as NAME]
     greenroom stop ID [--reason R] [--as NAME]
@@ -46,6 +48,7 @@ from messages import Error, ToolCallStarted, ToolFinished
 from messages.codec import CodecError
 
 from .cli_base import CliError, ask_runtime, columns, load, open_named_store, printable, say, seconds, store_path, when
+from .cli_sessions import add_sessions
 from .cli_steer import add_steering
 from .cluster.holders import NO_LIVE_HOST, Holders, node_of
 from .errors import ConfigurationError, StoreError
@@ -227,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--since", type=int, default=0, help="events from this seq on")
     show.set_defaults(fn=cmd_show)
 
+    add_sessions(sub, common)
     add_steering(sub, common)
     nodes = sub.add_parser("nodes", parents=[common], help="the nodes of a running runtime's deployment")
     nodes.add_argument(
