@@ -1,7 +1,12 @@
-"""The ``greenroom`` commands that read sessions: ``sessions list`` and ``sessions show ID``.
+"""The ``greenroom`` commands of conversations: ``sessions list``, ``sessions show ID`` and
+``fork TURN --at N``.
 
-Both read the store alone (no runtime need run): a session is its ordered turns and the
-history they added (``store.sessions``); each turn's status is its stored state's.
+``sessions`` read the store alone (no runtime need run): a session is its ordered turns and
+the history they added (``store.sessions``); each turn's status is its stored state's.
+``fork`` cuts the stored turn's history (``turn.forking``, as ``runtime.fork`` does) and sends
+a ``StartTurn`` with the original's provider, tools and options to the directory of the
+runtime running on the store (a SQLite file), or of the one ``--admin`` names (PostgreSQL):
+a turn needs a host to run on. Its events are the store's: ``greenroom turns show NEW``.
 """
 
 from __future__ import annotations
@@ -9,8 +14,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli_base import CliError, columns, open_named_store, say, when
+from messages import ControlReply, StartTurn, new_turn_id
+
+from .cli_base import CliError, ask_runtime, columns, load, open_named_store, say, store_path, when
 from .store import TurnStore
+from .store.files import running_runtime
+from .turn.forking import ForkError, cut
 
 __all__ = ["add_sessions"]
 
@@ -61,11 +70,49 @@ def _status(store: TurnStore, turn_id: str) -> dict[str, Any]:
     return {"status": "finished" if state.phase == "finished" else state.phase, "finish_reason": state.finish_reason}
 
 
-def add_sessions(sub: Any, common: argparse.ArgumentParser) -> None:
-    """``sessions list`` and ``sessions show``, on the ``greenroom`` parser's subcommands."""
+def cmd_fork(args: argparse.Namespace) -> int:
+    store = open_named_store(args)
+    state = load(store, args.turn_id)
+    events = store.log.events(args.turn_id) if args.at_seq is not None else []
+    try:
+        kept, origin = cut(args.turn_id, state.messages, events, args.at, args.at_seq, args.text)
+    except ForkError as exc:
+        raise CliError(str(exc)) from None
+    info = args.admin or running_runtime(store_path(args))
+    if info is None:
+        raise CliError(
+            "no running runtime to start the fork on: give --admin HOST:PORT, or --store of a running runtime"
+        )
+    new = args.new_id or new_turn_id()
+    start = StartTurn(
+        turn_id=new, messages=kept, tools=state.tools, provider=state.provider, options=state.options,
+        request_id=f"start:{new}", forked_from=origin,
+    )  # fmt: skip
+    reply = ask_runtime(info, start, args.timeout)
+    if not isinstance(reply, ControlReply):
+        raise CliError(f"the runtime at {info['host']}:{info['admin_port']} answered {type(reply).__name__}")
+    if not reply.ok:
+        raise CliError(reply.message)
+    data = {"turn_id": new, "forked_from": origin.model_dump(exclude={"kind"}), "admitted": reply.message}
+    say(args, data, f"turn {new}: forked from turn {args.turn_id} at message {origin.at} ({reply.message})")
+    return 0
+
+
+def add_sessions(sub: Any, common: argparse.ArgumentParser, admin: Any) -> None:
+    """``sessions list``, ``sessions show`` and ``fork``, on the ``greenroom`` parser's subcommands
+    (``admin``: the argparse type of ``--admin``)."""
     sessions = sub.add_parser("sessions", parents=[common], help="list and show sessions")
     ssub = sessions.add_subparsers(dest="sessions_command", required=True)
     ssub.add_parser("list", parents=[common], help="every session of the store").set_defaults(fn=cmd_sessions_list)
     show = ssub.add_parser("show", parents=[common], help="one session: its turns and its history")
     show.add_argument("session_id")
     show.set_defaults(fn=cmd_sessions_show)
+    fork = sub.add_parser("fork", parents=[common], help="start a turn from another's history up to a step")
+    fork.add_argument("turn_id")
+    where = fork.add_mutually_exclusive_group(required=True)
+    where.add_argument("--at", type=int, default=None, help="the new turn's history: the first N messages")
+    where.add_argument("--at-seq", type=int, default=None, help="the history as it stood at this event seq")
+    fork.add_argument("--text", default=None, help="replace the last user message kept with this text")
+    fork.add_argument("--new-id", default=None, help="the new turn's id (default: a fresh one)")
+    fork.add_argument("--admin", type=admin, default=None, help="HOST:PORT of a running runtime's admin")
+    fork.set_defaults(fn=cmd_fork)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from messages import ChatMessage, ProviderConfig, TurnOptions, new_turn_id
+from messages import ChatMessage, ForkOrigin, ProviderConfig, TurnOptions, new_turn_id
 
 from ..errors import ConfigurationError, ControlRejected, GreenroomError, TurnTimeout
 from ..logs import logger
@@ -179,15 +179,18 @@ class Session:
         system: str | None = None,
         timeout: float = 10.0,
         requires: dict[str, Any] | None = None,
+        forked_from: ForkOrigin | None = None,
     ) -> TurnHandle | Queued:
         """A new message: a turn on the session's history, or what ``on_busy`` (this call's,
         else the session's) says while a turn runs. Returns the turn's handle (``interrupt``:
         the running turn's), or a ``Queued`` for a message that waits; ``reject`` raises
         ``ControlRejected("busy")``. The other arguments are ``Runtime.run``'s; ``turn_id``
-        is the id of the turn this message starts (and of the message while it waits)."""
+        is the id of the turn this message starts (and of the message while it waits);
+        ``forked_from``, what ``Runtime.fork(session=)`` records."""
         policy = on_busy or self.on_busy
         _check_policy(policy)
         given = {"tools": tools, "provider": provider, "options": options, "system": system, "requires": requires}
+        given["forked_from"] = forked_from
         run = {**self._defaults, **{k: v for k, v in given.items() if v is not None}, "timeout": timeout}
         message = _Message(turn_id or new_turn_id(), history(messages), run, threading.Event())
         self._settle()

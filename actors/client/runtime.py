@@ -1,10 +1,9 @@
 """The embedded runtime: a private actor system, turns as handles, nothing left behind.
 
-``Runtime`` starts a ``multiprocTCPBase`` actor system on its own admin port, listening on
-``host`` only (``127.0.0.1`` by default) and authenticating every frame with a fresh key;
-in it a directory, one ``TurnHost`` per core and a ``ToolPool`` (``tree``). ``run()`` places
-the turn on a host of the cluster (``routing``), sends ``StartTurn`` straight there and
-returns a ``TurnHandle``.
+``Runtime`` starts a ``multiprocTCPBase`` actor system on its own admin port, listening on ``host`` only
+(``127.0.0.1`` by default) and authenticating every frame with a fresh key; in it a directory, one
+``TurnHost`` per core and a ``ToolPool`` (``tree``). ``run()`` places the turn on a host of the cluster
+(``routing``), sends ``StartTurn`` straight there and returns a ``TurnHandle``.
 
 What a user can rely on when things end:
 
@@ -34,6 +33,7 @@ from thespian.actors import ActorSystem
 
 from messages import (
     ControlReply,
+    ForkOrigin,
     ProviderConfig,
     StartTurn,
     ToolSpec,
@@ -321,6 +321,7 @@ class Runtime(Attaching, Sessions):
         priority: int = 0,
         tenant: str = "",
         wait: bool = False,
+        forked_from: ForkOrigin | None = None,
     ) -> TurnHandle:
         """Start a turn and return its handle, once its host has started or queued it.
 
@@ -332,10 +333,10 @@ class Runtime(Attaching, Sessions):
 
         Admission, per host (``Runtime(max_running=, max_queued=)``): a full host queues the
         turn (``handle.status == "queued"``; the highest ``priority`` first, ``tenant``s in turn);
-        a full queue raises ``Overloaded`` at once, or ``wait=True`` waits for room."""
+        a full queue raises ``Overloaded`` at once, or ``wait=True`` waits for room. (``forked_from``: ``fork``'s.)"""
         self._running()
         stream, admitted = self._start_turn(
-            messages, tools, provider, options, turn_id, system, requires, priority, tenant, wait
+            messages, tools, provider, options, turn_id, system, requires, priority, tenant, wait, forked_from
         )
         reply = admission(self._inbound, stream, admitted, None if wait else timeout)
         if reply is None:  # its host could not be reached: the handle says so
@@ -357,6 +358,7 @@ class Runtime(Attaching, Sessions):
         priority: int = 0,
         tenant: str = "",
         wait: bool = False,
+        forked_from: ForkOrigin | None = None,
     ) -> tuple[TurnStream, concurrent.futures.Future[ControlReply]]:
         """Check and send ``StartTurn`` without blocking; the turn's stream follows it, the
         future gets its host's admission (``run``)."""
@@ -378,6 +380,7 @@ class Runtime(Attaching, Sessions):
             options=checked_options(options or TurnOptions(), chosen),
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
             requires=requires or {},
+            forked_from=forked_from,
         )
         try:
             return hosts.start(start), admitted

@@ -243,6 +243,9 @@ function renderHead(node, view) {
       view.usage ? `, tokens: ${view.usage.prompt_tokens} in, ${view.usage.completion_tokens} out` : ""),
     where ? el("p", {}, "Where: ", el("span", { id: "turn-host", class: t.held === false ? "unheld" : null }, where)) : "",
     t.parent_turn_id ? el("p", {}, "Parent: ", el("a", { href: `#/turn/${encodeURIComponent(t.parent_turn_id)}`, id: "parent" }, t.parent_turn_id)) : "",
+    view.forked_from ? el("p", { id: "forked-from" }, "Forked from: ", el("a", { href: `#/turn/${encodeURIComponent(view.forked_from.turn_id)}` }, view.forked_from.turn_id),
+      ` at message ${view.forked_from.at}`, view.forked_from.at_seq !== null ? ` (event ${view.forked_from.at_seq})` : "",
+      view.forked_from.replaced ? ", its last user message replaced" : "") : "",
     t.children.length ? el("p", { id: "children" }, "Sub-agents: ", t.children.map((c) => el("a", { href: `#/turn/${encodeURIComponent(c)}`, class: "child" }, c, " "))) : "",
     view.stop ? el("p", { id: "stop-requested" }, `Stop requested at ${when(view.stop.at)}${by(view.stop.by)} (${view.stop.cause}): ${view.stop.reason}`) : "",
     view.cancel ? el("p", { id: "cancel-requested" }, `Cancel requested at ${when(view.cancel.at)}${by(view.cancel.by)} (${view.cancel.cause}): ${view.cancel.reason}`) : "");
