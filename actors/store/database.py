@@ -25,6 +25,7 @@ class Database:
     placeholder = "?"
     begin = "BEGIN"
     for_share = ""  # PostgreSQL: lock a turn's row against a takeover until commit
+    for_update = ""  # PostgreSQL: lock a session's row until commit (SQLite's BEGIN IMMEDIATE holds the file's)
     # the database's clock, in seconds since the epoch: leases and claims are compared on
     # one clock, the server's, whatever the clocks of the nodes that write them
     now = "((julianday('now') - 2440587.5) * 86400.0)"
