@@ -18,10 +18,11 @@ from messages import ChatMessage, ControlReply, ProviderConfig, TurnEvent, TurnO
 from ..errors import ConfigurationError, ControlRejected, UnknownSession
 from ..turn.forking import ForkError, cut
 from .busy import Policy
-from .conversation import Compact, new_session_id
+from .conversation import Compact
 from .conversation import Session as Conversation
 from .handle import TurnHandle
 from .queries import Queries
+from .session_owner import LocalOwner, StoreOwner, new_session_id
 from .stream import TurnResult
 
 __all__ = ["Sessions"]
@@ -32,6 +33,7 @@ class Sessions(Queries):
 
     _lock: threading.RLock
     run: Callable[..., TurnHandle]  # ``Runtime.run``
+    attach: Callable[..., TurnHandle]  # ``Attaching.attach``
 
     def _command(self, command: Any) -> concurrent.futures.Future[ControlReply]:
         raise NotImplementedError
@@ -64,30 +66,27 @@ class Sessions(Queries):
         object is returned for the same id while this Runtime runs (the arguments apply when
         it is made). The keyword arguments are the session's defaults (``Session``)."""
         self._running()
-        sessions = self._need_store().sessions if self.store_path is not None else None
+        store = self._need_store() if self.store_path is not None else None
         with self._lock:
             if session_id is not None and session_id in self._opened:
                 return self._opened[session_id]
-            turns: list[str] = []
-            messages: list[ChatMessage] = []
             if session_id is None:
                 session_id = new_session_id()
-                if sessions is not None:
-                    sessions.create(session_id)
-            elif sessions is not None:
-                try:
-                    record = sessions.load(session_id)
-                    turns, messages = record.turns, record.messages
-                except KeyError:
+                if store is not None:
+                    store.sessions.create(session_id)
+            elif store is not None:
+                if not store.sessions.exists(session_id):
                     if not create:
-                        raise UnknownSession(session_id, f"the store {self.store_path}") from None
-                    sessions.create(session_id)
+                        raise UnknownSession(session_id, f"the store {self.store_path}")
+                    store.sessions.create(session_id)
             elif not create:
                 raise UnknownSession(session_id, "this Runtime (it has no store: sessions live as long as it does)")
+            owner = StoreOwner(session_id, store.sessions, store.log) if store is not None else LocalOwner(session_id)
             given = {"tools": tools, "provider": provider, "options": options, "system": system, "requires": requires}
             conversation = Conversation(
-                self.run, self._command, session_id, turns=turns, messages=messages, store=sessions, on_busy=on_busy,
-                max_messages=max_messages, compact=compact, defaults={k: v for k, v in given.items() if v is not None},
+                self.run, self._command, session_id, owner=owner, attach=self.attach if store is not None else None,
+                on_busy=on_busy, max_messages=max_messages, compact=compact,
+                defaults={k: v for k, v in given.items() if v is not None},
             )  # fmt: skip
             self._opened[session_id] = conversation
             return conversation

@@ -103,8 +103,11 @@ class SQLSessions:
             owned = SessionOwned(
                 session_id, list(turns), list(messages), running, int(opening or 0), dropping, list(queue)
             )
+            before = (len(turns), running, owned.opening, dropping, [m for m, _ in queue])
             out = decide(owned)
-            self._write_back(owned, len(turns), [m for m, _ in queue])
+            after = (len(owned.turns), owned.running, owned.opening, owned.dropping, [m for m, _ in owned.queue])
+            if after != before:  # a decision that changed nothing writes nothing (updated_at stays)
+                self._write_back(owned, len(turns), before[4])
         return out
 
     def _write_back(self, owned: SessionOwned, had: int, queued: list[str]) -> None:
