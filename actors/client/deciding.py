@@ -205,7 +205,7 @@ class Deciding:
         for d in decisions:
             if isinstance(d, busy.Stop):
                 try:
-                    self._handle_of(d.turn_id).stop("rolled back: the session has a new message")
+                    self._reach(d.turn_id).stop("rolled back: the session has a new message")
                 except ControlRejected:  # it ended meanwhile: dropped all the same (busy.on_end)
                     pass
             elif isinstance(d, _Begin):
@@ -266,6 +266,17 @@ class Deciding:
         if self._attach is None:
             raise ControlRejected("unknown_turn", f"turn {turn_id} is not running in this Runtime")
         return self._attach(turn_id)
+
+    def _reach(self, turn_id: str, timeout: float = 10.0) -> TurnHandle:
+        """``_handle_of``, waiting up to ``timeout`` s for a turn whose start another process is carrying out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._handle_of(turn_id)
+            except ControlRejected as exc:
+                if exc.code != "unknown_turn" or self._attach is None or time.monotonic() >= deadline:
+                    raise
+            self._changed.wait(POLL)
 
     def _watch(self, handle: TurnHandle) -> None:
         """Wait for the turn's terminal end, then settle it (a thread per running turn)."""
