@@ -46,12 +46,16 @@ def cmd_sessions_show(args: argparse.Namespace) -> int:
         "created_at": record.created_at,
         "updated_at": record.updated_at,
         "turns": turns,
+        "running": record.running,
+        "queued": record.queued,
         "messages": [m.model_dump(exclude={"kind"}, exclude_none=True) for m in record.messages],
     }
     lines = [f"session {record.session_id}: {len(turns)} turn{'' if len(turns) == 1 else 's'}, "
              f"{len(record.messages)} messages, updated {when(record.updated_at)}", "turns:"]  # fmt: skip
     lines += [f"  {i}. {t['turn_id']}: {t['status']}" + (f" ({t['finish_reason']})" if t["finish_reason"] else "")
               for i, t in enumerate(turns)] or ["  none"]  # fmt: skip
+    lines.append(f"running: {record.running or 'none'}")
+    lines.append("queued: " + (", ".join(record.queued) or "none"))
     lines.append("history:")
     for m in record.messages:
         extra = f" -> {', '.join(c.name + c.arguments for c in m.tool_calls)}" if m.tool_calls else ""

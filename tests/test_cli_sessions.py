@@ -11,6 +11,7 @@ import json
 import pytest
 
 from actors.store import open_store
+from actors.store.base import SessionOwned
 from messages import ChatMessage
 
 from .stores import save
@@ -54,6 +55,7 @@ def test_sessions_show_gives_the_turns_with_their_status_and_the_history(store_l
     out = greenroom("sessions", "show", "s1", "--store", chat(store_location), "--json")
     assert out.returncode == 0, out.stderr
     shown = json.loads(out.stdout)
+    assert (shown["running"], shown["queued"]) == (None, [])
     assert shown["turns"] == [
         {"turn_id": "turn_1", "status": "finished", "finish_reason": "stop"},
         {"turn_id": "turn_2", "status": "finished", "finish_reason": "stop"},
@@ -64,7 +66,7 @@ def test_sessions_show_gives_the_turns_with_their_status_and_the_history(store_l
     human = greenroom("sessions", "show", "s1", "--store", store_location).stdout.splitlines()
     assert human[0].startswith("session s1: 2 turns, 4 messages, updated ")
     assert human[1:] == [
-        "turns:", "  0. turn_1: finished (stop)", "  1. turn_2: finished (stop)",
+        "turns:", "  0. turn_1: finished (stop)", "  1. turn_2: finished (stop)", "running: none", "queued: none",
         "history:", "  user: hi", "  assistant: Hello.", "  user: again", "  assistant: \\x1b[31mred\\x1b[0m",
     ]  # fmt: skip
 
@@ -72,3 +74,20 @@ def test_sessions_show_gives_the_turns_with_their_status_and_the_history(store_l
 def test_sessions_show_of_an_unknown_session_is_a_clear_error(store_location: str) -> None:
     out = greenroom("sessions", "show", "nowhere", "--store", chat(store_location))
     assert (out.returncode, out.stdout, out.stderr) == (2, "", "greenroom: unknown session nowhere\n")
+
+
+def test_sessions_show_gives_the_turn_running_and_the_messages_waiting(store_location: str) -> None:
+    store = open_store(chat(store_location))
+    try:
+
+        def busy(owned: SessionOwned) -> None:
+            owned.running = "turn_3"
+            owned.queue += [("turn_4", [ChatMessage.user("later")]), ("turn_5", [ChatMessage.user("after")])]
+
+        store.sessions.decide("s1", busy)
+    finally:
+        store.close()
+    out = greenroom("sessions", "show", "s1", "--store", store_location, "--json")
+    assert (json.loads(out.stdout)["running"], json.loads(out.stdout)["queued"]) == ("turn_3", ["turn_4", "turn_5"])
+    human = greenroom("sessions", "show", "s1", "--store", store_location).stdout.splitlines()
+    assert human[4:6] == ["running: turn_3", "queued: turn_4, turn_5"]
