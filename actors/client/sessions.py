@@ -130,7 +130,9 @@ class Sessions(Queries):
             kept, origin = cut(turn_id, messages, events, at, at_seq, text)
         except ForkError as exc:
             raise ConfigurationError(str(exc)) from None
-        given = {"tools": tools, "provider": provider, "options": options, "system": system, "requires": requires}
+        given: dict[str, Any] = {
+            "tools": tools, "provider": provider, "options": options, "system": system, "requires": requires,
+        }  # fmt: skip
         if session is not None:
             chat = self._new_session(session)
             out = chat.run(kept, turn_id=new_id, timeout=timeout, forked_from=origin, **given)  # idle: a handle

@@ -5,7 +5,7 @@ row a turn of it: its ``position``, its ``turn_id`` and ``added``, the messages 
 added to the session's history, encoded as one msgpack array of ``ChatMessage``). A
 session's history is the concatenation of its turns' ``added``, by position.
 
-Schema 7 (``SCHEMA_7``, applied by each backend's migration): the session's owner state on
+Schema 7 (``SCHEMA_7_COLUMNS``, ``SCHEMA_7_QUEUE``, applied by each backend's migration): the session's owner state on
 its row (``running``, ``opening``, ``dropping``) and the messages waiting for it,
 ``session_queue`` (one row a message: its id, its ``position`` in the queue, its messages).
 ``decide`` reads and writes them in one transaction that holds the session's row.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from messages import ChatMessage, encode
 from messages.codec import CodecError, decode_many, join_encoded
@@ -28,13 +29,15 @@ from ..errors import SnapshotError, StoreError
 from .base import SessionOwned, SessionRecord, SessionSummary, T
 from .database import Database
 
-__all__ = ["SCHEMA_7", "SQLSessions", "SessionConflict"]
+__all__ = ["SCHEMA_7_COLUMNS", "SCHEMA_7_QUEUE", "SQLSessions", "SessionConflict"]
 
-SCHEMA_7 = {  # store schema 7, the same on both backends (BLOB is BYTEA on PostgreSQL)
-    "columns": [("running", "TEXT"), ("opening", "INTEGER NOT NULL DEFAULT 0"), ("dropping", "TEXT")],
-    "queue": "CREATE TABLE IF NOT EXISTS session_queue (session_id TEXT NOT NULL, message_id TEXT NOT NULL,"
-    " position INTEGER NOT NULL, messages BLOB NOT NULL, PRIMARY KEY (session_id, message_id))",
-}
+# store schema 7, the same on both backends (BLOB is BYTEA on PostgreSQL): the columns added to
+# ``sessions``, and the queue's table
+SCHEMA_7_COLUMNS = [("running", "TEXT"), ("opening", "INTEGER NOT NULL DEFAULT 0"), ("dropping", "TEXT")]
+SCHEMA_7_QUEUE = (
+    "CREATE TABLE IF NOT EXISTS session_queue (session_id TEXT NOT NULL, message_id TEXT NOT NULL,"
+    " position INTEGER NOT NULL, messages BLOB NOT NULL, PRIMARY KEY (session_id, message_id))"
+)
 
 
 class SessionConflict(StoreError):
@@ -169,7 +172,7 @@ class SQLSessions:
         return [SessionSummary(str(r[0]), int(r[3]), float(r[1]), float(r[2])) for r in rows]
 
 
-def _history(session_id: str, rows: Sequence[Sequence[object]]) -> tuple[list[str], list[ChatMessage]]:
+def _history(session_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[str], list[ChatMessage]]:
     """The turns and the history of ``session_turns`` rows, by position."""
     turns: list[str] = []
     messages: list[ChatMessage] = []
@@ -177,7 +180,7 @@ def _history(session_id: str, rows: Sequence[Sequence[object]]) -> tuple[list[st
         if position != len(turns):
             raise SnapshotError(f"session {session_id}: position {len(turns)} is missing")
         turns.append(str(turn_id))
-        messages.extend(_decoded(session_id, len(turns) - 1, bytes(added)))  # type: ignore[arg-type]
+        messages.extend(_decoded(session_id, len(turns) - 1, bytes(added)))
     return turns, messages
 
 
