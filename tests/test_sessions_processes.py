@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import select
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import pytest
 from actors import ControlRejected, InputAccepted, Runtime, ToolProgress, TurnHandle
 from actors.lifecycle.processes import session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
+from actors.wire import transport
 from messages import ChatMessage, ProviderConfig, RetryPolicy
 
 from . import tools_for_tests as T
@@ -34,8 +34,12 @@ from . import tools_for_tests as T
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY = secrets.token_bytes(32)  # the deployment's transport key: this test's Runtimes and its writers'
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), WRITER_KEY=KEY.hex())
+
+
+def env() -> dict[str, str]:
+    """The writers' environment: the transport key of this process (one process, one key: the
+    test's Runtime has it), which every Runtime of one deployment shares."""
+    return dict(os.environ, PYTHONPATH=str(ROOT), WRITER_KEY=transport.install("127.0.0.1").hex())
 
 
 def config(provider: ScriptedProvider) -> ProviderConfig:
@@ -58,7 +62,7 @@ class Writer:
     def __init__(self, store: str, base_url: str, session_id: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.session_writer", store, base_url, session_id],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=ENV,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env(),
         )  # fmt: skip
 
     def send(self, text: str, on_busy: str) -> None:
@@ -123,7 +127,7 @@ def test_reject_from_two_processes_at_once_refuses_both_and_changes_nothing(
 ) -> None:
     gate = tmp_path / "gate"
     provider.add(holding(gate), say("Paris is sunny."))
-    with Runtime(config(provider), store=shared, hosts=1, tool_processes=1, key=KEY) as rt:
+    with Runtime(config(provider), store=shared, hosts=1, tool_processes=1) as rt:
         chat = rt.session(tools=[T.wait_for_file])
         with writers(shared, provider, chat.session_id) as pair:
             first = held(chat, gate)
@@ -143,7 +147,7 @@ def test_enqueue_from_two_processes_at_once_runs_both_after_the_turn_in_the_orde
 ) -> None:
     gate = tmp_path / "gate"
     provider.add(holding(gate), say("Paris is sunny."), say("First."), say("Second."))
-    with Runtime(config(provider), store=shared, hosts=1, tool_processes=1, key=KEY) as rt:
+    with Runtime(config(provider), store=shared, hosts=1, tool_processes=1) as rt:
         chat = rt.session(tools=[T.wait_for_file])
         with writers(shared, provider, chat.session_id) as pair:
             first = held(chat, gate)
@@ -168,7 +172,7 @@ def test_interrupt_from_two_processes_at_once_puts_both_into_the_running_turn(
 ) -> None:
     gate = tmp_path / "gate"
     provider.add(holding(gate), say("Sunny; Oslo is cold, Rome is warm."))
-    with Runtime(config(provider), store=shared, hosts=1, tool_processes=1, key=KEY) as rt:
+    with Runtime(config(provider), store=shared, hosts=1, tool_processes=1) as rt:
         chat = rt.session(tools=[T.wait_for_file])
         with writers(shared, provider, chat.session_id) as pair:
             first = held(chat, gate)
@@ -189,7 +193,7 @@ def test_rollback_from_two_processes_at_once_keeps_only_the_last_decided_on_the_
 ) -> None:
     gate = tmp_path / "gate"
     provider.add(say("Hello."), holding(gate), say("Noted."), say("Noted."))
-    with Runtime(config(provider), store=shared, hosts=1, tool_processes=1, key=KEY) as rt:
+    with Runtime(config(provider), store=shared, hosts=1, tool_processes=1) as rt:
         chat = rt.session(tools=[T.wait_for_file])
         chat.run("Hello").result(30)  # type: ignore[union-attr]
         with writers(shared, provider, chat.session_id) as pair:
@@ -214,7 +218,7 @@ def test_a_message_waiting_is_visible_and_withdrawn_from_another_process(
 ) -> None:
     gate = tmp_path / "gate"
     provider.add(holding(gate), say("Paris is sunny."), say("Oslo is cold."))
-    with Runtime(config(provider), store=shared, hosts=1, tool_processes=1, key=KEY) as rt:
+    with Runtime(config(provider), store=shared, hosts=1, tool_processes=1) as rt:
         chat = rt.session(tools=[T.wait_for_file])
         with writers(shared, provider, chat.session_id) as pair:
             first = held(chat, gate)
