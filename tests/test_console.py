@@ -308,7 +308,8 @@ def test_the_console_lists_the_stores_sessions_and_shows_each_with_its_turns(
             ("user", "hi"), ("assistant", "Hello."), ("user", "again"), ("assistant", "Again."),
         ]  # fmt: skip
         unknown = httpx.get(f"{base(durable)}/api/sessions/nowhere", headers=auth())
-        assert (unknown.status_code, unknown.json()) == (404, {"error": "no session nowhere", "code": "unknown_session"})
+        assert unknown.status_code == 404
+        assert unknown.json() == {"error": "no session nowhere", "code": "unknown_session"}
 
 
 def test_a_console_without_a_store_says_it_has_no_sessions_to_list(rt: Runtime) -> None:
