@@ -301,6 +301,25 @@ def test_rollback_stops_the_running_turn_drops_its_messages_and_starts_from_the_
     assert len(chat.turns) == 2 and first.turn_id not in chat.turns
 
 
+def test_a_turn_whose_start_was_decided_and_never_carried_out_keeps_the_session_busy_a_minute_only(
+    durable: Runtime, provider: ScriptedProvider, store_location: str
+) -> None:
+    provider.add(say("Hello."))
+    chat = durable.session()
+    store = open_store(store_location)
+    try:
+        store.sessions.decide(chat.session_id, lambda owned: setattr(owned, "running", "turn_ghost"))  # its decider died
+    finally:
+        store.close()
+    with pytest.raises(ControlRejected) as busy:
+        chat.run("hi")
+    assert str(busy.value) == "the session is busy: turn turn_ghost is running (on_busy='reject')"
+    sql(store_location, "UPDATE sessions SET updated_at = updated_at - 61 WHERE session_id = ?", (chat.session_id,))
+    assert chat.run("hi").result(30).text == "Hello."  # type: ignore[union-attr]
+    assert said(chat.wait_idle(30)) == [("user", "hi"), ("assistant", "Hello.")]
+    assert "turn_ghost" not in chat.turns and len(chat.turns) == 1
+
+
 # -- fork --------------------------------------------------------------------------------------
 
 

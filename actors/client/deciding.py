@@ -125,7 +125,11 @@ class Deciding:
         """Inside a decision: the ends of the session's turns that have ended, in order."""
         out: list[Any] = []
         for _ in range(len(owned.queue) + 2):
-            ended = [(t, whole) for t in (owned.dropping, owned.running) if t and (whole := self._ended(t)) is not None]
+            ended = [
+                (t, whole)
+                for t in (owned.dropping, owned.running)
+                if t and (whole := self._ended(t, owned)) is not None
+            ]
             for turn_id, whole in ended:
                 new, decisions = busy.on_end(_state(owned), turn_id)
                 out += self._carry(owned, new, decisions, ended={turn_id: whole})
@@ -133,7 +137,7 @@ class Deciding:
                 break
         return out
 
-    def _ended(self, turn_id: str) -> list[ChatMessage] | None:
+    def _ended(self, turn_id: str, owned: SessionOwned) -> list[ChatMessage] | None:
         """The turn's whole history if it has ended terminally: as its handle here has it, or the store."""
         handle = self._handles.get(turn_id)
         if handle is not None and handle.finished:
@@ -141,7 +145,7 @@ class Deciding:
                 return list(handle.result(0, final=True).messages)
             except GreenroomError:
                 pass
-        return self._owner.ended(turn_id)
+        return self._owner.ended(turn_id, owned.decided_at)
 
     def _carry(
         self,
@@ -161,7 +165,7 @@ class Deciding:
         for d in decisions:
             if isinstance(d, busy.Append):
                 whole = (ended or {}).get(d.turn_id)
-                if whole is not None:  # None: a message that could not start adds nothing
+                if whole:  # None or empty: a message that could not start, or never started, adds nothing
                     owned.append(d.turn_id, whole[owned.opening :])
             elif isinstance(d, busy.Start):
                 message = (

@@ -13,14 +13,18 @@ between, and keeps what it changed:
   decides through it, so two messages from two processes are taken in the order their
   transactions commit, each on the state the one before left, whatever the timing.
 
-``ended(turn_id)`` is what the owner knows of a turn's end: the store's turn log says
+``ended(turn_id, since)`` is what the owner knows of a turn's end: the store's turn log says
 whether a turn that another process started has ended (terminally), and its history;
-without a store only the turns this process follows end.
+without a store only the turns this process follows end. A turn whose start was decided
+(``since``, the decision's time) more than ``NEVER_STARTED`` seconds ago and that the log
+still does not have never started (the process that decided it died first): it ends with
+an empty history, adding nothing, so the session goes on.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Protocol, TypeVar
@@ -29,9 +33,10 @@ from messages import TERMINAL_REASONS, ChatMessage
 
 from ..store.base import SessionLog, SessionOwned, TurnLog
 
-__all__ = ["LocalOwner", "Owner", "StoreOwner", "bounded", "new_session_id"]
+__all__ = ["NEVER_STARTED", "LocalOwner", "Owner", "StoreOwner", "bounded", "new_session_id"]
 
 T = TypeVar("T")
+NEVER_STARTED = 60.0  # seconds after its decision that a turn the store does not have is taken as never started
 
 
 def new_session_id() -> str:
@@ -56,8 +61,9 @@ class Owner(Protocol):
     def decide(self, fn: Callable[[SessionOwned], T]) -> T:
         """Run ``fn`` on the session's state, no other decision in between; keep what it changed."""
 
-    def ended(self, turn_id: str) -> list[ChatMessage] | None:
-        """The whole history of ``turn_id`` if the owner knows it has ended terminally, else None."""
+    def ended(self, turn_id: str, since: float) -> list[ChatMessage] | None:
+        """The whole history of ``turn_id`` if the owner knows it has ended terminally (empty:
+        it never started), else None; ``since``: when its start was decided."""
 
 
 class LocalOwner:
@@ -80,7 +86,7 @@ class LocalOwner:
             self._owned = draft
             return out
 
-    def ended(self, turn_id: str) -> list[ChatMessage] | None:
+    def ended(self, turn_id: str, since: float) -> list[ChatMessage] | None:
         return None  # only the turns this process follows end, and their watchers say so
 
 
@@ -97,11 +103,11 @@ class StoreOwner:
     def decide(self, fn: Callable[[SessionOwned], T]) -> T:
         return self._sessions.decide(self.session_id, fn)
 
-    def ended(self, turn_id: str) -> list[ChatMessage] | None:
+    def ended(self, turn_id: str, since: float) -> list[ChatMessage] | None:
         try:
             state = self._log.load(turn_id)
-        except KeyError:
-            return None  # not written yet: its start was decided, and is being carried out
+        except KeyError:  # not written yet: its start is being carried out, or its decider died first
+            return [] if time.time() - since > NEVER_STARTED else None
         if state.phase != "finished" or state.finish_reason not in TERMINAL_REASONS:
             return None
         return list(state.messages)

@@ -323,6 +323,7 @@ class SessionOwned:
     dropping: str | None = None
     queue: list[tuple[str, list[ChatMessage]]] = field(default_factory=list)
     added: list[list[ChatMessage]] = field(default_factory=list)  # what each turn appended here added
+    decided_at: float = 0.0  # when the last decision that changed it was written (``time.time()``)
 
     def append(self, turn_id: str, added: Sequence[ChatMessage]) -> None:
         self.turns.append(turn_id)

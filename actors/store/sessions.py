@@ -86,7 +86,8 @@ class SQLSessions:
         db = self.db
         with db.tx(f"decide for session {session_id}"):
             head = db.run(
-                "SELECT running, opening, dropping FROM sessions WHERE session_id = ?" + db.for_update, (session_id,)
+                "SELECT running, opening, dropping, updated_at FROM sessions WHERE session_id = ?" + db.for_update,
+                (session_id,),
             ).fetchone()
             if head is None:
                 raise KeyError(session_id)
@@ -102,10 +103,11 @@ class SQLSessions:
                     (session_id,),
                 ).fetchall()
             ]
-            running, opening, dropping = head
+            running, opening, dropping, updated = head
             owned = SessionOwned(
                 session_id, list(turns), list(messages), running, int(opening or 0), dropping, list(queue)
             )
+            owned.decided_at = float(updated)
             before = (len(turns), running, owned.opening, dropping, [m for m, _ in queue])
             out = decide(owned)
             after = (len(owned.turns), owned.running, owned.opening, owned.dropping, [m for m, _ in owned.queue])
