@@ -47,11 +47,13 @@ def session_json(source: Source, session_id: str) -> dict[str, Any]:
         raise UnknownSession(f"no session {session_id}") from None
     turns = []
     for turn_id in record.turns:
+        status: str = "unknown"  # a turn the log no longer has
+        reason: str | None = None
         try:
             state = store.log.load(turn_id)
-            status, reason = ("finished" if state.phase == "finished" else state.phase), state.finish_reason
+            status, reason = state.phase, state.finish_reason
         except KeyError:
-            status, reason = "unknown", None
+            pass
         turns.append({"turn_id": turn_id, "status": status, "finish_reason": reason})
     return {
         "session_id": record.session_id,
