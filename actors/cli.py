@@ -2,6 +2,9 @@
 
     greenroom turns list                       id, status, host, waiting since, pending approvals; turns per node
     greenroom turns show ID [--since N]        status and host, history, pending approvals, events
+    greenroom sessions list                    id, turns, created, updated
+    greenroom sessions show ID                 its turns (each with its status) and its history
+    greenroom fork ID (--at N | --at-seq S) [--text T] [--new-id NEW] [--admin HOST:PORT]
     greenroom approve ID CALL [--reason R] [--as NAME]
     greenroom deny ID CALL [--reason R] [--as NAME]
     greenroom stop ID [--reason R] [--as NAME]
@@ -42,10 +45,11 @@ import sqlite3
 import sys
 from typing import Any, NoReturn
 
-from messages import Error, ToolCallStarted, ToolFinished
+from messages import Error, ForkOrigin, ToolCallStarted, ToolFinished
 from messages.codec import CodecError
 
 from .cli_base import CliError, ask_runtime, columns, load, open_named_store, printable, say, seconds, store_path, when
+from .cli_sessions import add_sessions
 from .cli_steer import add_steering
 from .cluster.holders import NO_LIVE_HOST, Holders, node_of
 from .errors import ConfigurationError, StoreError
@@ -109,6 +113,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "status": "finished" if state.phase == "finished" else state.phase,
         "finish_reason": state.finish_reason,
         "round": state.round,
+        "forked_from": state.forked_from.model_dump(exclude={"kind"}) if state.forked_from else None,
         "owner": owner,
         "owner_host": host_of(owner) if owner else None,
         "owner_node": node_of(owner),
@@ -125,6 +130,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         lines[0] += f" ({NO_LIVE_HOST}" + (f"; last held by host {host_of(owner)})" if owner else ")")
     elif owner is not None:
         lines[0] += f", {'on' if held else 'ran on'} host {host_of(owner)} (node {node_of(owner)})"
+    if (origin := state.forked_from) is not None:
+        lines.append(f"forked from turn {origin.turn_id} at message {origin.at}" + _fork_detail(origin))
     lines.append("history:")
     for m in state.messages:
         extra = f" -> {', '.join(c.name + c.arguments for c in m.tool_calls)}" if m.tool_calls else ""
@@ -153,6 +160,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         lines.append(f"  #{e.seq} {e.kind} {detail}")
     say(args, data, "\n".join(lines))
     return 0
+
+
+def _fork_detail(origin: ForkOrigin) -> str:
+    seq = f" (event {origin.at_seq})" if origin.at_seq is not None else ""
+    return seq + (", its last user message replaced" if origin.replaced else "")
 
 
 # -- steering --------------------------------------------------------------------------------
@@ -227,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--since", type=int, default=0, help="events from this seq on")
     show.set_defaults(fn=cmd_show)
 
+    add_sessions(sub, common, _admin_address)
     add_steering(sub, common)
     nodes = sub.add_parser("nodes", parents=[common], help="the nodes of a running runtime's deployment")
     nodes.add_argument(

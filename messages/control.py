@@ -18,33 +18,16 @@ from pydantic import Field, StrictInt, StrictStr, field_validator
 
 from .base import Message
 from .chat import ChatMessage
+from .events import ForkOrigin
 from .llm import ProviderConfig
 from .principals import Principal
 from .tool import ToolSpec
 
 __all__ = [
-    "TURN_COMMANDS",
-    "CancelTurn",
-    "Consumed",
-    "ControlReply",
-    "PauseTurn",
-    "RejectCode",
-    "RespondToApprovals",
-    "ResumeTurn",
-    "SendInput",
-    "StartTurn",
-    "StopCause",
-    "StopTool",
-    "StopTurn",
-    "Subscribe",
-    "ToolApprovalResponse",
-    "TurnCommand",
-    "TurnOptions",
-    "Unsubscribe",
-    "new_turn_id",
-    "reply_for",
-    "unaddressed",
-]
+    "TURN_COMMANDS", "CancelTurn", "Consumed", "ControlReply", "PauseTurn", "RejectCode", "RespondToApprovals",
+    "ResumeTurn", "SendInput", "StartTurn", "StopCause", "StopTool", "StopTurn", "Subscribe",
+    "ToolApprovalResponse", "TurnCommand", "TurnOptions", "Unsubscribe", "new_turn_id", "reply_for", "unaddressed",
+]  # fmt: skip
 
 
 def new_turn_id() -> str:
@@ -160,6 +143,7 @@ class StartTurn(Message):
     priority: StrictInt = 0
     tenant: StrictStr = ""
     wait: bool = False
+    forked_from: ForkOrigin | None = None  # ``runtime.fork``'s: kept in the turn's state and its TurnStarted
 
     @field_validator("tools", mode="before")
     @classmethod

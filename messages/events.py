@@ -25,6 +25,7 @@ __all__ = [
     "Error",
     "Finish",
     "FinishReason",
+    "ForkOrigin",
     "InputAccepted",
     "TERMINAL_REASONS",
     "RateLimited",
@@ -59,10 +60,25 @@ class TurnEvent(Message):
     root_turn_id: str | None = None
 
 
+class ForkOrigin(Message):
+    """Where a forked turn came from (``runtime.fork``): turn ``turn_id``'s history up to
+    message ``at`` (its first ``at`` messages); ``at_seq``, the event seq the fork was asked
+    at (``fork(..., at_seq=)``), if it was; ``replaced``, whether ``text=`` replaced its last
+    user message."""
+
+    kind: Literal["fork_origin"] = "fork_origin"
+    turn_id: str
+    at: int = Field(ge=0)
+    at_seq: int | None = None
+    replaced: bool = False
+
+
 class TurnStarted(TurnEvent):
-    """The TurnActor accepted the turn; always the turn's first event (``seq`` 0)."""
+    """The TurnActor accepted the turn; always the turn's first event (``seq`` 0).
+    ``forked_from``: where the turn was forked from, if it was."""
 
     kind: Literal["turn_started"] = "turn_started"
+    forked_from: ForkOrigin | None = None
 
 
 class TextDelta(TurnEvent):

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .chat import ChatMessage, ToolCall, Usage
 from .control import ControlReply, StopCause, Timing, TurnOptions
-from .events import FinishReason
+from .events import FinishReason, ForkOrigin
 from .llm import ProviderConfig
 from .tool import ToolOutcome, ToolSpec
 
@@ -26,9 +26,10 @@ __all__ = [
 
 # 2: trace contexts, tool configuration; 3: finish_mark; 4: a call's "stopping" status, answered commands, call keys;
 # 5: who decided (CallState.decided_by and stopped_by, Marker.by, ToolSpec.approvers); input, pause, budgets (queued
-# input, the hold, cost and sub-agents' usage, edited arguments); 6: the provider's rate limit (ProviderConfig.rate_limit)
-SCHEMA_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+# input, the hold, cost and sub-agents' usage, edited arguments); 6: the provider's rate limit (ProviderConfig.rate_limit);
+# 7: a fork's origin (``forked_from``)
+SCHEMA_VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 
 Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "paused", "finished"]
 CallStatus = Literal["queued", "pending_approval", "decided", "running", "stopping", "done"]
@@ -132,6 +133,7 @@ class TurnState(_State):
     subagent_usage: Usage = Field(default_factory=Usage)  # its sub-agents', every level below
     cost: float = 0.0  # its model calls' and its sub-agents', at the providers' prices
     budget_warned: list[str] = Field(default_factory=list)  # the budgets a BudgetWarning was sent for
+    forked_from: ForkOrigin | None = None  # where the turn was forked from (``runtime.fork``)
 
     def call(self, call_id: str) -> CallState | None:
         for c in self.batch or ():

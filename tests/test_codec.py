@@ -111,7 +111,8 @@ SAMPLES: dict[str, m.Message] = {
     "control_reply": m.ControlReply(
         turn_id="t1", request_id="q", command="stop_turn", ok=False, code="duplicate", message="m", resumes_at=7
     ),
-    "turn_started": m.TurnStarted(**ids),
+    "turn_started": m.TurnStarted(**ids, forked_from=m.ForkOrigin(turn_id="turn_0", at=3, at_seq=5, replaced=True)),
+    "fork_origin": m.ForkOrigin(turn_id="turn_0", at=3),
     "text_delta": m.TextDelta(text="hi", **ids),
     "tool_call_started": m.ToolCallStarted(call_id="c", name="add", arguments={"a": 1}, **ids),
     "tool_progress": m.ToolProgress(call_id="c", data=[1, "two"], **ids),

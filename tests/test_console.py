@@ -280,3 +280,37 @@ def test_the_console_of_a_postgresql_store_sends_decisions_to_the_turns_host(
             assert rt.attach(turn_id).result(30, final=True).text == "Published."
         finally:
             console.close()
+
+
+def test_the_console_lists_the_stores_sessions_and_shows_each_with_its_turns(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    provider.add(say("Hello."), say("Again."))
+    console = ConsoleConfig(port=0, key=KEY, quiet=True)
+    with Runtime(provider.provider(retry=RetryPolicy(max_attempts=1)), store=str(tmp_path / "turns.db"),
+                 hosts=1, tool_processes=1, console=console) as durable:  # fmt: skip
+        chat = durable.session()
+        first = chat.run("hi")
+        assert first.result(30).finish_reason == "stop"  # type: ignore[union-attr]
+        second = chat.run("again")
+        assert second.result(30).finish_reason == "stop"  # type: ignore[union-attr]
+        chat.wait_idle(30)
+        assert httpx.get(f"{base(durable)}/api/sessions").status_code == 401
+        listed = httpx.get(f"{base(durable)}/api/sessions", headers=auth()).json()
+        assert [(s["session_id"], s["turns"]) for s in listed["sessions"]] == [(chat.session_id, 2)]
+        assert listed["stored"] is True
+        shown = httpx.get(f"{base(durable)}/api/sessions/{chat.session_id}", headers=auth()).json()
+        assert [(t["turn_id"], t["status"], t["finish_reason"]) for t in shown["turns"]] == [
+            (first.turn_id, "finished", "stop"), (second.turn_id, "finished", "stop"),
+        ]  # fmt: skip
+        assert (shown["running"], shown["queued"]) == (None, [])
+        assert [(m["role"], m["content"]) for m in shown["history"]] == [
+            ("user", "hi"), ("assistant", "Hello."), ("user", "again"), ("assistant", "Again."),
+        ]  # fmt: skip
+        unknown = httpx.get(f"{base(durable)}/api/sessions/nowhere", headers=auth())
+        assert unknown.status_code == 404
+        assert unknown.json() == {"error": "no session nowhere", "code": "unknown_session"}
+
+
+def test_a_console_without_a_store_says_it_has_no_sessions_to_list(rt: Runtime) -> None:
+    assert httpx.get(f"{base(rt)}/api/sessions", headers=auth()).json() == {"sessions": [], "stored": False}

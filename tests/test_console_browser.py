@@ -470,3 +470,35 @@ def test_a_person_edits_a_calls_arguments_before_approving_it(provider: Scripted
             'transfer call_1 success: {"ok": true, "data": {"to": "alice", "amount": 20}, '
             '"edited_arguments": {"to": "alice", "amount": 20}}'
         )
+
+
+def test_a_person_finds_a_session_its_turns_and_where_a_fork_came_from(
+    provider: ScriptedProvider, browser: Browser, tmp_path: Path
+) -> None:
+    provider.add(say("Paris: sunny."), say("Oslo: cold."))
+    with console_runtime(provider, store=str(tmp_path / "turns.db")) as rt:
+        chat = rt.session()
+        original = chat.run("Weather in Paris?")
+        assert original.result(30).finish_reason == "stop"  # type: ignore[union-attr]
+        chat.wait_idle(30)
+        fork = rt.fork(original.turn_id, at=1, text="Weather in Oslo?")
+        assert fork.result(30).text == "Oslo: cold."
+        browser.open(rt._console.url)
+        browser.until(lambda d: browser.find_all("#sessions-link"), message="the list has its link to the sessions")
+        browser.find("#sessions-link").click()
+        session = f'tr[data-session="{chat.session_id}"]'
+        assert browser.wait_text(f"{session} td:nth-child(2)", lambda s: s == "1") == "1"
+        browser.find(f"{session} a").click()
+        browser.wait_text("#session-id", lambda s: s == chat.session_id)
+        assert browser.texts("#session-turns li") == [f"{original.turn_id} finished (stop)"]
+        assert browser.texts("#messages .message .content") == ["Weather in Paris?", "Paris: sunny."]
+        assert (browser.text("#session-running"), browser.text("#session-queued")) == ("Running: none", "Waiting: none")
+        browser.find("#home").click()
+        browser.wait_text(f"{row(fork.turn_id)} td.status", lambda s: s == "finished: stop")
+        browser.find(f"{row(fork.turn_id)} a").click()
+        browser.until(lambda d: browser.find_all("#forked-from"), message="the fork's page says where it came from")
+        expected = f"Forked from: {original.turn_id} at message 1, its last user message replaced"
+        assert browser.wait_text("#forked-from", lambda s: s == expected) == expected
+        browser.find("#forked-from a").click()
+        browser.wait_text("#turn-id", lambda s: s == original.turn_id)
+        assert browser.find_all("#forked-from") == []

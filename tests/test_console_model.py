@@ -189,3 +189,18 @@ def test_with_a_snapshot_the_timeline_also_marks_when_a_stop_was_asked_for() -> 
         {"at": 12.0, "kind": "stop_requested", "cause": "user", "label": "enough", "by": "ops"},
     ]
     assert page["stop"] == {"reason": "enough", "at": 112.0, "cause": "user", "grace": None, "by": "ops"}
+
+
+def test_a_forked_turns_page_says_where_it_came_from_from_its_first_event_or_its_snapshot() -> None:
+    from actors.console.model import view
+    from messages import ForkOrigin, TurnStarted
+
+    origin = ForkOrigin(turn_id="turn_0", at=3, at_seq=5)
+    events = [(TurnStarted(turn_id=T, seq=0, forked_from=origin), 100.0)]
+    page = view(T, events, line=row(T, events), pending=[])
+    assert page["forked_from"] == {"turn_id": "turn_0", "at": 3, "at_seq": 5, "replaced": False}
+    state = _state()
+    state.forked_from = ForkOrigin(turn_id="turn_1", at=2, replaced=True)
+    page = view(T, paused_then_stopped(), line=row(T, paused_then_stopped()), pending=[], state=state)
+    assert page["forked_from"] == {"turn_id": "turn_1", "at": 2, "at_seq": None, "replaced": True}
+    assert view(T, paused_then_stopped(), line=row(T, paused_then_stopped()), pending=[])["forked_from"] is None

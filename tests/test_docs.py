@@ -115,7 +115,8 @@ def greenroom_lines() -> list[tuple[str, list[str]]]:
 def test_the_greenroom_command_lines_of_the_docs_parse() -> None:
     lines = greenroom_lines()
     assert {args[0] for _, args in lines} == {
-        "turns", "approve", "deny", "stop", "cancel", "nodes", "node", "demo", "console", "send-input", "pause", "resume"
+        "turns", "approve", "deny", "stop", "cancel", "nodes", "node", "demo", "console", "send-input", "pause", "resume",
+        "sessions", "fork",
     }  # fmt: skip
     for where, args in lines:
         if args[0] in ("demo", "node"):  # they parse their own options, in the command itself

@@ -12,7 +12,7 @@ import messages
 ACTORS = [
     "AsyncQueued", "AsyncRuntime", "AsyncSession", "AsyncTurnHandle", "BudgetWarning", "CancelTurn", "Cancellation", "ChatMessage", "ChildTurnFailed", "CodecError",
     "CommandResult", "ConfigurationError", "ControlRejected", "ControlReply", "DIRECTORY_NAME", "DirectoryActor",
-    "Error", "EventBatch", "Finish", "FinishReason", "GreenroomError", "HostUnreachable", "InputAccepted",
+    "Error", "EventBatch", "Finish", "FinishReason", "ForkOrigin", "GreenroomError", "HostUnreachable", "InputAccepted",
     "MembershipChanged", "Overloaded", "PauseTurn", "ProviderConfig", "Queued", "RateLimit", "RateLimited", "ReaderDropped",
     "Registration", "RespondToApprovals", "ResumeTurn", "RetryPolicy", "Runtime", "RuntimeClosedError", "SendInput",
     "Session", "SnapshotError",
@@ -27,7 +27,7 @@ ACTORS = [
 
 MESSAGES = [
     "AbortStream", "ApprovalMode", "BudgetWarning", "CallState", "CancelTurn", "ChatMessage", "CodecError", "Consumed", "ControlReply", "Error",
-    "Finish", "FinishReason", "FinishReasonLLM", "InputAccepted", "InterruptTool", "LLMCompleted", "LLMDeltas",
+    "Finish", "FinishReason", "FinishReasonLLM", "ForkOrigin", "InputAccepted", "InterruptTool", "LLMCompleted", "LLMDeltas",
     "LLMFailed", "LLMRateLimited", "LLMRetrying", "LLMUsage", "ListNodes", "Marker", "MembershipChanged", "Message", "NodeInfo",
     "NodeList", "PauseTurn", "ProviderConfig", "RateLimit", "RateLimited", "RejectCode", "ReportProgress", "RespondToApprovals", "ResumeTurn",
     "RetryPolicy", "Role", "RunTool", "SCHEMA_VERSION", "SendInput", "SnapshotVersionError", "StartTurn", "StopCause", "StopTool", "StopTurn", "StreamChat", "Subscribe", "TERMINAL_REASONS",
@@ -41,7 +41,7 @@ MESSAGES = [
 KINDS = {
     "AbortStream": "abort_stream", "BudgetWarning": "budget_warning", "InputAccepted": "input_accepted",
     "LLMUsage": "llm_usage", "PauseTurn": "pause_turn", "ResumeTurn": "resume_turn", "SendInput": "send_input", "CancelTurn": "cancel_turn", "ChatMessage": "chat_message", "Consumed": "consumed",
-    "ControlReply": "control_reply", "Error": "error", "Finish": "finish", "InterruptTool": "interrupt_tool",
+    "ControlReply": "control_reply", "Error": "error", "Finish": "finish", "ForkOrigin": "fork_origin", "InterruptTool": "interrupt_tool",
     "ListNodes": "list_nodes", "LLMCompleted": "llm_completed", "LLMDeltas": "llm_deltas", "LLMFailed": "llm_failed",
     "LLMRetrying": "llm_retrying", "LLMRateLimited": "llm_rate_limited", "RateLimit": "rate_limit",
     "RateLimited": "rate_limited", "MembershipChanged": "membership_changed", "NodeInfo": "node_info",

@@ -21,10 +21,12 @@ from actors import (
     AsyncRuntime,
     ConfigurationError,
     ControlRejected,
+    ForkOrigin,
     Queued,
     Runtime,
     TextDelta,
     TurnHandle,
+    TurnStarted,
     UnknownSession,
 )
 from actors.lifecycle.processes import session_processes
@@ -36,6 +38,7 @@ from messages import ChatMessage, ProviderConfig, RetryPolicy
 from . import tools_for_tests as T
 from .helpers import wait_until
 from .stores import leases_run_out, sql
+from .test_cli import greenroom
 
 pytestmark = pytest.mark.integration
 
@@ -298,6 +301,25 @@ def test_rollback_stops_the_running_turn_drops_its_messages_and_starts_from_the_
     assert len(chat.turns) == 2 and first.turn_id not in chat.turns
 
 
+def test_a_turn_whose_start_was_decided_and_never_carried_out_keeps_the_session_busy_a_minute_only(
+    durable: Runtime, provider: ScriptedProvider, store_location: str
+) -> None:
+    provider.add(say("Hello."))
+    chat = durable.session()
+    store = open_store(store_location)
+    try:
+        store.sessions.decide(chat.session_id, lambda owned: setattr(owned, "running", "turn_ghost"))  # its decider died
+    finally:
+        store.close()
+    with pytest.raises(ControlRejected) as busy:
+        chat.run("hi")
+    assert str(busy.value) == "the session is busy: turn turn_ghost is running (on_busy='reject')"
+    sql(store_location, "UPDATE sessions SET updated_at = updated_at - 61 WHERE session_id = ?", (chat.session_id,))
+    assert chat.run("hi").result(30).text == "Hello."  # type: ignore[union-attr]
+    assert said(chat.wait_idle(30)) == [("user", "hi"), ("assistant", "Hello.")]
+    assert "turn_ghost" not in chat.turns and len(chat.turns) == 1
+
+
 # -- fork --------------------------------------------------------------------------------------
 
 
@@ -333,6 +355,97 @@ def test_a_fork_may_replace_the_last_user_message(runtime: Runtime, provider: Sc
     fork = runtime.fork(original, at=2, text="Weather in Oslo?")  # without a store: the handle (or its result)
     assert said(fork.result(30).messages) == [("user", "Weather in Oslo?"), ("assistant", "Oslo: cold.")]
     assert said(original.result(30).messages) == [("user", "Weather in Paris?"), ("assistant", "Paris: sunny.")]
+
+
+def test_a_fork_records_where_it_came_from_and_turns_show_says_so(
+    durable: Runtime, provider: ScriptedProvider, store_location: str
+) -> None:
+    provider.add(use_tools(call("add", {"a": 1, "b": 2})), say("3."), say("It is 3."))
+    original = durable.run("add 1 and 2", tools=[T.add])
+    assert len(original.result(30).messages) == 4
+    fork = durable.fork(original.turn_id, at=3, tools=[T.add])
+    assert fork.result(30).finish_reason == "stop"
+    origin = ForkOrigin(turn_id=original.turn_id, at=3)
+    started = fork.all_events[0]
+    assert isinstance(started, TurnStarted) and started.forked_from == origin
+    store = open_store(store_location)
+    try:
+        assert store.log.load(fork.turn_id).forked_from == origin
+        assert store.log.load(original.turn_id).forked_from is None
+    finally:
+        store.close()
+    shown = greenroom("turns", "show", fork.turn_id, "--store", store_location)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[1] == f"forked from turn {original.turn_id} at message 3"
+
+
+def test_a_fork_at_an_event_seq_starts_from_the_history_as_it_stood_at_that_event(
+    durable: Runtime, provider: ScriptedProvider
+) -> None:
+    provider.add(use_tools(call("add", {"a": 1, "b": 2})), say("3."), say("Three."), say("Again."))
+    original = durable.run("add 1 and 2", tools=[T.add])
+    before = original.result(30).messages
+    seq = {type(e).__name__: e.seq for e in original.all_events}
+    at_result = durable.fork(original.turn_id, at_seq=seq["ToolFinished"], tools=[T.add])
+    assert at_result.result(30).messages[:4] == [*before[:3], ChatMessage.assistant("Three.")]
+    at_call = durable.fork(original, at_seq=seq["ToolCallStarted"])  # the call is not cut from its result
+    assert said(at_call.result(30).messages) == [("user", "add 1 and 2"), ("assistant", "Again.")]
+    origin = at_call.all_events[0].forked_from  # type: ignore[attr-defined]
+    assert origin == ForkOrigin(turn_id=original.turn_id, at=1, at_seq=seq["ToolCallStarted"])
+    with pytest.raises(ConfigurationError) as past:
+        durable.fork(original.turn_id, at_seq=99)
+    last = seq["Finish"]
+    assert str(past.value) == (
+        f"turn {original.turn_id} cannot be forked at event 99: at_seq=99 is not an event of the turn "
+        f"(its events are 0 to {last})"
+    )
+    assert len(provider.requests) == 4  # nothing more started
+
+
+def test_a_fork_into_a_new_session_is_its_first_turn(durable: Runtime, provider: ScriptedProvider) -> None:
+    provider.add(say("Paris: sunny."), say("Oslo: cold."), say("Yes, cold."))
+    original = durable.run("Weather in Paris?")
+    original.result(30)
+    fork = durable.fork(original.turn_id, at=2, text="Weather in Oslo?", session="chat_oslo")
+    assert fork.result(30).finish_reason == "stop"
+    chat = durable.session("chat_oslo")
+    assert chat.wait_idle(30) and chat.turns == [fork.turn_id]
+    assert chat.run("Cold?").result(30).text == "Yes, cold."  # type: ignore[union-attr]
+    assert said(chat.wait_idle(30)) == [
+        ("user", "Weather in Oslo?"), ("assistant", "Oslo: cold."), ("user", "Cold?"), ("assistant", "Yes, cold."),
+    ]  # fmt: skip
+    with pytest.raises(ConfigurationError) as exists:
+        durable.fork(original.turn_id, at=2, session="chat_oslo")
+    assert str(exists.value) == "session chat_oslo exists already: fork(session=) makes a new one"
+    assert len(provider.requests) == 3
+
+
+def test_greenroom_fork_starts_the_fork_on_the_runtime_running_on_the_store(
+    provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    provider.add(use_tools(call("add", {"a": 1, "b": 2})), say("3."), say("It is 3."))
+    path = str(tmp_path / "turns.db")
+    with Runtime(config(provider), store=path, hosts=1, tool_processes=1) as rt:
+        original = rt.run("add 1 and 2", tools=[T.add])
+        before = original.result(30).messages
+        out = greenroom("fork", original.turn_id, "--at", "3", "--new-id", "turn_forked", "--store", path, "--json")
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == {
+            "turn_id": "turn_forked",
+            "forked_from": {"turn_id": original.turn_id, "at": 3, "at_seq": None, "replaced": False},
+            "admitted": json.loads(out.stdout)["admitted"],
+        }
+        fork = rt.attach("turn_forked")
+        result = fork.result(30)
+        assert result.messages == [*before[:3], ChatMessage.assistant("It is 3.")]
+        refused = greenroom("fork", original.turn_id, "--at", "2", "--store", path)
+        assert refused.returncode == 2
+        assert refused.stderr.startswith(f"greenroom: turn {original.turn_id} cannot be forked at message 2: ")
+    stopped = greenroom("fork", original.turn_id, "--at", "3", "--store", path)
+    assert (stopped.returncode, stopped.stderr) == (
+        2,
+        "greenroom: no running runtime to start the fork on: give --admin HOST:PORT, or --store of a running runtime\n",
+    )
 
 
 # -- bad inputs --------------------------------------------------------------------------------
@@ -397,7 +510,7 @@ def test_a_store_of_schema_3_gets_the_sessions_tables_when_opened(store_location
         assert (record.turns, said(record.messages)) == (["t1"], [("user", "hi"), ("assistant", "hello")])
     finally:
         store.close()
-    assert sql(store_location, "SELECT value FROM meta WHERE key = 'schema'") == [(str(STORE_SCHEMA),)] == [("6",)]
+    assert sql(store_location, "SELECT value FROM meta WHERE key = 'schema'") == [(str(STORE_SCHEMA),)] == [("7",)]
 
 
 # -- asyncio -----------------------------------------------------------------------------------

@@ -130,8 +130,8 @@ class AsyncRuntime:
         )
         return AsyncSession(sync)
 
-    async def fork(self, turn_id: str, at: int, **kw: Any) -> AsyncTurnHandle:
-        """A new turn from another's history up to message ``at``; see ``Runtime.fork``."""
+    async def fork(self, turn_id: str, at: int | None = None, **kw: Any) -> AsyncTurnHandle:
+        """A new turn from another's history up to message ``at`` (or ``at_seq=``); see ``Runtime.fork``."""
         handle = await asyncio.to_thread(lambda: self.sync.fork(turn_id, at, **kw))
         return AsyncTurnHandle(self.sync._command, handle._stream)
 

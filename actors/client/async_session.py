@@ -1,5 +1,7 @@
 """``Session`` and ``Queued`` for asyncio: the same objects, with awaitable methods that never
-block the event loop (what may wait, on the store or on a stop's answer, runs in a worker thread)."""
+block the event loop (what may wait, on the store or on a stop's answer, runs in a worker thread).
+The properties (``history``, ``turns``, ``queued``) read the session as its owner has it: with
+a store, one short transaction each."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ class AsyncSession:
         return _async(self.sync, out)
 
     async def withdraw(self, message_id: str) -> None:
-        self.sync.withdraw(message_id)
+        await asyncio.to_thread(self.sync.withdraw, message_id)  # a decision: with a store, a transaction
 
     async def wait_idle(self, timeout: float = 30.0) -> list[ChatMessage]:
         return await asyncio.to_thread(self.sync.wait_idle, timeout)
@@ -57,7 +59,7 @@ class AsyncQueued:
         self.turn_id = self.message_id = sync.message_id
 
     async def withdraw(self) -> None:
-        self.sync.withdraw()
+        await asyncio.to_thread(self.sync.withdraw)
 
     async def handle(self, timeout: float | None = None) -> AsyncTurnHandle:
         return _async(self.sync._session, await asyncio.to_thread(self.sync.handle, timeout))

@@ -1,10 +1,9 @@
 """The embedded runtime: a private actor system, turns as handles, nothing left behind.
 
-``Runtime`` starts a ``multiprocTCPBase`` actor system on its own admin port, listening on
-``host`` only (``127.0.0.1`` by default) and authenticating every frame with a fresh key;
-in it a directory, one ``TurnHost`` per core and a ``ToolPool`` (``tree``). ``run()`` places
-the turn on a host of the cluster (``routing``), sends ``StartTurn`` straight there and
-returns a ``TurnHandle``.
+``Runtime`` starts a ``multiprocTCPBase`` actor system on its own admin port, listening on ``host`` only
+(``127.0.0.1`` by default) and authenticating every frame with a fresh key; in it a directory, one
+``TurnHost`` per core and a ``ToolPool`` (``tree``). ``run()`` places the turn on a host of the cluster
+(``routing``), sends ``StartTurn`` straight there and returns a ``TurnHandle``.
 
 What a user can rely on when things end:
 
@@ -34,6 +33,7 @@ from thespian.actors import ActorSystem
 
 from messages import (
     ControlReply,
+    ForkOrigin,
     ProviderConfig,
     StartTurn,
     ToolSpec,
@@ -322,21 +322,20 @@ class Runtime(Attaching, Sessions):
         priority: int = 0,
         tenant: str = "",
         wait: bool = False,
+        forked_from: ForkOrigin | None = None,
     ) -> TurnHandle:
-        """Start a turn and return its handle, once its host has started or queued it, or at
-        once if its host is known to have room for it (``starting.Room``).
-
-        ``messages`` is a string (one user message), chat messages, or a history in a
-        provider's wire format (``TurnResult.messages_as``). With an explicit ``turn_id``
-        already in use, ``ControlRejected`` is raised at once (this waits for the turn's
-        first event, ``timeout`` at most). ``requires`` places the turn on a node with those
-        capabilities (``ConfigurationError`` if no node on this store has them). Admission, per
-        host (``Runtime(max_running=, max_queued=)``): a full host queues the turn (``status ==
-        "queued"``; the highest ``priority`` first, ``tenant``s in turn); a full queue raises
-        ``Overloaded`` at once, or ``wait=True`` waits for room."""
+        """Start a turn; its handle once its host started or queued it (at once if the host is
+        known to have room: ``starting.Room``). ``messages``: a string (one user message), chat
+        messages, or a provider's wire history (``TurnResult.messages_as``). An explicit
+        ``turn_id`` already in use raises ``ControlRejected`` (waiting for the first event,
+        ``timeout`` at most). ``requires`` places the turn on a node with those capabilities
+        (``ConfigurationError`` if none has them). Admission, per host (``Runtime(max_running=,
+        max_queued=)``): a full host queues the turn (``status == "queued"``; highest ``priority``
+        first, ``tenant``s in turn); a full queue raises ``Overloaded``, or ``wait=True`` waits.
+        ``forked_from``: ``fork``'s."""
         self._running()
         stream, admitted = self._start_turn(
-            messages, tools, provider, options, turn_id, system, requires, priority, tenant, wait
+            messages, tools, provider, options, turn_id, system, requires, priority, tenant, wait, forked_from
         )
         if admit_later(self._inbound, self._room, stream, admitted, wait or turn_id is not None):
             return TurnHandle(self._command, stream)
@@ -360,9 +359,9 @@ class Runtime(Attaching, Sessions):
         priority: int = 0,
         tenant: str = "",
         wait: bool = False,
+        forked_from: ForkOrigin | None = None,
     ) -> tuple[TurnStream, concurrent.futures.Future[ControlReply]]:
-        """Check and send ``StartTurn`` without blocking; the turn's stream follows it, the
-        future gets its host's admission (``run``)."""
+        """Send ``StartTurn``, checked, without blocking: its stream, and its admission's future."""
         hosts = self._running()
         checked_admission(priority, tenant, wait)
         tid = turn_id or new_turn_id()
@@ -381,6 +380,7 @@ class Runtime(Attaching, Sessions):
             options=checked_options(options or TurnOptions(), chosen),
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
             requires=requires or {},
+            forked_from=forked_from,
         )
         try:
             return hosts.start(start), admitted

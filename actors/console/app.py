@@ -49,6 +49,7 @@ from messages import (
 from ..errors import RuntimeClosedError, TurnTimeout
 from . import model
 from .commands import queued
+from .conversations import UnknownSession, session_json, sessions_json
 from .numbers import numbers
 from .security import Guard
 from .sources import Source, UnknownTurn
@@ -141,6 +142,18 @@ async def turn(request: Request) -> Response:
         data = await run_in_threadpool(_turn, _source(request), request.path_params["turn_id"])
     except UnknownTurn as exc:
         return _error(404, str(exc), "unknown_turn")
+    return JSONResponse(data)
+
+
+async def sessions(request: Request) -> Response:
+    return JSONResponse(await run_in_threadpool(sessions_json, _source(request)))
+
+
+async def one_session(request: Request) -> Response:
+    try:
+        data = await run_in_threadpool(session_json, _source(request), request.path_params["session_id"])
+    except UnknownSession as exc:
+        return _error(404, str(exc), "unknown_session")
     return JSONResponse(data)
 
 
@@ -324,6 +337,8 @@ def build_app(
             Route("/", page),
             Route("/api/session", session),
             Route("/api/turns", turns),
+            Route("/api/sessions", sessions),
+            Route("/api/sessions/{session_id}", one_session),
             Route("/api/turns/{turn_id}", turn),
             Route("/api/stream/turns", stream_turns),
             Route("/api/stream/turns/{turn_id}", stream_turn),

@@ -27,6 +27,7 @@ from messages import (
     ToolFinished,
     ToolProgress,
     TurnEvent,
+    TurnStarted,
     TurnState,
     whole_history,
 )
@@ -225,7 +226,16 @@ def view(
         "usage": usage[0].usage.model_dump(mode="json", exclude={"kind"}) if usage is not None else None,
         "stop": _marker(state.stop) if state is not None else None,
         "cancel": _marker(state.cancel) if state is not None else None,
+        "forked_from": _forked_from(events, state),
     }
+
+
+def _forked_from(events: Sequence[Timed], state: TurnState | None) -> dict[str, Any] | None:
+    """Where the turn was forked from (``ForkOrigin``): its snapshot's, else its ``TurnStarted``'s."""
+    origin = state.forked_from if state is not None else None
+    if origin is None and events and isinstance(events[0][0], TurnStarted):
+        origin = events[0][0].forked_from
+    return origin.model_dump(mode="json", exclude={"kind"}) if origin is not None else None
 
 
 def _marker(marker: Any) -> dict[str, Any] | None:

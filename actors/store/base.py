@@ -27,45 +27,31 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 
 from messages import ChatMessage, ControlReply, Message, TurnEvent, TurnState, encode_snapshot
 
 from ..errors import StoreError
+from .rates import Rates
 from .urls import keep
 
+T = TypeVar("T")
+
 __all__ = [
-    "STORE_SCHEMA",
-    "EncodedEvent",
-    "HostRecord",
-    "HostRegistry",
-    "Inbox",
-    "Ownership",
-    "Owner",
-    "Rates",
-    "Route",
-    "SessionLog",
-    "SessionRecord",
-    "SessionSummary",
-    "Snapshot",
-    "TurnLog",
-    "TurnStore",
-    "TurnSummary",
-    "TurnWrite",
-    "is_url",
-    "refuse_newer",
-    "status_of",
-    "store_location",
-]
+    "STORE_SCHEMA", "EncodedEvent", "HostRecord", "HostRegistry", "Inbox", "Ownership", "Owner", "Rates", "Route",
+    "SessionLog", "SessionOwned", "SessionRecord", "SessionSummary", "Snapshot", "TurnLog", "TurnStore",
+    "TurnSummary", "TurnWrite", "is_url", "refuse_newer", "status_of", "store_location",
+]  # fmt: skip
 
 EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
 
 # 1: greenroom 0.1.0 (no owners); 2: owners and epochs, hosts and their leases, event times;
 # 3: when each turn was last claimed (on the database's clock); 4: sessions (two new tables);
-# 6: the providers' rate limits (one new table, ``rates``; 5 is taken by another branch)
-STORE_SCHEMA = 6
+# 6: the providers' rate limits (one new table, ``rates``; 5 is for the turns' requirements, on another branch);
+# 7: the session's owner state (``sessions``: running, opening, dropping) and its queue (``session_queue``)
+STORE_SCHEMA = 7
 
 
 class TurnSummary(BaseModel):
@@ -321,6 +307,31 @@ class SessionRecord:
     messages: list[ChatMessage]
     created_at: float = 0.0
     updated_at: float = 0.0
+    running: str | None = None  # the turn running on it
+    queued: list[str] = field(default_factory=list)  # the messages waiting, the next first
+
+
+@dataclass
+class SessionOwned:
+    """A session as the one transaction that decides for it holds it (``SessionLog.decide``):
+    its history, the turn running on it (and how many messages of that turn's history it was
+    given before its message: ``opening``), the turn being rolled back, the messages waiting
+    (id and messages, the next first). What the decision changes is written back."""
+
+    session_id: str
+    turns: list[str]
+    messages: list[ChatMessage]
+    running: str | None = None
+    opening: int = 0
+    dropping: str | None = None
+    queue: list[tuple[str, list[ChatMessage]]] = field(default_factory=list)
+    added: list[list[ChatMessage]] = field(default_factory=list)  # what each turn appended here added
+    decided_at: float = 0.0  # when the last decision that changed it was written (``time.time()``)
+
+    def append(self, turn_id: str, added: Sequence[ChatMessage]) -> None:
+        self.turns.append(turn_id)
+        self.messages.extend(added)
+        self.added.append(list(added))
 
 
 @dataclass(frozen=True)
@@ -353,12 +364,11 @@ class SessionLog(Protocol):
     def summaries(self) -> list[SessionSummary]:
         """Every session, most recently changed first."""
 
-
-class Rates(Protocol):
-    """The providers' rate limits: a row of text per key, changed under its lock (``rates``)."""
-
-    def update(self, key: str, change: Callable[[str | None, float], tuple[str, Any]]) -> Any:
-        """``change(text, now)`` on the row (None: new) and the database's clock, in one transaction."""
+    def decide(self, session_id: str, decide: Callable[[SessionOwned], T]) -> T:
+        """Run ``decide`` on the session in one transaction that holds its row (PostgreSQL:
+        ``FOR UPDATE``; SQLite: the write lock), so decisions on one session from any
+        process are taken one at a time; write back what it changed (turns appended, the
+        running turn, the queue); its result. ``KeyError`` if the session is unknown."""
 
 
 class TurnStore(Protocol):

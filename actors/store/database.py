@@ -25,7 +25,7 @@ class Database:
     placeholder = "?"
     begin = "BEGIN"
     for_share = ""  # PostgreSQL: lock a turn's row against a takeover until commit
-    for_update = ""  # PostgreSQL: lock a rate limit's row against the other hosts until commit
+    for_update = ""  # PostgreSQL: lock a row until commit (a rate limit's, a session's; SQLite: BEGIN IMMEDIATE)
     # the database's clock, in seconds since the epoch: leases and claims are compared on
     # one clock, the server's, whatever the clocks of the nodes that write them
     now = "((julianday('now') - 2440587.5) * 86400.0)"

@@ -18,7 +18,8 @@ one (``base``, ``log``, ``inbox``), and uses what the database is good at:
 - the schema is created and migrated by greenroom itself under an advisory lock (any number
   of nodes may start at once), with its version in ``meta``; a newer one is refused, and so
   is a store with a table missing (never recreated empty). Schema 3 to 4 adds the sessions'
-  tables (``sessions``), empty; 4 to 6 the rate limits' (``rates``), empty.
+  tables (``sessions``), empty; 4 to 6 the rate limits' (``rates``), empty; 7 the session's
+  owner state (``sessions.SCHEMA_7_COLUMNS``, ``SCHEMA_7_QUEUE``).
 
 Every connection is bounded in time: connecting (``connect_timeout``), data sent and not
 acknowledged (TCP's ``tcp_user_timeout``), a silent peer (keepalives), a statement or an
@@ -46,6 +47,7 @@ from .inbox import COMMANDS, REPLIES, SQLInbox
 from .log import SQLLog
 from .ownership import HELD, held
 from .rates import SCHEMA_6
+from .sessions import SCHEMA_7_COLUMNS, SCHEMA_7_QUEUE
 from .sql import SQLStore
 from .urls import connectable, keep, redacted, scrub
 
@@ -179,6 +181,10 @@ class PostgresDatabase(Database):
                 if statement.strip():
                     self.run(statement)
             self.run(SCHEMA_6)  # schema 4 to 6: the rate limits' table, empty
+            # -- schema 7: the session's owner state and its queue (``sessions.SCHEMA_7_COLUMNS``, ``SCHEMA_7_QUEUE``) --
+            for column, definition in SCHEMA_7_COLUMNS:
+                self.run(f"ALTER TABLE sessions ADD COLUMN IF NOT EXISTS {column} {definition}")
+            self.run(SCHEMA_7_QUEUE.replace("BLOB", "BYTEA"))
             self.run(
                 "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (str(STORE_SCHEMA),),

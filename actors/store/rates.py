@@ -13,14 +13,21 @@ it. Errors are the store's: ``StoreUnavailable`` when it was not reached.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .database import Database
 
-__all__ = ["SCHEMA_6", "SQLRates"]
+__all__ = ["SCHEMA_6", "Rates", "SQLRates"]
 
 # store schema 6: the rate limits (the same text for both databases)
 SCHEMA_6 = "CREATE TABLE IF NOT EXISTS rate_limits (key TEXT PRIMARY KEY, state TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL)"
+
+
+class Rates(Protocol):
+    """The providers' rate limits: a row of text per key, changed under its lock (``rates``)."""
+
+    def update(self, key: str, change: Callable[[str | None, float], tuple[str, Any]]) -> Any:
+        """``change(text, now)`` on the row (None: new) and the database's clock, in one transaction."""
 
 
 class SQLRates:

@@ -11,7 +11,8 @@ are ``messages.codec.encode``. A record that cannot be read (unknown version, co
 bytes) raises ``SnapshotError`` for that turn alone; listing and recovery go on with the
 others. A store written by greenroom 0.1.0 (schema 1) is brought to schema 2 when opened;
 one from a newer greenroom is refused, saying so. The same holds from schema 2 to 3, and from 3 to 4 (the
-sessions' tables, ``sessions``, created empty), and from 4 to 6 (the rate limits', ``rates``).
+sessions' tables, ``sessions``, created empty), from 4 to 6 (the rate limits', ``rates``), and to 7
+(the session's owner state: ``sessions.SCHEMA_7_COLUMNS``).
 
 Only processes of one machine reach the file: with members, a runtime on a SQLite store
 places its (durable) turns on its own hosts. The command line's commands reach a turn
@@ -37,6 +38,7 @@ from ..errors import StoreError
 from .base import STORE_SCHEMA, EncodedEvent, TurnStore, TurnSummary, refuse_newer
 from .database import Database
 from .rates import SCHEMA_6
+from .sessions import SCHEMA_7_COLUMNS, SCHEMA_7_QUEUE
 from .sql import SQLStore
 
 __all__ = ["EncodedEvent", "SQLiteStore", "TurnStore", "TurnSummary"]  # the last three: see ``base``
@@ -137,6 +139,12 @@ class SQLiteDatabase(Database):
                 if statement.strip():
                     conn.execute(statement)
             conn.execute(SCHEMA_6)  # schema 4 to 6: the rate limits' table, empty
+            # -- schema 7: the session's owner state and its queue (``sessions.SCHEMA_7_COLUMNS``, ``SCHEMA_7_QUEUE``) --
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+            for column, definition in SCHEMA_7_COLUMNS:
+                if column not in columns:
+                    conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} {definition}")
+            conn.execute(SCHEMA_7_QUEUE)
             conn.execute(
                 "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (str(STORE_SCHEMA),),

@@ -113,6 +113,7 @@ class TurnRules:
             tools=list(start.tools),
             options=start.options,
             messages=list(start.messages),
+            forked_from=start.forked_from,
             created_at=now,
             updated_at=now,
         )
@@ -124,7 +125,7 @@ class TurnRules:
         """The decisions that open the turn: ``TurnStarted``, then the first step."""
         s = self.state
         s.phase = "idle"
-        out: list[Decision] = [self.emit(TurnStarted)]
+        out: list[Decision] = [self.emit(TurnStarted, forked_from=s.forked_from)]
         problems = opening_problems(s.messages, s.tools)
         if problems:
             return out + self.end("error", ("invalid_turn", "; ".join(problems)))

@@ -86,7 +86,7 @@ function showList() {
     el("a", { href: s === "all" ? "#/" : `#/?status=${s}`, class: s === filter ? "active" : null, "data-status": s }, s.replace("_", " "))));
   const main = document.getElementById("main");
   main.replaceChildren(
-    el("h1", {}, "Turns"), filters,
+    el("h1", {}, "Turns"), el("p", {}, el("a", { href: "#/sessions", id: "sessions-link" }, "sessions")), filters,
     el("table", { id: "turns" },
       el("thead", {}, el("tr", {}, ["turn", "status", "host", "round", "pending approvals", "waiting since", "parent", "children", "updated"].map((h) => el("th", {}, h)))),
       table),
@@ -243,6 +243,9 @@ function renderHead(node, view) {
       view.usage ? `, tokens: ${view.usage.prompt_tokens} in, ${view.usage.completion_tokens} out` : ""),
     where ? el("p", {}, "Where: ", el("span", { id: "turn-host", class: t.held === false ? "unheld" : null }, where)) : "",
     t.parent_turn_id ? el("p", {}, "Parent: ", el("a", { href: `#/turn/${encodeURIComponent(t.parent_turn_id)}`, id: "parent" }, t.parent_turn_id)) : "",
+    view.forked_from ? el("p", { id: "forked-from" }, "Forked from: ", el("a", { href: `#/turn/${encodeURIComponent(view.forked_from.turn_id)}` }, view.forked_from.turn_id),
+      ` at message ${view.forked_from.at}`, view.forked_from.at_seq !== null ? ` (event ${view.forked_from.at_seq})` : "",
+      view.forked_from.replaced ? ", its last user message replaced" : "") : "",
     t.children.length ? el("p", { id: "children" }, "Sub-agents: ", t.children.map((c) => el("a", { href: `#/turn/${encodeURIComponent(c)}`, class: "child" }, c, " "))) : "",
     view.stop ? el("p", { id: "stop-requested" }, `Stop requested at ${when(view.stop.at)}${by(view.stop.by)} (${view.stop.cause}): ${view.stop.reason}`) : "",
     view.cancel ? el("p", { id: "cancel-requested" }, `Cancel requested at ${when(view.cancel.at)}${by(view.cancel.by)} (${view.cancel.cause}): ${view.cancel.reason}`) : "");
@@ -426,10 +429,46 @@ function drawTimeline(node, t) {
 
 // -- routing --------------------------------------------------------------------------------------
 
+// -- sessions: the list, and one session's turns and history (read from the store) ------------------
+
+async function showSessions() {
+  const { status, data } = await api("api/sessions");
+  const main = document.getElementById("main");
+  if (status !== 200) { main.replaceChildren(el("p", { class: "refused" }, data.error || `HTTP ${status}`)); return; }
+  main.replaceChildren(el("h1", {}, "Sessions"), el("p", {}, el("a", { href: "#/" }, "all turns")),
+    !data.stored ? el("p", { id: "no-sessions" }, "No store: sessions live in their Runtime's process only.")
+    : !data.sessions.length ? el("p", { id: "no-sessions" }, "No sessions.")
+    : el("table", { id: "sessions" },
+      el("thead", {}, el("tr", {}, ["session", "turns", "created", "updated"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, data.sessions.map((s) => el("tr", { "data-session": s.session_id },
+        el("td", {}, el("a", { href: `#/session/${encodeURIComponent(s.session_id)}` }, s.session_id)),
+        el("td", {}, String(s.turns)), el("td", {}, when(s.created_at)), el("td", {}, when(s.updated_at)))))));
+}
+
+async function showSession(sessionId) {
+  const { status, data } = await api(`api/sessions/${encodeURIComponent(sessionId)}`);
+  const main = document.getElementById("main");
+  const back = el("p", {}, el("a", { href: "#/sessions" }, "all sessions"));
+  if (status !== 200) { main.replaceChildren(el("p", { id: "error", class: "refused" }, data.error || `HTTP ${status}`), back); return; }
+  const link = (t) => el("a", { href: `#/turn/${encodeURIComponent(t)}` }, t);
+  const history = el("section", { id: "history" });
+  renderHistory(history, data.history);
+  main.replaceChildren(el("h1", {}, "Session ", el("span", { id: "session-id" }, data.session_id)), back,
+    el("p", {}, `Updated ${when(data.updated_at)}`),
+    el("h2", {}, "Turns"), el("ol", { id: "session-turns" }, data.turns.map((t) =>
+      el("li", {}, link(t.turn_id), ` ${t.status}${t.finish_reason ? ` (${t.finish_reason})` : ""}`))),
+    el("p", { id: "session-running" }, "Running: ", data.running ? link(data.running) : "none"),
+    el("p", { id: "session-queued" }, "Waiting: ", data.queued.length ? data.queued.join(", ") : "none"),
+    history);
+}
+
 function route() {
   const hash = location.hash || "#/";
   const match = hash.match(/^#\/turn\/([^?]+)/);
+  const session = hash.match(/^#\/session\/([^?]+)/);
   if (match) showTurn(decodeURIComponent(match[1]));
+  else if (session) showSession(decodeURIComponent(session[1]));
+  else if (hash.startsWith("#/sessions")) showSessions();
   else showList();
 }
 
