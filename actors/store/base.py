@@ -10,9 +10,9 @@ A store (``TurnStore``) is the four of them over one database, and its sessions:
 - ``hosts``: the hosts that hold a lease in the store, and the store's own identity;
 - ``sessions``: conversations, each the ordered turns it is made of (``SessionLog``).
 
-The rules of ownership (identity, lease, fence, claim, heir) are in ``ownership``. Every
-write of a turn names the owner it expects: a write by a host that was cut off and has
-since been replaced fails with ``Fenced`` and writes nothing. A store that cannot be
+The rules of ownership (identity, lease, fence, claim, heir, requires) are in ``ownership``.
+Every write of a turn names the owner it expects: a write by a host that was cut off and
+has since been replaced fails with ``Fenced`` and writes nothing. A store that cannot be
 reached raises ``StoreUnavailable`` (the write may or may not have been committed; every
 write is idempotent, so it is retried); any other ``StoreError`` is final for that call.
 
@@ -26,13 +26,14 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from messages import ChatMessage, ControlReply, Message, TurnEvent, TurnState, encode_snapshot
 
 from ..errors import StoreError
+from ..placement import requirement
 from .urls import keep
 
 __all__ = [
@@ -61,8 +62,9 @@ __all__ = [
 EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
 
 # 1: greenroom 0.1.0 (no owners); 2: owners and epochs, hosts and their leases, event times;
-# 3: when each turn was last claimed (on the database's clock); 4: sessions (two new tables)
-STORE_SCHEMA = 4
+# 3: when each turn was last claimed (on the database's clock); 4: sessions (two new tables);
+# 5: what each turn requires of its host (turns.requires) and each host's capabilities (hosts.capabilities)
+STORE_SCHEMA = 5
 
 
 class TurnSummary(BaseModel):
@@ -101,16 +103,19 @@ class Route:
     status: str
     address: bytes | None = None
     claimed_at: float | None = None  # when the owner claimed it, on the database's clock
+    requires: str = ""  # what its host must have (``placement.requirement``)
 
 
 @dataclass(frozen=True)
 class HostRecord:
-    """A live host as its store knows it: its identity, node, address (pickled) and lease."""
+    """A live host as its store knows it: its identity, node, address (pickled), lease and
+    its node's capabilities."""
 
     host_id: str
     node: str
     address: bytes
     lease_until: float
+    capabilities: dict[str, Any] = field(default_factory=dict)
 
 
 def status_of(state: TurnState) -> str:
@@ -134,6 +139,7 @@ class Snapshot:
     data: bytes
     parent_turn_id: str | None
     created_at: float
+    requires: str = ""  # what its host must have (``placement.requirement``), written with its first row
 
     @classmethod
     def of(cls, state: TurnState) -> Snapshot:
@@ -146,7 +152,7 @@ class Snapshot:
         s = state
         return cls(
             status_of(s), s.finish_reason, s.round, s.updated_at or time.time(), s.waiting_since,
-            ",".join(s.pending_approvals), data, s.parent_turn_id, s.created_at,
+            ",".join(s.pending_approvals), data, s.parent_turn_id, s.created_at, requirement(s.requires),
         )  # fmt: skip
 
 
@@ -286,17 +292,23 @@ class Ownership(Protocol):
         """The unfinished turns whose owner is ``host_id`` (an identity), or any incarnation
         of it (``node/slot``)."""
 
-    def orphans(self) -> list[str]:
-        """Unfinished turns whose owner's lease has run out (or that have no owner)."""
+    def orphans(self) -> list[tuple[str, str]]:
+        """Unfinished turns whose owner's lease has run out (or that have no owner), oldest
+        first, each with what it requires of its host (``placement.requirement``)."""
+
+    def claim_many(self, turn_ids: Sequence[str], host_id: str) -> list[tuple[str, int]]:
+        """``claim`` of each of ``turn_ids`` (a statement per 500): those ``host_id`` now
+        owns, each with its new epoch."""
 
 
 class HostRegistry(Protocol):
     """The hosts holding a lease in the store, and the store's identity."""
 
-    def renew(self, host_id: str, node: str, address: bytes, lease: float) -> float:
-        """``host_id`` is alive for ``lease`` more seconds, at ``address``: the seconds the
-        store granted, from when it read its clock (its answer, which the host counts from
-        the request's start)."""
+    def renew(self, host_id: str, node: str, address: bytes, lease: float, capabilities: str = "") -> float:
+        """``host_id`` is alive for ``lease`` more seconds, at ``address``, with its node's
+        ``capabilities`` (``placement.requirement``'s text): the seconds the store granted,
+        from when it read its clock (its answer, which the host counts from the request's
+        start)."""
 
     def drop(self, host_id: str) -> None:
         """``host_id`` has ended: its turns are orphans at once."""
