@@ -107,7 +107,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     markers = {m.kind: m.model_dump(include={"reason", "cause", "by", "at"}) for m in (state.stop, state.cancel) if m}
     route = store.owners.route(args.turn_id)
     owner = route.host_id if route is not None else None
-    held = Holders.of(store, store_path(args)).held(owner) if state.phase != "finished" else None
+    holders = Holders.of(store, store_path(args))
+    held = holders.held(owner) if state.phase != "finished" else None
+    waiting = bool(held is False and state.requires and not holders.can_run(state.requires))
     data = {
         "turn_id": state.turn_id,
         "status": "finished" if state.phase == "finished" else state.phase,
@@ -118,6 +120,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         "owner_host": host_of(owner) if owner else None,
         "owner_node": node_of(owner),
         "held": held,
+        "requires": state.requires,
+        "waiting_for_host": waiting,  # no live host has what it requires: it waits for one
         "messages": [m.model_dump(exclude={"kind"}, exclude_none=True) for m in state.messages],
         "pending_approvals": pending,
         "decisions": decisions,
@@ -127,7 +131,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     }
     lines = [f"turn {state.turn_id}: {data['status']}" + (f" ({state.finish_reason})" if state.finish_reason else "")]
     if held is False:
-        lines[0] += f" ({NO_LIVE_HOST}" + (f"; last held by host {host_of(owner)})" if owner else ")")
+        wanted = ", ".join(f"{k}={json.dumps(v)}" for k, v in state.requires.items())
+        lines[0] += f" ({NO_LIVE_HOST}" + (f"; waiting for a host with {wanted}" if waiting else "")
+        lines[0] += f"; last held by host {host_of(owner)})" if owner else ")"
     elif owner is not None:
         lines[0] += f", {'on' if held else 'ran on'} host {host_of(owner)} (node {node_of(owner)})"
     if (origin := state.forked_from) is not None:

@@ -1,6 +1,6 @@
 """What a turn costs each role of a cluster, and what a cluster does against one node.
 
-    python bench/cluster.py [--turns 40] [--sizes 1,2,4] [--no-store] [--no-count] [--failover 10]
+    python bench/cluster.py [--turns 40] [--sizes 1,2,4] [--no-store] [--no-count] [--failover 10] [--orphans 1000]
                                                         (root, iproute2, nftables, PostgreSQL)
 
 Each size is a cluster in network namespaces on one bridge (``tests.cluster_harness``), on
@@ -30,6 +30,12 @@ leader, so its figures include receiving every event); a few warm-up turns first
 - **Time to resume** (``--failover M``, with the store): M durable turns on one member,
   each in a tool call, when that node is killed (its namespace torn down); from the kill to
   each caller's ``ToolFinished(interrupted)``, the turn going on elsewhere.
+
+- **Failover at scale** (``--orphans N``): N durable turns on one member, each waiting for
+  an approval, when that node is killed; two other members may take them (they advertise
+  what the turns require; the leader does not). From the kill to each turn's claim by a
+  live host (``turns.claimed_at``; both on the database's clock), for 10 turns (the
+  baseline, a cluster of its own in the same run) and for N.
 
 Absolute figures on a shared 2-core machine are noisy; the ratios are the result.
 """
@@ -218,6 +224,49 @@ def failover(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
     return {"turns": count, "p50_s": sorted(resumed)[len(resumed) // 2], "max_s": max(resumed)}
 
 
+def orphans(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
+    """Seconds from a node's loss to each of its ``count`` durable turns (each waiting for an
+    approval) claimed and loaded by a live host, on the database's clock."""
+    import psycopg
+
+    with Cluster(4, tmp) as c:
+        c.start_leader(hosts=hosts, tool_processes=1)  # no "doomed": it never takes them
+        c.start_member(1, hosts=hosts, store=True, tool_processes=1, capabilities={"name": "m1", "doomed": True})
+        c.ask(op="wait_node", caps={"name": "m1"}, timeout=60)
+        pause = use_tools(call("delete_file", {"path": str(tmp / "never")}), usage=None)
+        c.scripts.add("pause", pause, Reply(usage=None))
+        doomed = {"requires": {"doomed": True}}
+        c.ask(op="start_many", prefix="o", count=count, prompt="pause", tools=["delete_file"], **doomed)
+        db = psycopg.connect(c.store_url or "", autocommit=True)
+
+        def one(text: str) -> Any:
+            return db.execute(text).fetchone()
+
+        deadline = time.monotonic() + 600
+        while one("SELECT count(*) FROM turns WHERE status = 'awaiting_approval'")[0] < count:
+            assert time.monotonic() < deadline, "the turns did not all pause"
+            time.sleep(0.2)  # polling the database: no event to wait on
+        for i in (2, 3):  # where they can go: two more nodes with "doomed"
+            c.start_member(i, hosts=hosts, store=True, tool_processes=1, capabilities={"name": f"m{i}", "doomed": True})
+            c.ask(op="wait_node", caps={"name": f"m{i}"}, timeout=60)
+        lost = f"{c.nodes[1].name}/%"
+        killed = one("SELECT EXTRACT(EPOCH FROM clock_timestamp())")[0]
+        c.kill(1)
+        taken = f"SELECT count(*) FROM turns WHERE owner NOT LIKE '{lost}' AND epoch >= 2"
+        while one(taken)[0] < count:
+            assert time.monotonic() < deadline + 120, "the turns were not all taken over"
+            time.sleep(0.1)  # polling the database: no event to wait on
+        rows = db.execute(f"SELECT claimed_at, owner FROM turns WHERE owner NOT LIKE '{lost}'").fetchall()
+        db.close()
+        c.ask(op="approve", turn_id=f"o{count - 1}", call_id="call_1")  # the last one started goes on where it went
+        ended = c.ask(op="result", turn_id=f"o{count - 1}", timeout=120)["events"][-1]
+        assert ended == [ended[0], "finish", "stop"], ended
+    resumed = sorted(float(at) - float(killed) for at, _ in rows)
+    by_node = Counter(c.node_of(owner) for _, owner in rows)
+    p50, spread = resumed[len(resumed) // 2], resumed[-1] - resumed[0]
+    return {"turns": count, "p50_s": p50, "max_s": resumed[-1], "spread_s": spread, "by_node": dict(by_node)}
+
+
 def by_role(size: int, per_node: dict[int, dict[str, float]], key: str) -> dict[str, float]:
     return {role: sum(per_node[i][key] for i in nodes) for role, nodes in ROLES[size].items()}
 
@@ -230,11 +279,12 @@ def main() -> None:
     parser.add_argument("--no-store", action="store_true", help="no PostgreSQL: turns are not durable")
     parser.add_argument("--no-count", action="store_true", help="skip the message counts (a cluster less per size)")
     parser.add_argument("--failover", type=int, default=0, metavar="M", help="also time M turns' resumption")
+    parser.add_argument("--orphans", type=int, default=0, metavar="N", help="also time N paused turns' takeover (x 10)")
     args = parser.parse_args()
     if (why := available()) is not None:
         parser.error(why)
-    sizes = [int(s) for s in args.sizes.split(",")]
-    assert set(sizes) <= set(ROLES) and 1 in sizes, "sizes among 1, 2, 4, with 1 (the baseline)"
+    sizes = [int(s) for s in args.sizes.split(",") if s]  # --sizes "": only the failovers
+    assert not sizes or (set(sizes) <= set(ROLES) and 1 in sizes), "sizes among 1, 2, 4, with 1 (the baseline)"
     results: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="greenroom-bench-cluster-") as tmp:
         for size in sizes:
@@ -243,26 +293,35 @@ def main() -> None:
             if not args.no_count:
                 results[size]["count"] = measure(size, args.turns, not args.no_store, args.hosts, True, Path(tmp))
         resume = failover(args.failover, args.hosts, Path(tmp)) if args.failover else None
-    base = results[1]["speed"]["turns_per_s"]
-    rows = []
-    for size, r in results.items():
-        cpu = by_role(size, r["speed"]["nodes"], "cpu_ms")
-        frames = by_role(size, r["count"]["nodes"], "received") if "count" in r else {}
-        for role in ROLES[size]:
-            rows.append([size, role, cpu[role], frames.get(role, float("nan"))])
-            if role.startswith("leader"):
-                rows.append([size, "  of which its caller", r["speed"]["nodes"][0]["caller_cpu_ms"], float("nan")])
-    print(table(rows, ["nodes", "role", "CPU ms/turn", "frames in/turn"]))
-    print()
-    rows = [[size, r["speed"]["turns_per_s"], r["speed"]["turns_per_s"] / base] for size, r in results.items()]
-    print(table(rows, ["nodes", "turns/s", "x 1 node"]))
+        scale = [orphans(n, args.hosts, Path(tmp)) for n in (10, args.orphans)] if args.orphans else None
+    if results:
+        base = results[1]["speed"]["turns_per_s"]
+        rows = []
+        for size, r in results.items():
+            cpu = by_role(size, r["speed"]["nodes"], "cpu_ms")
+            frames = by_role(size, r["count"]["nodes"], "received") if "count" in r else {}
+            for role in ROLES[size]:
+                rows.append([size, role, cpu[role], frames.get(role, float("nan"))])
+                if role.startswith("leader"):
+                    rows.append([size, "  of which its caller", r["speed"]["nodes"][0]["caller_cpu_ms"], float("nan")])
+        print(table(rows, ["nodes", "role", "CPU ms/turn", "frames in/turn"]))
+        print()
+        rows = [[size, r["speed"]["turns_per_s"], r["speed"]["turns_per_s"] / base] for size, r in results.items()]
+        print(table(rows, ["nodes", "turns/s", "x 1 node"]))
     if resume is not None:
         print(f"\na node lost with {resume['turns']} durable turns: each resumed elsewhere within "
               f"p50 {resume['p50_s']:.2f} s, max {resume['max_s']:.2f} s of the kill")  # fmt: skip
+    if scale is not None:
+        base_s, big = scale[0], scale[1]
+        for r in scale:
+            print(f"a node lost with {r['turns']} durable turns waiting for approval: each taken over within p50"
+                  f" {r['p50_s']:.2f} s, max {r['max_s']:.2f} s of the kill (by node: {r['by_node']})")  # fmt: skip
+        print(f"{big['turns']} turns against {base_s['turns']}: max x{big['max_s'] / base_s['max_s']:.2f}"
+              f" (first to last claim: {big['spread_s']:.2f} s against {base_s['spread_s']:.2f} s)")  # fmt: skip
     out = {str(k): v for k, v in results.items()}
-    print(json.dumps({"results": out, "failover": resume}))
+    print(json.dumps({"results": out, "failover": resume, "orphans": scale}))
     print("saved", save("cluster", {"turns": args.turns, "hosts": args.hosts, "store": not args.no_store,
-                                    "results": out, "failover": resume}))  # fmt: skip
+                                    "results": out, "failover": resume, "orphans": scale}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ __all__ = [
 # 2: trace contexts, tool configuration; 3: finish_mark; 4: a call's "stopping" status, answered commands, call keys;
 # 5: who decided (CallState.decided_by and stopped_by, Marker.by, ToolSpec.approvers); input, pause, budgets (queued
 # input, the hold, cost and sub-agents' usage, edited arguments); 6: the provider's rate limit (ProviderConfig.rate_limit);
-# 7: a fork's origin (``forked_from``)
-SCHEMA_VERSION = 7
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+# 7: a fork's origin (``forked_from``); 8: what the turn requires of its host (``requires``)
+SCHEMA_VERSION = 8
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 Phase = Literal["created", "idle", "streaming", "tools", "awaiting_approval", "paused", "finished"]
 CallStatus = Literal["queued", "pending_approval", "decided", "running", "stopping", "done"]
@@ -106,6 +106,7 @@ class TurnState(_State):
     provider: ProviderConfig
     tools: list[ToolSpec] = Field(default_factory=list)
     options: TurnOptions = Field(default_factory=TurnOptions)
+    requires: dict[str, Any] = Field(default_factory=dict)  # the capabilities its host must have, wherever it goes on
     messages: list[ChatMessage] = Field(default_factory=list)
     round: int = 0
     phase: Phase = "created"

@@ -218,6 +218,14 @@ class Leader:
         """Each turn's finish reason, waited for (the turns ``flood`` started)."""
         return {p: self.turns[p].result(timeout, final=True).finish_reason for p in prompts}
 
+    def op_start_many(
+        self, prefix: str, count: int, prompt: str, tools: list[str], requires: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Start ``count`` turns at once, without waiting for them (``op_run`` each)."""
+        for i in range(count):
+            self.turns[f"{prefix}{i}"] = self._start(f"{prefix}{i}", prompt, tools, requires)
+        return {"started": count}
+
     def op_attach(self, turn_id: str, since: int = 0, timeout: float = 30) -> dict[str, Any]:
         self.turns[turn_id] = self.rt.attach(turn_id, since, timeout)
         return {"turn_id": turn_id}

@@ -219,6 +219,12 @@ def test_a_bad_limit_is_refused_by_the_runtime(limits: dict[str, int], message: 
         ({"priority": 1.5}, "priority must be an int (higher starts first), not 1.5"),
         ({"tenant": 7}, "tenant must be a string (its name), not 7"),
         ({"wait": "yes"}, "wait must be True or False, not 'yes'"),
+        ({"requires": ["gpu"]}, "requires must be a dict of capability names to values, not ['gpu']"),
+        (
+            {"requires": {"gpu": {1, 2}}},
+            "requires must map names to JSON values (strings, numbers, booleans, null, lists): "
+            "Object of type set is not JSON serializable",
+        ),
     ],
 )
 def test_bad_admission_arguments_are_refused_before_anything_starts(

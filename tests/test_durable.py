@@ -235,7 +235,7 @@ def test_an_unknown_version_and_a_corrupted_record_fail_clearly_and_alone(
     assert out.returncode == 2
     assert (
         out.stderr.strip()
-        == "greenroom: turn turn_version: snapshot schema version 99 is not supported (this code reads 1, 2, 3, 4, 5, 6 and 7)"
+        == "greenroom: turn turn_version: snapshot schema version 99 is not supported (this code reads 1, 2, 3, 4, 5, 6, 7 and 8)"
     )
 
 

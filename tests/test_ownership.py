@@ -162,7 +162,7 @@ def test_a_claim_whose_load_failed_is_given_back_at_the_same_epoch(store_locatio
         store.owners.release(Owner(me, epoch), "t")
         route = store.owners.route("t")
         assert route is not None and (route.host_id, route.epoch) == (None, 1)
-        assert store.owners.orphans() == ["t"]
+        assert store.owners.orphans() == [("t", "")]
     finally:
         store.close()
 

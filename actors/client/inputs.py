@@ -13,10 +13,11 @@ from typing import Any
 from messages import ProviderConfig, ToolSpec, TurnOptions
 
 from ..errors import ConfigurationError, ToolDefinitionError
+from ..placement import requirement
 from ..providers.formats import History, history
 from ..tools.definition import tool_specs
 
-__all__ = ["History", "checked_options", "checked_provider", "checked_tools", "history"]
+__all__ = ["History", "checked_options", "checked_provider", "checked_requires", "checked_tools", "history"]
 
 
 def checked_provider(provider: ProviderConfig | None) -> ProviderConfig:
@@ -30,6 +31,20 @@ def checked_provider(provider: ProviderConfig | None) -> ProviderConfig:
             "pass api_key_env=None for a server that needs no key"
         )
     return provider
+
+
+def checked_requires(requires: object) -> dict[str, Any]:
+    """``requires`` as a turn keeps it, wherever it goes on (``placement.requirement``):
+    ``ConfigurationError`` unless it maps names to JSON values."""
+    if requires is None:
+        return {}
+    if not isinstance(requires, dict) or not all(isinstance(k, str) for k in requires):
+        raise ConfigurationError(f"requires must be a dict of capability names to values, not {requires!r}")
+    try:
+        requirement(requires)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    return dict(requires)
 
 
 def checked_options(options: TurnOptions, provider: ProviderConfig) -> TurnOptions:

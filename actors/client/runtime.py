@@ -58,7 +58,7 @@ from ..wire.transport import TransportConfig
 from .attaching import Attaching
 from .follow import STORE_WAIT, Follower
 from .handle import TurnHandle
-from .inputs import History, checked_options, checked_provider, checked_tools, history
+from .inputs import History, checked_options, checked_provider, checked_requires, checked_tools, history
 from .receiving import Inbound
 from .routing import Hosts, addressed, waiting
 from .session import Session
@@ -364,6 +364,7 @@ class Runtime(Attaching, Sessions):
         """Send ``StartTurn``, checked, without blocking: its stream, and its admission's future."""
         hosts = self._running()
         checked_admission(priority, tenant, wait)
+        requires = checked_requires(requires)
         tid = turn_id or new_turn_id()
         admitted = self._inbound.expect(f"start:{tid}")
         start = StartTurn(
@@ -373,13 +374,11 @@ class Runtime(Attaching, Sessions):
             tenant=tenant,
             wait=wait,
             messages=history(messages, system),
-            tools=checked_tools(
-                tools, self._main_names, elsewhere(f"{self.host}:{self.admin_port}", hosts, requires or {})
-            ),
+            tools=checked_tools(tools, self._main_names, elsewhere(f"{self.host}:{self.admin_port}", hosts, requires)),
             provider=(chosen := checked_provider(provider or self.provider)),
             options=checked_options(options or TurnOptions(), chosen),
             trace_context=self._spans.trace_context(),  # None unless a TracerProvider is configured
-            requires=requires or {},
+            requires=requires,
             forked_from=forked_from,
         )
         try:

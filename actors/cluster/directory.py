@@ -124,7 +124,7 @@ class DirectoryActor(Dispatcher):
         c = self.config
         config = HostConfig(
             slot, c.store, self.pool, self.myAddress, c.inline_async_tools, self.owner, c.node, c.command_hold,
-            c.max_running, c.max_queued,
+            c.max_running, c.max_queued, json_capabilities(dict(c.capabilities)),
         )  # fmt: skip
         self.send(host, config)
         return host

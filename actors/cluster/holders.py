@@ -7,7 +7,8 @@ in it too). A turn that is not finished is *held* when its owner is live; one th
 held (its owner's lease ran out, or no host ever claimed it) is shown as ``running (no live
 host)`` (or ``awaiting_approval (no live host)``): nothing acts on it until a host takes it
 over (on PostgreSQL, a live host does once its owner's lease has run out) or, on SQLite,
-until a runtime opens the file again.
+until a runtime opens the file again. A turn that ``requires`` what no live host has waits
+for one that has it: ``turns show`` says ``waiting for a host with gpu=true``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..placement import requirement, satisfies
 from ..store.base import TurnStore, TurnSummary, is_url
 from ..store.ownership import host_of
 
@@ -44,14 +46,23 @@ class NodeLoad:
 class Holders:
     """Which hosts of a store are live, and so which turns are held; see the module docstring."""
 
-    def __init__(self, live: dict[str, str], shared: bool = True) -> None:
+    def __init__(
+        self, live: dict[str, str], shared: bool = True, capabilities: dict[str, dict[str, Any]] | None = None
+    ) -> None:
         self.live = dict(live)  # host id -> node
         self.shared = shared
+        self.capabilities = dict(capabilities or {})  # host id -> its node's capabilities
 
     @classmethod
     def of(cls, store: TurnStore, path: str) -> Holders:
         """Read now from ``store`` (whose location, as given, is ``path``)."""
-        return cls({h.host_id: h.node for h in store.hosts.live()}, shared=is_url(path))
+        live = store.hosts.live()
+        return cls({h.host_id: h.node for h in live}, is_url(path), {h.host_id: h.capabilities for h in live})
+
+    def can_run(self, requires: dict[str, Any]) -> bool:
+        """Whether a live host has every capability of ``requires`` (so takes the turn over)."""
+        required = requirement(requires)
+        return any(satisfies(caps, required) for caps in self.capabilities.values())
 
     def fingerprint(self) -> tuple[str, ...]:
         """Changes whenever a host becomes live or is no longer."""

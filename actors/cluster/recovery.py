@@ -3,8 +3,8 @@
 On a store every node reaches (PostgreSQL), a host recovers the turns the store says its slot
 owned (its id, ``node/slot``, is the same after a restart; a claim still waits for the lease
 of the incarnation before it to run out) and the orphans (turns whose owner's lease ran out:
-a runtime that ended, on another port) it is the heir of among the store's live hosts, as a
-live host would after a renewal (``store.ownership``); every other unfinished turn is
+a runtime that ended, on another port) it is the heir of among the store's live hosts that
+can run them, as a live host would after a renewal (``store.ownership``); every other unfinished turn is
 another live host's. On a file (SQLite: one machine, one node), each unfinished turn goes to
 the host rendezvous hashing gives it among the node's hosts, where the Runtime looks first.
 """
@@ -15,7 +15,7 @@ from ..errors import StoreError
 from ..logs import logger
 from ..placement import rendezvous
 from ..store import TurnStore
-from ..store.ownership import heir, host_of
+from ..store.ownership import Heirs, host_of
 
 __all__ = ["recovery_plan"]
 
@@ -33,7 +33,8 @@ def recovery_plan(
     try:
         if shared:
             live = store.hosts.live()  # these hosts' leases were taken at configuration
-            heirs = {t: host_of(heir(t, live) or "") for t in store.owners.orphans()}
+            chosen = Heirs(live)
+            heirs = {t: host_of(chosen.of(t, required) or "") for t, required in store.owners.orphans()}
             for h in host_ids:
                 plan[h] = store.owners.owned_by(h)
                 plan[h] += [t for t, at in heirs.items() if at == h and t not in plan[h]]

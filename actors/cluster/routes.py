@@ -144,7 +144,7 @@ def _stored(turn_id: str, store: TurnStore) -> Any:
         if route.address is not None:
             return pickle.loads(route.address)
         live = store.hosts.live()
-        taker = heir(turn_id, live)  # the host that takes it over (``store.ownership``)
+        taker = heir(turn_id, live, route.requires)  # the host that takes it over (``store.ownership``)
         return next((pickle.loads(h.address) for h in live if h.host_id == taker), None)
     except (StoreError, pickle.UnpicklingError) as exc:
         log().warning("cannot read the route of turn %s from the store: %s", turn_id, exc)

@@ -10,10 +10,11 @@ here runs a store call on the host's actor thread:
   however long a renewal takes to answer;
 - **every other call** goes through the host's ``Journal``: the turns' writes, and the reads
   and claims below, answered on the actor thread;
-- **claims**: ``recover`` (a start, a replaced host), ``adopt`` (the orphans this host is
-  the heir of, looked for after each renewal), ``reconcile`` (after a lapse: the turns
-  another host took, and this host's own to claim again). Each claim loads the turn with
-  the commands waiting for it; a claim whose load fails is given back;
+- **claims**: ``recover`` (a start, a replaced host), ``adopt`` (after each renewal, the
+  orphans this host is the heir of among the hosts that can run them: ``ownership.Heirs``),
+  ``reconcile`` (after a lapse: the turns another host took, and this host's own to claim
+  again). Each claim loads the turn with the commands waiting for it; a claim whose load
+  fails is given back;
 - **the inbox**: PostgreSQL wakes the host when a command is queued (``("command",
   turn_id)``); while its notifications are down, and on SQLite, the host looks every
   ``POLL`` seconds; the inbox is pruned every ``PRUNE_EVERY`` seconds.
@@ -32,9 +33,10 @@ from messages import Message, TurnState
 
 from ..errors import SnapshotError, StoreError
 from ..logs import logger
+from ..placement import requirement
 from ..providers.limiter import LIMITER
 from ..store.base import Owner, TurnStore, is_url
-from ..store.ownership import LEASE, TICK, Lease, heir, identity, new_incarnation, reconcile
+from ..store.ownership import LEASE, TICK, Heirs, Lease, identity, new_incarnation, reconcile
 from .journal import Done, Journal
 
 __all__ = ["KEEP_COMMANDS", "POLL", "PRUNE_EVERY", "Claimed", "Durable", "Renewer", "StoredSender"]
@@ -42,7 +44,6 @@ __all__ = ["KEEP_COMMANDS", "POLL", "PRUNE_EVERY", "Claimed", "Durable", "Renewe
 POLL = 0.5  # seconds between two looks at the inbox when the store cannot notify
 PRUNE_EVERY = 600.0  # seconds between two prunings of the command inbox by a host
 KEEP_COMMANDS = 3600.0  # seconds a command is kept once taken (its sender has had its reply)
-ADOPT_AT_ONCE = 256  # orphans a host claims in one look (the next look follows a tick later)
 
 
 log = logger("greenroom.host")
@@ -64,15 +65,35 @@ class Claimed:
     owner: Owner
 
 
+def _load(store: TurnStore, turn_id: str, owner: Owner, found: list[Claimed], errors: dict[str, str]) -> None:
+    """A turn just claimed, loaded with its commands into ``found``; one that cannot be read
+    is an error for itself alone; a load the store fails is given back, for whoever can."""
+    try:
+        found.append(Claimed(store.log.load(turn_id), store.inbox.pending(turn_id), owner))
+    except (SnapshotError, KeyError) as exc:
+        errors[turn_id] = str(exc)
+        log().error("cannot recover turn %s: %s", turn_id, exc)
+    except StoreError:
+        store.owners.release(owner, turn_id)
+        raise
+
+
 class Renewer:
     """The thread that renews one host's lease; see the module docstring. ``hand`` puts on
     the host's hand-off."""
 
     def __init__(
-        self, store: TurnStore, host_id: str, node: str, address: bytes, lease: Lease, hand: Callable[[Any], None]
+        self,
+        store: TurnStore,
+        host_id: str,
+        node: str,
+        address: bytes,
+        lease: Lease,
+        hand: Callable[[Any], None],
+        capabilities: str = "",
     ) -> None:
         self.store, self.host_id, self.node, self.address = store, host_id, node, address
-        self.lease, self._hand = lease, hand
+        self.lease, self._hand, self.capabilities = lease, hand, capabilities
         self._stop = threading.Event()
         self._failing = False
         self._thread = threading.Thread(target=self._run, name="greenroom-lease", daemon=True)
@@ -82,7 +103,7 @@ class Renewer:
         while not self._stop.is_set():
             started = self.lease.now()
             try:
-                granted = self.store.hosts.renew(self.host_id, self.node, self.address, LEASE)
+                granted = self.store.hosts.renew(self.host_id, self.node, self.address, LEASE, self.capabilities)
                 regained = self.lease.confirmed(started, granted)
                 if self._failing:
                     log().warning("host %s renewed its lease again", self.host_id)
@@ -117,10 +138,12 @@ class Durable:
         address: Any,
         hand: Callable[[Any], None],
         leased: Callable[[], None] = lambda: None,
+        capabilities: dict[str, Any] | None = None,
     ) -> None:
         """``leased()`` is called (on the actor thread) once the first renewal was answered,
-        or failed: the host's turns may be claimed from then on. The providers' rate limits of
-        the host's streams are held in the store from now on (``providers.limiter``)."""
+        or failed: the host's turns may be claimed from then on. ``capabilities``: its
+        node's, kept with its lease: it adopts only the orphans they satisfy. The providers'
+        rate limits of the host's streams are held in the store from now on (``providers.limiter``)."""
         self.store = store
         LIMITER.share(store.rates)
         self.host_id = host_id  # node/slot: where the Runtime looks
@@ -130,19 +153,19 @@ class Durable:
         self.lease = Lease()
         self.journal = Journal(store, hand)
         self.notified = False  # the store wakes this host for each command queued (while True)
-        self.notifying = store.inbox.listen(
-            lambda turn_id: hand(("command", turn_id)), lambda up: hand(("inbox", up))
-        )
+        self.notifying = store.inbox.listen(lambda turn_id: hand(("command", turn_id)), lambda up: hand(("inbox", up)))
         self.pruned_at = time.monotonic()
         self.polled_at = 0.0
         self.left = False
+        self.capabilities = dict(capabilities or {})
+        caps = requirement(self.capabilities)
         address_bytes = pickle.dumps(address)
         # a lease before the first claim: no other host takes this host's turns for orphans,
-        # and every host computes the same heirs
+        # and every host counts it among the live ones when it shares out the orphans
         self.journal.read(
-            lambda store: store.hosts.renew(self.identity, node, address_bytes, LEASE), lambda v, e: leased()
+            lambda store: store.hosts.renew(self.identity, node, address_bytes, LEASE, caps), lambda v, e: leased()
         )
-        self.renewer = Renewer(store, self.identity, node, address_bytes, self.lease, hand)
+        self.renewer = Renewer(store, self.identity, node, address_bytes, self.lease, hand, caps)
 
     def owner(self, epoch: int = 1) -> Owner:
         return Owner(self.identity, epoch)
@@ -167,17 +190,8 @@ class Durable:
             errors: dict[str, str] = {}
             for turn_id in ids:
                 epoch = store.owners.claim(turn_id, me, force)
-                if epoch is None:
-                    continue
-                owner = Owner(me, epoch)
-                try:
-                    found.append(Claimed(store.log.load(turn_id), store.inbox.pending(turn_id), owner))
-                except (SnapshotError, KeyError) as exc:
-                    errors[turn_id] = str(exc)
-                    log().error("cannot recover turn %s: %s", turn_id, exc)
-                except StoreError:
-                    store.owners.release(owner, turn_id)  # for whoever can load it
-                    raise
+                if epoch is not None:
+                    _load(store, turn_id, Owner(me, epoch), found, errors)
             return found, errors
 
         def claimed(value: Any, error: BaseException | None) -> None:
@@ -189,21 +203,30 @@ class Durable:
 
         self.journal.read(claim, claimed, retry=retry)
 
-    def adopt(self, running: set[str], done: Callable[[list[Claimed]], None]) -> None:
-        """Claim the orphans this host is the heir of (``ownership.heir``), after a renewal."""
+    def adopt(self, done: Callable[[list[Claimed]], None]) -> None:
+        """Claim the orphans this host is the heir of (``ownership.Heirs``: among the live
+        hosts its capabilities qualify it for), after a renewal: one read of the orphans, one
+        statement claiming them, a load per turn claimed."""
         me = self.identity
 
-        def look(store: TurnStore) -> list[str]:
-            live = store.hosts.live()
-            return [t for t in store.owners.orphans() if t not in running and heir(t, live) == me][:ADOPT_AT_ONCE]
+        def look(store: TurnStore) -> list[Claimed]:
+            orphans = store.owners.orphans()
+            if not orphans:
+                return []
+            heirs = Heirs(store.hosts.live())
+            mine = [turn_id for turn_id, required in orphans if heirs.of(turn_id, required) == me]
+            found: list[Claimed] = []
+            for turn_id, epoch in store.owners.claim_many(mine, me) if mine else ():
+                _load(store, turn_id, Owner(me, epoch), found, {})
+            return found
 
-        def found(orphans: Any, error: BaseException | None) -> None:
+        def adopted(claimed: Any, error: BaseException | None) -> None:
             if error is not None:
                 log().warning("host %s could not look for orphaned turns: %s", self.host_id, error)
-            elif orphans:
-                self.recover(orphans, False, lambda claimed, _: done(claimed))
+            elif claimed:
+                done(claimed)
 
-        self.journal.read(look, found)
+        self.journal.read(look, adopted)
 
     def reconcile(self, running: dict[str, Owner], done: Callable[[list[str], list[str]], None]) -> None:
         """After a lapse: ``done(lost, again)``: the turns of ``running`` the store gives to

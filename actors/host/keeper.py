@@ -96,7 +96,7 @@ class StoreKeeper:
         else:
             registry.reclaim()
         if registry.recovered:  # after its directory's plan: what it recovers at start is said so
-            durable.adopt(set(running), self._adopt)
+            durable.adopt(self._adopt)
 
     def _adopt(self, claimed: list[Claimed]) -> None:
         for c in claimed:

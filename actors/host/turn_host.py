@@ -161,7 +161,8 @@ class TurnHost(Dispatcher):
             assert self.durable is not None
             self.send(sender, HostReady(msg.slot, self.durable.identity))
 
-        self.durable = Durable(store, self.host_id, msg.node, self.myAddress, self.handoff.put, leased)
+        caps = msg.capabilities
+        self.durable = Durable(store, self.host_id, msg.node, self.myAddress, self.handoff.put, leased, caps)
         self.keeper = StoreKeeper(self, self.durable)
 
     # -- turns (``registry``) ---------------------------------------------------------------

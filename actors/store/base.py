@@ -11,9 +11,9 @@ A store (``TurnStore``) is the four of them over one database, and its sessions:
 - ``sessions``: conversations, each the ordered turns it is made of (``SessionLog``);
 - ``rates``: the providers' rate limits every host shares (``Rates``, ``rates``).
 
-The rules of ownership (identity, lease, fence, claim, heir) are in ``ownership``. Every
-write of a turn names the owner it expects: a write by a host that was cut off and has
-since been replaced fails with ``Fenced`` and writes nothing. A store that cannot be
+The rules of ownership (identity, lease, fence, claim, heir, requires) are in ``ownership``.
+Every write of a turn names the owner it expects: a write by a host that was cut off and
+has since been replaced fails with ``Fenced`` and writes nothing. A store that cannot be
 reached raises ``StoreUnavailable`` (the write may or may not have been committed; every
 write is idempotent, so it is retried); any other ``StoreError`` is final for that call.
 
@@ -27,17 +27,17 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeVar
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from messages import ChatMessage, ControlReply, Message, TurnEvent, TurnState, encode_snapshot
+from messages import ControlReply, Message, TurnEvent, TurnState, encode_snapshot
 
 from ..errors import StoreError
+from ..placement import requirement
 from .rates import Rates
+from .session_log import SessionLog, SessionOwned, SessionRecord, SessionSummary
 from .urls import keep
-
-T = TypeVar("T")
 
 __all__ = [
     "STORE_SCHEMA", "EncodedEvent", "HostRecord", "HostRegistry", "Inbox", "Ownership", "Owner", "Rates", "Route",
@@ -49,7 +49,8 @@ EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
 
 # 1: greenroom 0.1.0 (no owners); 2: owners and epochs, hosts and their leases, event times;
 # 3: when each turn was last claimed (on the database's clock); 4: sessions (two new tables);
-# 6: the providers' rate limits (one new table, ``rates``; 5 is for the turns' requirements, on another branch);
+# 5: what each turn requires of its host (turns.requires) and each host's capabilities (hosts.capabilities);
+# 6: the providers' rate limits (one new table, ``rates``);
 # 7: the session's owner state (``sessions``: running, opening, dropping) and its queue (``session_queue``)
 STORE_SCHEMA = 7
 
@@ -90,16 +91,19 @@ class Route:
     status: str
     address: bytes | None = None
     claimed_at: float | None = None  # when the owner claimed it, on the database's clock
+    requires: str = ""  # what its host must have (``placement.requirement``)
 
 
 @dataclass(frozen=True)
 class HostRecord:
-    """A live host as its store knows it: its identity, node, address (pickled) and lease."""
+    """A live host as its store knows it: its identity, node, address (pickled), lease and
+    its node's capabilities."""
 
     host_id: str
     node: str
     address: bytes
     lease_until: float
+    capabilities: dict[str, Any] = field(default_factory=dict)
 
 
 def status_of(state: TurnState) -> str:
@@ -123,6 +127,7 @@ class Snapshot:
     data: bytes
     parent_turn_id: str | None
     created_at: float
+    requires: str = ""  # what its host must have (``placement.requirement``), written with its first row
 
     @classmethod
     def of(cls, state: TurnState) -> Snapshot:
@@ -135,7 +140,7 @@ class Snapshot:
         s = state
         return cls(
             status_of(s), s.finish_reason, s.round, s.updated_at or time.time(), s.waiting_since,
-            ",".join(s.pending_approvals), data, s.parent_turn_id, s.created_at,
+            ",".join(s.pending_approvals), data, s.parent_turn_id, s.created_at, requirement(s.requires),
         )  # fmt: skip
 
 
@@ -275,17 +280,23 @@ class Ownership(Protocol):
         """The unfinished turns whose owner is ``host_id`` (an identity), or any incarnation
         of it (``node/slot``)."""
 
-    def orphans(self) -> list[str]:
-        """Unfinished turns whose owner's lease has run out (or that have no owner)."""
+    def orphans(self) -> list[tuple[str, str]]:
+        """Unfinished turns whose owner's lease has run out (or that have no owner), oldest
+        first, each with what it requires of its host (``placement.requirement``)."""
+
+    def claim_many(self, turn_ids: Sequence[str], host_id: str) -> list[tuple[str, int]]:
+        """``claim`` of each of ``turn_ids`` (a statement per 500): those ``host_id`` now
+        owns, each with its new epoch."""
 
 
 class HostRegistry(Protocol):
     """The hosts holding a lease in the store, and the store's identity."""
 
-    def renew(self, host_id: str, node: str, address: bytes, lease: float) -> float:
-        """``host_id`` is alive for ``lease`` more seconds, at ``address``: the seconds the
-        store granted, from when it read its clock (its answer, which the host counts from
-        the request's start)."""
+    def renew(self, host_id: str, node: str, address: bytes, lease: float, capabilities: str = "") -> float:
+        """``host_id`` is alive for ``lease`` more seconds, at ``address``, with its node's
+        ``capabilities`` (``placement.requirement``'s text): the seconds the store granted,
+        from when it read its clock (its answer, which the host counts from the request's
+        start)."""
 
     def drop(self, host_id: str) -> None:
         """``host_id`` has ended: its turns are orphans at once."""
@@ -295,80 +306,6 @@ class HostRegistry(Protocol):
 
     def identity(self) -> str:
         """A random id the store keeps for ever: two locations with the same id are one store."""
-
-
-@dataclass(frozen=True)
-class SessionRecord:
-    """A session as its store has it: its turns in order, and its history (the concatenation
-    of what each of them added)."""
-
-    session_id: str
-    turns: list[str]
-    messages: list[ChatMessage]
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    running: str | None = None  # the turn running on it
-    queued: list[str] = field(default_factory=list)  # the messages waiting, the next first
-
-
-@dataclass
-class SessionOwned:
-    """A session as the one transaction that decides for it holds it (``SessionLog.decide``):
-    its history, the turn running on it (and how many messages of that turn's history it was
-    given before its message: ``opening``), the turn being rolled back, the messages waiting
-    (id and messages, the next first). What the decision changes is written back."""
-
-    session_id: str
-    turns: list[str]
-    messages: list[ChatMessage]
-    running: str | None = None
-    opening: int = 0
-    dropping: str | None = None
-    queue: list[tuple[str, list[ChatMessage]]] = field(default_factory=list)
-    added: list[list[ChatMessage]] = field(default_factory=list)  # what each turn appended here added
-    decided_at: float = 0.0  # when the last decision that changed it was written (``time.time()``)
-
-    def append(self, turn_id: str, added: Sequence[ChatMessage]) -> None:
-        self.turns.append(turn_id)
-        self.messages.extend(added)
-        self.added.append(list(added))
-
-
-@dataclass(frozen=True)
-class SessionSummary:
-    """One line of a list of sessions."""
-
-    session_id: str
-    turns: int
-    created_at: float
-    updated_at: float
-
-
-class SessionLog(Protocol):
-    """Sessions: each an ordered list of turns and what each added to its history."""
-
-    def create(self, session_id: str) -> None:
-        """Make the session (empty) unless it exists."""
-
-    def exists(self, session_id: str) -> bool:
-        """Whether the store has the session."""
-
-    def load(self, session_id: str) -> SessionRecord:
-        """The session; ``KeyError`` if unknown, ``SnapshotError`` if unreadable."""
-
-    def append(self, session_id: str, position: int, turn_id: str, added: Sequence[ChatMessage]) -> None:
-        """Record that the session's turn ``position`` (0-based) is ``turn_id`` and added
-        ``added``; idempotent; ``SessionConflict`` (nothing written) if that position is
-        another turn's or the session has not exactly ``position`` turns."""
-
-    def summaries(self) -> list[SessionSummary]:
-        """Every session, most recently changed first."""
-
-    def decide(self, session_id: str, decide: Callable[[SessionOwned], T]) -> T:
-        """Run ``decide`` on the session in one transaction that holds its row (PostgreSQL:
-        ``FOR UPDATE``; SQLite: the write lock), so decisions on one session from any
-        process are taken one at a time; write back what it changed (turns appended, the
-        running turn, the queue); its result. ``KeyError`` if the session is unknown."""
 
 
 class TurnStore(Protocol):

@@ -32,7 +32,7 @@ __all__ = ["SQLLog"]
 
 _INSERT = (
     "INSERT INTO turns (status, finish_reason, round, updated_at, waiting_since, pending, snapshot,"
-    " parent_turn_id, created_at, turn_id, owner, epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " parent_turn_id, created_at, requires, turn_id, owner, epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UPDATE = "UPDATE turns SET status=?, finish_reason=?, round=?, updated_at=?, waiting_since=?, pending=?, snapshot=?"
 
@@ -53,7 +53,7 @@ class SQLLog:
             s = w.snapshot
             if s is not None:
                 fields = (s.status, s.finish_reason, s.round, s.updated_at, s.waiting_since, s.pending, s.data)
-                new = (s.parent_turn_id, s.created_at, w.turn_id)
+                new = (s.parent_turn_id, s.created_at, s.requires, w.turn_id)
                 if w.owner is None:
                     db.run(
                         _INSERT + " ON CONFLICT (turn_id) DO UPDATE SET status=excluded.status, finish_reason="

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Sequence
 
 from .base import HostRecord, Owner, Route
 from .database import Database
-from .ownership import CLAIMABLE, HELD, held
+from .ownership import CLAIMABLE, HELD, ORPHANED, held
 
 __all__ = ["SQLHosts", "SQLOwnership"]
+
+_AT_ONCE = 500  # turns claimed in one statement (SQLite takes up to 32,766 parameters)
 
 
 class SQLOwnership:
@@ -37,15 +41,17 @@ class SQLOwnership:
     def route(self, turn_id: str) -> Route | None:
         db = self.db
         rows = db.rows(
-            "SELECT t.owner, t.epoch, t.status, h.address, t.claimed_at FROM turns t"
+            "SELECT t.owner, t.epoch, t.status, h.address, t.claimed_at, t.requires FROM turns t"
             f" LEFT JOIN hosts h ON h.host_id = t.owner AND h.lease_until > {db.now} WHERE t.turn_id = ?",
             (turn_id,),
             f"read the route of turn {turn_id}",
         )
         if not rows:
             return None
-        owner, epoch, status, address, claimed_at = rows[0]
-        return Route(turn_id, owner, epoch, status, None if address is None else bytes(address), claimed_at)
+        owner, epoch, status, address, claimed_at, requires = rows[0]
+        return Route(
+            turn_id, owner, epoch, status, None if address is None else bytes(address), claimed_at, requires or ""
+        )
 
     def owned_by(self, host_id: str) -> list[str]:
         rows = self.db.rows(
@@ -55,13 +61,28 @@ class SQLOwnership:
         )
         return [r[0] for r in rows]
 
-    def orphans(self) -> list[str]:
+    def orphans(self) -> list[tuple[str, str]]:
         db = self.db
-        rows = db.rows(
-            "SELECT turn_id FROM turns WHERE status != 'finished' AND (owner IS NULL OR owner NOT IN"
-            f" (SELECT host_id FROM hosts WHERE lease_until > {db.now})) ORDER BY created_at"
-        )
-        return [r[0] for r in rows]
+        return [
+            (str(r[0]), str(r[1] or ""))
+            for r in db.rows(
+                f"SELECT turn_id, requires FROM turns WHERE {ORPHANED.format(now=db.now)} ORDER BY created_at"
+            )
+        ]
+
+    def claim_many(self, turn_ids: Sequence[str], host_id: str) -> list[tuple[str, int]]:
+        db, out = self.db, []
+        for i in range(0, len(turn_ids), _AT_ONCE):
+            chunk = list(turn_ids[i : i + _AT_ONCE])
+            marks = ", ".join("?" * len(chunk))
+            with db.tx(f"claim {len(chunk)} turns for {host_id}"):
+                rows = db.run(
+                    f"UPDATE turns SET owner = ?, epoch = epoch + 1, claimed_at = {db.now} WHERE turn_id IN ({marks})"
+                    f" AND {CLAIMABLE.format(now=db.now)} RETURNING turn_id, epoch",
+                    (host_id, *chunk, host_id),
+                ).fetchall()
+            out += [(str(r[0]), int(r[1])) for r in rows]
+        return out
 
 
 class SQLHosts:
@@ -70,15 +91,16 @@ class SQLHosts:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def renew(self, host_id: str, node: str, address: bytes, lease: float) -> float:
+    def renew(self, host_id: str, node: str, address: bytes, lease: float, capabilities: str = "") -> float:
         db = self.db
         with db.tx(f"renew the lease of host {host_id}"):
             row = db.run(
-                "INSERT INTO hosts (host_id, node, address, lease_until, seen_at)"
-                f" VALUES (?, ?, ?, {db.now} + ?, {db.now})"
+                "INSERT INTO hosts (host_id, node, address, lease_until, seen_at, capabilities)"
+                f" VALUES (?, ?, ?, {db.now} + ?, {db.now}, ?)"
                 " ON CONFLICT (host_id) DO UPDATE SET node=excluded.node, address=excluded.address,"
-                " lease_until=excluded.lease_until, seen_at=excluded.seen_at RETURNING lease_until - seen_at",
-                (host_id, node, address, lease),
+                " lease_until=excluded.lease_until, seen_at=excluded.seen_at, capabilities=excluded.capabilities"
+                " RETURNING lease_until - seen_at",
+                (host_id, node, address, lease, capabilities),
             ).fetchone()
         return float(row[0])
 
@@ -88,9 +110,9 @@ class SQLHosts:
 
     def live(self) -> list[HostRecord]:
         rows = self.db.rows(
-            f"SELECT host_id, node, address, lease_until FROM hosts WHERE lease_until > {self.db.now}"
+            f"SELECT host_id, node, address, lease_until, capabilities FROM hosts WHERE lease_until > {self.db.now}"
         )
-        return [HostRecord(h, n, bytes(a), until) for h, n, a, until in rows]
+        return [HostRecord(h, n, bytes(a), until, json.loads(c) if c else {}) for h, n, a, until, c in rows]
 
     def identity(self) -> str:
         db = self.db

@@ -2,8 +2,8 @@
 
 On a store every node reaches (PostgreSQL) any host may run any durable turn. Each turn has
 an *owner* in the store, a host's identity, and an *epoch* that every claim raises. These
-are the rules, all of them here; the SQL of the store uses the two texts below (``HELD``,
-``CLAIMABLE``) and nothing else to decide who may write or take a turn:
+are the rules, all of them here; the SQL of the store uses the three texts below (``HELD``,
+``CLAIMABLE``, ``ORPHANED``) and nothing else to decide who may write or take a turn:
 
 - **identity**: a host is ``node/slot`` (where the Runtime looks for it, the same after a
   restart) and an *incarnation*, random at each start: ``node/slot#incarnation``
@@ -23,9 +23,16 @@ are the rules, all of them here; the SQL of the store uses the two texts below (
   lease has run out (``CLAIMABLE``); never one whose owner's lease is live, whatever its
   address. A claim raises the epoch and records when, on the database's clock. A claim
   whose load fails is given back.
-- **heir**: an orphan (an unfinished turn whose owner's lease ran out) goes to the live
-  host that rendezvous hashing ranks first by ``node/slot``, where a new turn would be
-  placed (``heir``); the other hosts leave it alone.
+- **requires**: a turn keeps in the store what its host must have (``StartTurn.requires``,
+  as ``placement.requirement``'s canonical text), each host its node's capabilities; a turn
+  is only ever taken over by a host whose capabilities satisfy it (``placement.satisfies``).
+  An orphan no live host can run waits, unclaimed, for one that can (``turns show`` says so).
+- **heir**: an orphan (an unfinished turn whose owner's lease ran out) goes to one live host
+  that can run it: among those, sorted by ``node/slot``, the one at the position a hash of
+  the turn's id gives (``Heirs``); the other hosts leave it alone. Every host computes the
+  same heirs from the same live hosts; sorting them once, a host finds the heir of each
+  orphan in O(1), and claims all of its own in one statement: a look costs O(orphans),
+  whatever the number of hosts.
 - **reconcile**: a host that renews after a lapse checks the turns it runs against the
   store: those another host claimed meanwhile are lost to it, and its own that it stopped
   are to be claimed again (``reconcile``).
@@ -35,13 +42,14 @@ The clock is injected (``Lease(clock=...)``), so the timing is tested without wa
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from ..placement import rendezvous
+from ..placement import satisfies
 from .base import HostRecord, Owner, Route
 
 __all__ = [
@@ -49,14 +57,16 @@ __all__ = [
     "FENCE_AFTER",
     "HELD",
     "LEASE",
+    "ORPHANED",
     "STOP_WITHIN",
     "TICK",
     "Lease",
     "Reconciled",
-    "heir",
     "host_of",
     "identity",
     "new_incarnation",
+    "Heirs",
+    "heir",
     "reconcile",
 ]
 
@@ -74,6 +84,42 @@ CLAIMABLE = (
     " (SELECT host_id FROM hosts WHERE lease_until > {now}))"
 )
 """The row of a turn a host may claim (parameter: its identity; ``{now}``: the database's clock)."""
+
+ORPHANED = (
+    "status != 'finished' AND (owner IS NULL OR owner NOT IN (SELECT host_id FROM hosts WHERE lease_until > {now}))"
+)
+"""The row of an orphan: unfinished, its owner's lease run out, or no owner (``{now}``: the database's clock)."""
+
+
+class Heirs:
+    """Who takes over each orphan, among ``live`` hosts (``HostRecord``s); see the module
+    docstring. Of two incarnations of one slot (one just replaced the other), the one
+    renewed last counts."""
+
+    def __init__(self, live: Iterable[HostRecord]) -> None:
+        newest: dict[str, HostRecord] = {}
+        for record in live:
+            slot = host_of(record.host_id)
+            if slot not in newest or record.lease_until > newest[slot].lease_until:
+                newest[slot] = record
+        self._hosts = [newest[slot] for slot in sorted(newest)]
+        self._capable: dict[str, list[HostRecord]] = {}  # requirement -> the hosts that meet it
+
+    def of(self, turn_id: str, required: str = "") -> str | None:
+        """The identity of the host that takes ``turn_id`` over (``required``: what it
+        requires, ``placement.requirement``'s text); None while no live host can."""
+        hosts = self._capable.get(required)
+        if hosts is None:
+            hosts = self._capable[required] = [h for h in self._hosts if satisfies(h.capabilities, required)]
+        if not hosts:
+            return None
+        digest = hashlib.blake2b(turn_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        return hosts[int.from_bytes(digest, "big") % len(hosts)].host_id
+
+
+def heir(turn_id: str, live: Iterable[HostRecord], required: str = "") -> str | None:
+    """``Heirs(live).of(turn_id, required)``, for one turn."""
+    return Heirs(live).of(turn_id, required)
 
 
 def held(turn_id: str, owner: Owner) -> tuple[str, str, int]:
@@ -93,19 +139,6 @@ def identity(host_id: str, incarnation: str) -> str:
 def host_of(owner: str) -> str:
     """``node/slot`` of an identity (an identity from before incarnations is its own)."""
     return owner.split("#", 1)[0]
-
-
-def heir(turn_id: str, live: Iterable[HostRecord]) -> str | None:
-    """The identity of the live host that takes over the orphan ``turn_id``: the one
-    rendezvous hashing ranks first by ``node/slot``; of two incarnations of one slot (one
-    just replaced the other), the one renewed last."""
-    newest: dict[str, HostRecord] = {}
-    for record in live:
-        slot = host_of(record.host_id)
-        if slot not in newest or record.lease_until > newest[slot].lease_until:
-            newest[slot] = record
-    chosen = rendezvous(turn_id, newest)
-    return newest[chosen].host_id if chosen is not None else None
 
 
 @dataclass(frozen=True)

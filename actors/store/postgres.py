@@ -18,7 +18,8 @@ one (``base``, ``log``, ``inbox``), and uses what the database is good at:
 - the schema is created and migrated by greenroom itself under an advisory lock (any number
   of nodes may start at once), with its version in ``meta``; a newer one is refused, and so
   is a store with a table missing (never recreated empty). Schema 3 to 4 adds the sessions'
-  tables (``sessions``), empty; 4 to 6 the rate limits' (``rates``), empty; 7 the session's
+  tables (``sessions``), empty; 4 to 5 (``_STEP_5``) what each turn requires of its host
+  and each host's capabilities; 6 the rate limits' (``rates``), empty; 7 the session's
   owner state (``sessions.SCHEMA_7_COLUMNS``, ``SCHEMA_7_QUEUE``).
 
 Every connection is bounded in time: connecting (``connect_timeout``), data sent and not
@@ -92,6 +93,12 @@ CREATE TABLE IF NOT EXISTS session_turns (
     session_id TEXT NOT NULL, position INTEGER NOT NULL, turn_id TEXT NOT NULL, added BYTEA NOT NULL,
     PRIMARY KEY (session_id, position)
 )
+"""
+
+# schema 4 -> 5, one step of its own: what each turn requires of its host, each host's capabilities
+_STEP_5 = """
+ALTER TABLE turns ADD COLUMN IF NOT EXISTS requires TEXT NOT NULL DEFAULT '';
+ALTER TABLE hosts ADD COLUMN IF NOT EXISTS capabilities TEXT NOT NULL DEFAULT ''
 """
 
 _TABLES = ("turns", "events", "commands")  # what every greenroom store has had
@@ -174,10 +181,12 @@ class PostgresDatabase(Database):
             if found:
                 gone = [t for t in _TABLES if self.run("SELECT to_regclass(?) IS NULL", (t,)).fetchone()[0]]
                 if gone:  # never recreate a damaged store's tables empty
-                    raise StoreError(f"{self.location} is not a greenroom turn store: table(s) {', '.join(gone)} missing")
+                    raise StoreError(
+                        f"{self.location} is not a greenroom turn store: table(s) {', '.join(gone)} missing"
+                    )
                 row = self.run("SELECT value FROM meta WHERE key = 'schema'").fetchone()
                 refuse_newer(self.location, int(row[0]) if row is not None else 1)
-            for statement in _SCHEMA.split(";"):
+            for statement in (_SCHEMA + ";" + _STEP_5).split(";"):
                 if statement.strip():
                     self.run(statement)
             self.run(SCHEMA_6)  # schema 4 to 6: the rate limits' table, empty
@@ -275,7 +284,9 @@ class PostgresInbox(SQLInbox):
         ).start()
         return True
 
-    def _serve(self, stop: threading.Event, on_command: Callable[[str], None], on_state: Callable[[bool], None]) -> None:
+    def _serve(
+        self, stop: threading.Event, on_command: Callable[[str], None], on_state: Callable[[bool], None]
+    ) -> None:
         pause, up = 0.2, True  # taken as listening until the first attempt says otherwise
         while not stop.is_set():
             try:

@@ -26,8 +26,8 @@ from messages import ChatMessage, encode
 from messages.codec import CodecError, decode_many, join_encoded
 
 from ..errors import SnapshotError, StoreError
-from .base import SessionOwned, SessionRecord, SessionSummary, T
 from .database import Database
+from .session_log import SessionOwned, SessionRecord, SessionSummary, T
 
 __all__ = ["SCHEMA_7_COLUMNS", "SCHEMA_7_QUEUE", "SQLSessions", "SessionConflict"]
 

@@ -11,8 +11,9 @@ are ``messages.codec.encode``. A record that cannot be read (unknown version, co
 bytes) raises ``SnapshotError`` for that turn alone; listing and recovery go on with the
 others. A store written by greenroom 0.1.0 (schema 1) is brought to schema 2 when opened;
 one from a newer greenroom is refused, saying so. The same holds from schema 2 to 3, and from 3 to 4 (the
-sessions' tables, ``sessions``, created empty), from 4 to 6 (the rate limits', ``rates``), and to 7
-(the session's owner state: ``sessions.SCHEMA_7_COLUMNS``).
+sessions' tables, ``sessions``, created empty), from 4 to 5 (``turns.requires`` and
+``hosts.capabilities``, empty for the turns and hosts already there), to 6 (the rate limits',
+``rates``), and to 7 (the session's owner state: ``sessions.SCHEMA_7_COLUMNS``).
 
 Only processes of one machine reach the file: with members, a runtime on a SQLite store
 places its (durable) turns on its own hosts. The command line's commands reach a turn
@@ -92,6 +93,19 @@ _ADDED = [  # schema 1 -> 2 -> 3: (table, column, its definition)
 ]
 
 
+# schema 4 -> 5, one step of its own: what each turn requires of its host, each host's capabilities
+_STEP_5 = [
+    ("turns", "requires", "TEXT NOT NULL DEFAULT ''"),
+    ("hosts", "capabilities", "TEXT NOT NULL DEFAULT ''"),
+]
+
+
+def _step_5(conn: sqlite3.Connection) -> None:
+    for table, column, definition in _STEP_5:
+        if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+
+
 class SQLiteDatabase(Database):
     """One SQLite file. One connection per thread and process, opened lazily."""
 
@@ -138,6 +152,7 @@ class SQLiteDatabase(Database):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            _step_5(conn)
             conn.execute(SCHEMA_6)  # schema 4 to 6: the rate limits' table, empty
             # -- schema 7: the session's owner state and its queue (``sessions.SCHEMA_7_COLUMNS``, ``SCHEMA_7_QUEUE``) --
             columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}

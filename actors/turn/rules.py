@@ -112,6 +112,7 @@ class TurnRules:
             provider=start.provider,
             tools=list(start.tools),
             options=start.options,
+            requires=dict(start.requires),
             messages=list(start.messages),
             forked_from=start.forked_from,
             created_at=now,

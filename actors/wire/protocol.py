@@ -134,6 +134,7 @@ class HostConfig(_Internal):
     hold: float = 30.0  # seconds a command may wait for its turn's start (held.HeldCommands)
     max_running: int = 256  # admission (``host.admission``)
     max_queued: int = 1024
+    capabilities: dict[str, Any] = field(default_factory=dict)  # its node's: kept with its lease in the store
 
 
 @dataclass(frozen=True)
