@@ -75,10 +75,13 @@ class ForkOrigin(Message):
 
 class TurnStarted(TurnEvent):
     """The TurnActor accepted the turn; always the turn's first event (``seq`` 0).
-    ``forked_from``: where the turn was forked from, if it was."""
+    ``forked_from``: where the turn was forked from, if it was. ``opening``: how many
+    messages it started with, when they hold an assistant message (a conversation's turn);
+    None when that is every message before the first assistant message."""
 
     kind: Literal["turn_started"] = "turn_started"
     forked_from: ForkOrigin | None = None
+    opening: int | None = None
 
 
 class TextDelta(TurnEvent):

@@ -198,8 +198,9 @@ class Leader:
     def op_flood(
         self, turns: list[list[Any]], requires: dict[str, Any] | None = None, timeout: float = 300
     ) -> dict[str, Any]:
-        """Start each of ``turns`` (``[prompt, tenant, priority]``), one right after the other,
-        none waited for (``timeout``: the harness's wait); the handles are kept by prompt. Which were refused (``Overloaded``),
+        """Start each of ``turns`` (``[prompt, tenant, priority]``), one after the other, in
+        order (``run()`` waits for an answer only when the host may queue or refuse; ``timeout``:
+        the harness's wait); the handles kept by prompt. Which were refused (``Overloaded``),
         the first refusal's words, the slowest refusal, and each accepted turn's status."""
         refused: list[str] = []
         words, slowest = "", 0.0

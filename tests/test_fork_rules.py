@@ -66,6 +66,18 @@ def test_a_fork_at_an_event_keeps_the_longest_valid_history_the_turn_held_by_the
     assert length_at_seq(HISTORY, EVENTS, seq) == kept
 
 
+def test_a_fork_at_the_start_of_a_conversations_turn_keeps_the_whole_opening() -> None:
+    """A turn given a conversation (a session's history: assistant messages already in it)
+    holds all of it at its start, not only the messages before the first assistant one."""
+    later = [ChatMessage.assistant("Hello again.")]
+    events: list[TurnEvent] = [
+        TurnStarted(turn_id="t", seq=0, opening=5),
+        TextDelta(turn_id="t", seq=1, text="Hello again."),
+        finish(2, 0, [*HISTORY[:5], *later]),
+    ]
+    assert [length_at_seq([*HISTORY[:5], *later], events, seq) for seq in (0, 1, 2)] == [5, 5, 6]
+
+
 @pytest.mark.parametrize("seq", [-1, 8])
 def test_a_fork_at_an_event_the_turn_does_not_have_is_refused(seq: int) -> None:
     with pytest.raises(ForkError) as refused:

@@ -427,6 +427,14 @@ def test_an_invalid_history_at_start_ends_the_turn_with_an_error() -> None:
     assert out[1].event.message == "end of history: tool call(s) 'c' have no tool message"
 
 
+def test_a_turn_given_a_conversation_says_how_long_its_opening_is() -> None:
+    talk = [ChatMessage.user("hi"), ChatMessage.assistant("Hello."), ChatMessage.user("again")]
+    first = TurnRules.from_start(StartTurn(turn_id="t", messages=talk, provider=PROVIDER)).start()[0]
+    assert first.event.kind == "turn_started" and first.event.opening == 3
+    _, fresh = new()
+    assert fresh[0].event.opening is None  # every message before the first assistant one: all of them
+
+
 def test_every_finish_leaves_a_valid_history() -> None:
     from actors.turn.history import history_problems
 

@@ -140,7 +140,9 @@ class Deciding:
     def _ended(self, turn_id: str, owned: SessionOwned) -> list[ChatMessage] | None:
         """The turn's whole history if it has ended terminally: as its handle here has it, or the store."""
         handle = self._handles.get(turn_id)
-        if handle is not None and handle.finished:
+        if handle is not None and not handle.finished:
+            return None  # it runs, or is queued (written nowhere yet): not "never started"
+        if handle is not None:
             try:
                 return list(handle.result(0, final=True).messages)
             except GreenroomError:

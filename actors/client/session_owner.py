@@ -18,7 +18,9 @@ whether a turn that another process started has ended (terminally), and its hist
 without a store only the turns this process follows end. A turn whose start was decided
 (``since``, the decision's time) more than ``NEVER_STARTED`` seconds ago and that the log
 still does not have never started (the process that decided it died first): it ends with
-an empty history, adding nothing, so the session goes on.
+an empty history, adding nothing, so the session goes on. A turn this process still
+follows is never taken so (``deciding``): one queued behind its host's ``max_running`` is
+written nowhere until it starts. Another process's turn queued that long is (a limit).
 """
 
 from __future__ import annotations

@@ -134,13 +134,15 @@ def _by_parent() -> dict[int, list[int]]:
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid``, parents before their children (zombies included): one
     scan of ``/proc`` where the kernel does not list children (not one per process found)."""
-    listed = _children_listed(pid)
-    tree = _by_parent() if listed is None else None
+    tree: dict[int, list[int]] | None = None
     out: list[int] = []
     todo = [pid]
     while todo:
         parent = todo.pop()
-        below = tree.get(parent, []) if tree is not None else (_children_listed(parent) or [])
+        below = _children_listed(parent) if tree is None else tree.get(parent, [])
+        if below is None:  # not listed (or a thread of it just exited): scan once, from here on
+            tree = _by_parent()
+            below = tree.get(parent, [])
         for child in below:
             if child not in out:
                 out.append(child)

@@ -5,7 +5,8 @@ takes ``at=N`` (the first ``N`` messages) or ``at_seq=S``: the longest part of t
 that the turn's history held once its event ``S`` was emitted and that is a valid history
 on its own (no tool call cut from its result). What the events say of the history's length:
 
-- ``TurnStarted`` (seq 0): the opening, every message before the first assistant message;
+- ``TurnStarted`` (seq 0): the opening, its ``opening`` messages (a turn given a
+  conversation), else every message before the first assistant message;
 - ``ToolCallStarted``, ``ToolApprovalRequest``: the assistant message that made the call;
 - ``ToolFinished``: the call's tool message (its result);
 - ``InputAccepted``: its messages, at ``history_index``;
@@ -91,7 +92,8 @@ def length_at_seq(messages: Sequence[ChatMessage], events: Sequence[TurnEvent], 
         if e.seq > seq:
             continue
         if isinstance(e, TurnStarted):
-            held = next((i for i, m in enumerate(messages) if m.role == "assistant"), len(messages))
+            first_answer = next((i for i, m in enumerate(messages) if m.role == "assistant"), len(messages))
+            held = e.opening if e.opening is not None else first_answer
         elif isinstance(e, (ToolCallStarted, ToolApprovalRequest)):
             held = made_call.get(e.call_id, -1) + 1
         elif isinstance(e, ToolFinished):

@@ -126,7 +126,8 @@ class TurnRules:
         """The decisions that open the turn: ``TurnStarted``, then the first step."""
         s = self.state
         s.phase = "idle"
-        out: list[Decision] = [self.emit(TurnStarted, forked_from=s.forked_from)]
+        opening = len(s.messages) if any(m.role == "assistant" for m in s.messages) else None
+        out: list[Decision] = [self.emit(TurnStarted, forked_from=s.forked_from, opening=opening)]
         problems = opening_problems(s.messages, s.tools)
         if problems:
             return out + self.end("error", ("invalid_turn", "; ".join(problems)))
