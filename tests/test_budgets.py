@@ -117,7 +117,9 @@ def test_a_parents_budget_covers_its_sub_agents(runtime: Runtime, provider: Scri
         if e.kind == "tool_progress" and e.data["event"]["kind"] == "error"  # type: ignore[attr-defined]
     )  # fmt: skip
     assert child_error["message"] == "the turn's token budget is spent: 40 of 26 tokens used"
-    assert tool.outcome == "failed"  # type: ignore[attr-defined]
+    # failed (the child's end came first) or interrupted (the parent, over its budget with the
+    # child's use, stopped the call first): both end the call with exactly one tool message
+    assert tool.outcome in ("failed", "interrupted")  # type: ignore[attr-defined]
     assert next(e for e in turn.all_events if isinstance(e, Error)).message == (
         "the turn's token budget is spent: 59 of 45 tokens used, its sub-agents' included"
     )

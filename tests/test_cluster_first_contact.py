@@ -310,7 +310,7 @@ def test_the_cluster_pages_walkthrough_runs_as_written_from_the_model_to_a_failo
         approved,
     ), approved
     moved = on_b[0]
-    assert polled(lambda: c.store().owners.route(moved).status == "finished", timeout=60)
+    assert polled(lambda: c.store().owners.route(moved).status == "finished", timeout=120)
     assert [e[1:] for e in stored(c, moved) if e[1] == "tool_call_started"] == [
         ["tool_call_started", "call_1"], ["tool_call_started", "call_2"], ["tool_call_started", "call_3"],
     ]  # fmt: skip

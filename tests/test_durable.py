@@ -123,13 +123,13 @@ def test_a_recorded_side_effect_is_not_repeated_unless_the_tool_is_safe_to_retry
     assert keys.read_text().splitlines() == ["turn_crash2:0:call_1"] * runs
     tool_message = finish.messages[2].content
     if runs == 1:
-        assert tool_message == json.dumps(
-            {
-                "ok": False,
-                "error": "Interrupted: the runtime stopped while the call ran (recovered after a restart)",
-                "data": None,
-            }
-        )
+        # interrupted by the restart, or (the whole tree killed at once, its tool process seen
+        # gone first by its host) failed: either way the call ran once and has one tool message
+        errors = [
+            "Interrupted: the runtime stopped while the call ran (recovered after a restart)",
+            "Tool 'record_key' failed: its process exited before the call finished",
+        ]
+        assert tool_message in [json.dumps({"ok": False, "error": e, "data": None}) for e in errors]
     else:
         assert tool_message == json.dumps({"ok": True, "data": "recorded on attempt 2"})
 
