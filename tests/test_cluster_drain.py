@@ -1,0 +1,89 @@
+"""Issue 32, item 4: a node that drains, with real nodes in network namespaces
+(``tests.cluster_harness``) on one PostgreSQL store.
+
+SIGTERM on ``greenroom node``: it leaves placement, lets the calls under way finish where
+they started, hands each durable turn on at its next step (the heir claims it one epoch
+up), and exits 0; callers follow each turn with no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors.testing import call, say, use_tools
+from actors.testing.netns import available
+from actors.testing.postgres import binaries
+
+from .cluster_harness import Cluster, leftovers
+from .test_cluster_turns import live_nodes, merged, netns, polled, stored
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(available() is not None, reason=str(available())),
+    pytest.mark.skipif(binaries() is None, reason="PostgreSQL is not installed (initdb, pg_ctl)"),
+]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with Cluster(3, tmp_path) as c:
+        yield c
+    assert leftovers(c) == []
+
+
+def start_wide_member(c: Cluster, i: int) -> None:
+    """Member ``i`` with one host and room for 24 calls at once (``member`` and ``name=m<i>``)."""
+    caps = {"name": f"m{i}", "member": True}
+    c.start_member(i, "--max-tool-processes", "24", hosts=1, store=True, tool_processes=1, capabilities=caps)
+    c.ask(op="wait_node", caps={"name": f"m{i}"}, timeout=60)
+
+
+@pytest.mark.timeout(400)
+def test_a_node_drained_with_twenty_durable_turns_in_calls_hands_each_on_and_no_call_runs_twice(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.start_leader(hosts=1, store=True)  # the leader's host is no ``member``: it takes none of them
+    start_wide_member(cluster, 1)
+    turns = [f"t_drain{i}" for i in range(20)]
+    for turn_id in turns:
+        marker = str(tmp_path / turn_id)
+        cluster.scripts.add(turn_id, use_tools(call("side_effect", {"path": marker})), say("finished elsewhere"))
+        cluster.ask(op="run", turn_id=turn_id, prompt=turn_id, tools=["side_effect"], requires={"member": True})
+    for turn_id in turns:  # each in its call, on m1
+        assert cluster.ask(op="wait_progress", turn_id=turn_id, timeout=120)["data"]["netns"] == netns(cluster, 1)
+    before = {t: cluster.store().owners.route(t) for t in turns}
+    assert {cluster.node_of(r.host_id or "") for r in before.values() if r is not None} == {1}
+    start_wide_member(cluster, 2)
+    assert polled(lambda: live_nodes(cluster) == {0, 1, 2}, timeout=60)
+
+    node = cluster.nodes[1].proc
+    assert node is not None
+    node.send_signal(signal.SIGTERM)
+    store = cluster.store()
+    assert polled(lambda: any(h.draining for h in store.hosts.live() if cluster.node_of(h.host_id) == 1), 30)
+    assert cluster.ask(op="placeable", caps={"member": True})["hosts"] == [f"{cluster.nodes[2].name}/0"]
+    for turn_id in turns:  # the calls end where they started, now
+        (tmp_path / f"{turn_id}.release").touch()
+    assert node.wait(120) == 0
+    for turn_id in turns:
+        result = cluster.ask(op="result", turn_id=turn_id, timeout=120)
+        assert merged(result["events"]) == [
+            ["turn_started"],
+            ["tool_call_started", "call_1"],
+            ["tool_progress", "call_1"],
+            ["tool_finished", "call_1", "success"],
+            ["text", "finished elsewhere"],
+            ["finish", "stop"],
+        ], turn_id
+        assert [e[0] for e in result["events"]] == list(range(len(result["events"])))  # no gap, no duplicate
+        assert '"released"' in result["messages"][2]["content"]  # its result, kept
+        assert (tmp_path / turn_id).read_text().splitlines() == [f"{turn_id}:0:call_1"]  # run once
+        assert not (tmp_path / f"{turn_id}.stopped").exists()  # never interrupted
+        route, was = store.owners.route(turn_id), before[turn_id]
+        assert route is not None and was is not None
+        assert (cluster.node_of(route.host_id or ""), route.epoch) == (2, was.epoch + 1)  # handed on: one claim
+        assert stored(cluster, turn_id) == result["events"]
