@@ -132,23 +132,23 @@ def test_a_host_that_drains_is_never_an_heir_and_the_others_share_its_turns() ->
 def test_a_draining_hosts_durable_turn_is_handed_on_only_at_a_safe_boundary_before_the_bound() -> None:
     clock = Clock()
     drain = Drain(30.0, clock)
-    assert drain.step(True, "running", 1) == "wait"  # a call runs: it finishes here first
-    assert drain.step(True, "running", 0) == "hand_off"  # between steps
-    assert drain.step(True, "awaiting_approval", 1) == "hand_off"  # waiting for approvals, whatever still streams
-    assert drain.step(True, "paused", 0) == "hand_off"
+    assert drain.step(True, "tools", 1) == drain.step(True, "streaming", 1) == "wait"  # it finishes here first
+    assert drain.step(True, "tools", 0) == drain.step(True, "idle", 0) == "hand_off"  # between two steps
+    assert drain.step(True, "awaiting_approval", 1) == "wait"  # another call of its batch still runs
+    assert drain.step(True, "awaiting_approval", 0) == drain.step(True, "paused", 0) == "hand_off"
     assert drain.step(True, "finished", 0) == "wait"
     clock.now += 30.0  # the bound: a call still running is interrupted, and the turn handed on
-    assert drain.overdue and drain.step(True, "running", 1) == "hand_off"
+    assert drain.overdue and drain.step(True, "tools", 1) == "hand_off"
 
 
 def test_a_draining_hosts_turn_that_is_not_durable_finishes_or_ends_at_the_bound() -> None:
     clock = Clock()
     drain = Drain(5, clock)
-    assert (drain.step(False, "running", 1), drain.step(False, "awaiting_approval", 0)) == ("wait", "wait")
+    assert (drain.step(False, "tools", 1), drain.step(False, "awaiting_approval", 0)) == ("wait", "wait")
     clock.now += 4.999
-    assert drain.step(False, "running", 0) == "wait"
+    assert drain.step(False, "idle", 0) == "wait"
     clock.now += 0.001
-    assert drain.step(False, "running", 1) == drain.step(False, "paused", 0) == "end"
+    assert drain.step(False, "tools", 1) == drain.step(False, "paused", 0) == "end"
     assert DRAINED.startswith("this node drained")
 
 

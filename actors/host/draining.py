@@ -13,6 +13,8 @@ it comes to wait for approvals or pauses, and when it ends. What it does with ea
   store has every event it wrote, the release comes after them in the journal), and its
   heir claims it at its next look (within a ``TICK``), one epoch up; readers follow it
   there from their next ``seq``;
+- a durable turn that comes to a step before the store has the host's mark waits for it
+  (one write), then is handed on: no host may pick this one as its heir meanwhile;
 - a turn that is **not durable** is left to finish;
 - at the **bound** (a second ``Drain`` with ``within`` 0), a turn not durable still here is
   stopped with ``DRAINED`` as its reason, and a durable one still in a call is handed on
@@ -88,15 +90,18 @@ class HostDraining:
         """At one of ``turn``'s boundaries: True if the turn was handed on (it takes no step
         here); a turn not durable may be stopped here (the bound has come)."""
         drain = self.drain
-        if drain is None or not self.drain_marked:
+        if drain is None:
             return False
+        host: Any = self
+        durable = turn.owner is not None and host.durable is not None
+        if not self.drain_marked:  # its step waits for the store's mark, then it is handed on
+            stored = turn.ahead is None or turn.ahead.stored_once
+            return durable and stored and not turn.ended and not turn.gone
         if turn.ended or turn.gone:
             self._maybe_drained()
             return False
         if turn.ahead is not None and not turn.ahead.stored_once:
             return False  # its start is not in the store yet: handed on at its next boundary
-        host: Any = self
-        durable = turn.owner is not None and host.durable is not None
         step = drain.step(durable, turn.state.phase, in_flight(turn.state))
         if step == "end":
             turn.tell(StopTurn(turn_id=turn.turn_id, reason=DRAINED, cause="shutdown"), None)

@@ -257,16 +257,15 @@ class Drain:
         """The bound has come: every turn still here ends (or, if durable, is handed on now)."""
         return self._clock() >= self.until
 
-    def step(self, durable: bool, phase: str, calls_running: int) -> DrainStep:
-        """``phase``: the turn's (``TurnState.phase``); ``calls_running``: its tool calls and
-        LLM streams under way. A durable turn is handed on at a safe boundary (waiting for
-        approvals, paused, or running with nothing under way), never in a call before the
+    def step(self, durable: bool, phase: str, in_flight: int) -> DrainStep:
+        """``phase``: the turn's (``TurnState.phase``); ``in_flight``: its tool calls and LLM
+        stream under way. A durable turn is handed on at a safe boundary, nothing in flight
+        (waiting for approvals, paused, or between two steps), never in a call before the
         bound; at the bound, one still in a call is handed on (its call is interrupted, as a
         fenced host's is), which beats waiting out a lease. A turn that is not durable is
         left to finish, and ends at the bound."""
         if phase == "finished":
             return "wait"  # nothing to do: it is gone at its next look
         if durable:
-            safe = phase in ("awaiting_approval", "paused") or calls_running == 0
-            return "hand_off" if safe or self.overdue else "wait"
+            return "hand_off" if in_flight == 0 or self.overdue else "wait"
         return "end" if self.overdue else "wait"
