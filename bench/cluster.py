@@ -40,7 +40,9 @@ leader, so its figures include receiving every event); a few warm-up turns first
 
 - **Drain** (``--drain D``, with the store): D durable turns on one member, each in a tool
   call, when that node gets SIGTERM (``greenroom node``: it drains); the calls are let go
-  at once and finish where they started. From the signal to the node's exit (its process
+  as soon as the store shows the node's hosts draining, and finish where they started (a
+  call let go before the drain reaches its host would take its next step there, and its
+  turn would finish there). From the signal to the node's exit (its process
   ends, 0), and to the last turn claimed by another node's host (``turns.claimed_at``, on
   the database's clock, as the signal's time): each against the lease (``LEASE``), which a
   node killed instead would make its turns wait out.
@@ -303,7 +305,11 @@ def drain(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
         signalled_db = db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]  # type: ignore[index]
         signalled = time.monotonic()
         node.send_signal(signal.SIGTERM)
-        for i in range(count):
+        marked = "SELECT count(*) FROM hosts WHERE draining = 1 AND node = %s"
+        while db.execute(marked, (c.nodes[1].name,)).fetchone()[0] < hosts:  # type: ignore[index]
+            assert time.monotonic() < signalled + 30, "the node did not mark its hosts draining"
+            time.sleep(0.01)  # polling the database: no event to wait on
+        for i in range(count):  # the calls end now, while the node drains: each where it started
             Path(tmp / f"drain{i}.release").touch()
         code = node.wait(120)
         exited = time.monotonic() - signalled
@@ -312,8 +318,9 @@ def drain(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
         lost = f"{c.nodes[1].name}/%"
         elsewhere = f"SELECT claimed_at FROM turns WHERE owner NOT LIKE '{lost}' AND turn_id LIKE 'd%'"
         rows = db.execute(elsewhere).fetchall()
+        every = db.execute("SELECT turn_id, owner, epoch, status FROM turns WHERE turn_id LIKE 'd%'").fetchall()
         db.close()
-    assert code == 0 and len(rows) == count, (code, len(rows))
+    assert code == 0 and len(rows) == count, (code, len(rows), every)
     claimed = max(float(at) - float(signalled_db) for (at,) in rows)
     return {"turns": count, "exit_s": exited, "last_claim_s": claimed, "lease_s": LEASE,
             "exit_x_lease": exited / LEASE, "claim_x_lease": claimed / LEASE}  # fmt: skip

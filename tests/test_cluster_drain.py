@@ -8,12 +8,16 @@ up), and exits 0; callers follow each turn with no gap and no duplicate.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from actors.store.ownership import DRAINED
 from actors.testing import call, say, use_tools
 from actors.testing.netns import available
 from actors.testing.postgres import binaries
@@ -21,16 +25,21 @@ from actors.testing.postgres import binaries
 from .cluster_harness import Cluster, leftovers
 from .test_cluster_turns import live_nodes, merged, netns, polled, stored
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(available() is not None, reason=str(available())),
-    pytest.mark.skipif(binaries() is None, reason="PostgreSQL is not installed (initdb, pg_ctl)"),
-]
+ROOT = Path(__file__).resolve().parents[1]
+NETNS = pytest.mark.skipif(available() is not None, reason=str(available()))
+POSTGRES = pytest.mark.skipif(binaries() is None, reason="PostgreSQL is not installed (initdb, pg_ctl)")
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     with Cluster(3, tmp_path) as c:
+        yield c
+    assert leftovers(c) == []
+
+
+@pytest.fixture
+def storeless(tmp_path: Path) -> Iterator[Cluster]:
+    with Cluster(2, tmp_path, store=False) as c:
         yield c
     assert leftovers(c) == []
 
@@ -42,6 +51,9 @@ def start_wide_member(c: Cluster, i: int) -> None:
     c.ask(op="wait_node", caps={"name": f"m{i}"}, timeout=60)
 
 
+@pytest.mark.integration
+@NETNS
+@POSTGRES
 @pytest.mark.timeout(400)
 def test_a_node_drained_with_twenty_durable_turns_in_calls_hands_each_on_and_no_call_runs_twice(
     cluster: Cluster, tmp_path: Path
@@ -87,3 +99,49 @@ def test_a_node_drained_with_twenty_durable_turns_in_calls_hands_each_on_and_no_
         assert route is not None and was is not None
         assert (cluster.node_of(route.host_id or ""), route.epoch) == (2, was.epoch + 1)  # handed on: one claim
         assert stored(cluster, turn_id) == result["events"]
+
+
+@pytest.mark.integration
+@NETNS
+@pytest.mark.timeout(300)
+def test_a_turn_that_is_not_durable_still_in_its_call_at_the_drains_bound_ends_saying_the_node_drained(
+    storeless: Cluster, tmp_path: Path
+) -> None:
+    c = storeless
+    c.start_leader(hosts=1, store=False)
+    caps = {"name": "m1", "member": True}
+    c.start_member(1, "--drain-within", "1", hosts=1, store=False, tool_processes=1, capabilities=caps)
+    c.ask(op="wait_node", caps={"name": "m1"}, timeout=60)
+    marker = str(tmp_path / "t_bound")
+    c.scripts.add("t_bound", use_tools(call("side_effect", {"path": marker})), say("never"))
+    c.ask(op="run", turn_id="t_bound", prompt="t_bound", tools=["side_effect"], requires={"member": True})
+    assert c.ask(op="wait_progress", turn_id="t_bound", timeout=120)["data"]["netns"] == netns(c, 1)
+    node = c.nodes[1].proc
+    assert node is not None
+    node.send_signal(signal.SIGTERM)  # its call never returns by itself: the bound ends it
+    assert node.wait(60) == 0
+    result = c.ask(op="result", turn_id="t_bound", timeout=60)
+    assert result["finish_reason"] == "stopped"
+    assert merged(result["events"]) == [
+        ["turn_started"],
+        ["tool_call_started", "call_1"],
+        ["tool_progress", "call_1"],
+        ["tool_finished", "call_1", "success"],  # its on_stop let it return: "stopped"
+        ["error", "stopped", "Agent run stopped"],
+        ["finish", "stopped"],
+    ]
+    assert c.ask(op="errors", turn_id="t_bound")["errors"] == [["stopped", "Agent run stopped", DRAINED]]
+    assert Path(marker + ".stopped").read_text().splitlines() == ["t_bound:0:call_1"]  # stopped, once
+
+
+@pytest.mark.parametrize("value", ["-1", "-0.5", "nan", "soon"])
+def test_greenroom_node_refuses_a_drain_bound_that_is_not_a_number_of_seconds(value: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "actors.cluster.node", "--leader", "127.0.0.1:1900", "--listen", "127.0.0.1",
+         "--drain-within", value],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[-1] == (
+        f"greenroom node: error: argument --drain-within: must be a number of seconds >= 0, not '{value}'"
+    )
