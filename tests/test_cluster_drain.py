@@ -103,6 +103,46 @@ def test_a_node_drained_with_twenty_durable_turns_in_calls_hands_each_on_and_no_
 
 @pytest.mark.integration
 @NETNS
+@POSTGRES
+@pytest.mark.timeout(300)
+def test_a_turn_waiting_for_approval_on_a_node_that_drains_is_handed_on_at_once_and_approved_where_it_went(
+    cluster: Cluster,
+) -> None:
+    cluster.start_leader(hosts=1, store=True)
+    start_wide_member(cluster, 1)
+    cluster.scripts.add("t_wait", use_tools(call("delete_file", {"path": "/nonexistent"})), say("approved elsewhere"))
+    cluster.ask(op="run", turn_id="t_wait", prompt="t_wait", tools=["delete_file"], requires={"member": True})
+    cluster.ask(op="wait_event", turn_id="t_wait", kind="tool_approval_request", timeout=120)
+    was = cluster.store().owners.route("t_wait")
+    assert was is not None and cluster.node_of(was.host_id or "") == 1
+    start_wide_member(cluster, 2)
+    assert polled(lambda: live_nodes(cluster) == {0, 1, 2}, timeout=60)
+    node = cluster.nodes[1].proc
+    assert node is not None
+    node.send_signal(signal.SIGTERM)
+    assert node.wait(60) == 0  # nothing in flight: handed on at once
+
+    def moved() -> bool:
+        route = cluster.store().owners.route("t_wait")
+        return route is not None and route.host_id is not None and cluster.node_of(route.host_id) == 2
+
+    assert polled(moved, timeout=30)
+    route = cluster.store().owners.route("t_wait")
+    assert route is not None and (route.status, route.epoch) == ("awaiting_approval", was.epoch + 1)
+    cluster.ask(op="approve", turn_id="t_wait", call_id="call_1")
+    result = cluster.ask(op="result", turn_id="t_wait", timeout=120)
+    assert merged(result["events"])[-4:] == [
+        ["tool_call_started", "call_1"],
+        ["tool_finished", "call_1", "failed"],
+        ["text", "approved elsewhere"],
+        ["finish", "stop"],
+    ]
+    assert [e[0] for e in result["events"]] == list(range(len(result["events"])))  # no gap, no duplicate
+    assert stored(cluster, "t_wait") == result["events"]
+
+
+@pytest.mark.integration
+@NETNS
 @pytest.mark.timeout(300)
 def test_a_turn_that_is_not_durable_still_in_its_call_at_the_drains_bound_ends_saying_the_node_drained(
     storeless: Cluster, tmp_path: Path
