@@ -391,4 +391,3 @@ class TurnHost(Dispatcher, HostDraining):
 
     def __repr__(self) -> str:
         return f"<TurnHost {self.slot} pid={os.getpid()}>"
-
