@@ -1,6 +1,7 @@
 """What a turn costs each role of a cluster, and what a cluster does against one node.
 
     python bench/cluster.py [--turns 40] [--sizes 1,2,4] [--no-store] [--no-count] [--failover 10] [--orphans 1000]
+                            [--drain 20]
                                                         (root, iproute2, nftables, PostgreSQL)
 
 Each size is a cluster in network namespaces on one bridge (``tests.cluster_harness``), on
@@ -36,6 +37,15 @@ leader, so its figures include receiving every event); a few warm-up turns first
   what the turns require; the leader does not). From the kill to each turn's claim by a
   live host (``turns.claimed_at``; both on the database's clock), for 10 turns (the
   baseline, a cluster of its own in the same run) and for N.
+
+- **Drain** (``--drain D``, with the store): D durable turns on one member, each in a tool
+  call, when that node gets SIGTERM (``greenroom node``: it drains); the calls are let go
+  as soon as the store shows the node's hosts draining, and finish where they started (a
+  call let go before the drain reaches its host would take its next step there, and its
+  turn would finish there). From the signal to the node's exit (its process
+  ends, 0), and to the last turn claimed by another node's host (``turns.claimed_at``, on
+  the database's clock, as the signal's time): each against the lease (``LEASE``), which a
+  node killed instead would make its turns wait out.
 
 Absolute figures on a shared 2-core machine are noisy; the ratios are the result.
 """
@@ -267,6 +277,55 @@ def orphans(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
     return {"turns": count, "p50_s": p50, "max_s": resumed[-1], "spread_s": spread, "by_node": dict(by_node)}
 
 
+def drain(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
+    """Seconds from SIGTERM on a node with ``count`` durable turns in calls to its exit, and
+    to the last of them claimed elsewhere."""
+    import signal
+
+    import psycopg
+
+    from actors.store.ownership import LEASE
+
+    processes = ("--max-tool-processes", str(max(16, count)))  # every call running at once, none queued
+    with Cluster(3, tmp) as c:
+        c.start_leader(hosts=hosts)  # no "doomed": it never takes them
+        c.start_member(1, *processes, hosts=hosts, store=True, capabilities={"name": "m1", "doomed": True})
+        c.ask(op="wait_node", caps={"name": "m1"}, timeout=60)
+        for i in range(count):
+            effect = str(tmp / f"drain{i}")
+            c.scripts.add(f"d{i}", use_tools(call("side_effect", {"path": effect}), usage=None), Reply(usage=None))
+            c.ask(op="run", turn_id=f"d{i}", prompt=f"d{i}", tools=["side_effect"], requires={"doomed": True})
+        for i in range(count):
+            c.ask(op="wait_progress", turn_id=f"d{i}", timeout=120)
+        c.start_member(2, *processes, hosts=hosts, store=True, capabilities={"name": "m2", "doomed": True})
+        c.ask(op="wait_node", caps={"name": "m2"}, timeout=60)
+        db = psycopg.connect(c.store_url or "", autocommit=True)
+        node = c.nodes[1].proc
+        assert node is not None
+        signalled_db = db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]  # type: ignore[index]
+        signalled = time.monotonic()
+        node.send_signal(signal.SIGTERM)
+        marked = "SELECT count(*) FROM hosts WHERE draining = 1 AND node = %s"
+        while db.execute(marked, (c.nodes[1].name,)).fetchone()[0] < hosts:  # type: ignore[index]
+            assert time.monotonic() < signalled + 30, "the node did not mark its hosts draining"
+            time.sleep(0.01)  # polling the database: no event to wait on
+        for i in range(count):  # the calls end now, while the node drains: each where it started
+            Path(tmp / f"drain{i}.release").touch()
+        code = node.wait(120)
+        exited = time.monotonic() - signalled
+        ends = [c.ask(op="result", turn_id=f"d{i}", timeout=120)["events"][-1] for i in range(count)]
+        assert all(e[1:] == ["finish", "stop"] for e in ends), ends
+        lost = f"{c.nodes[1].name}/%"
+        elsewhere = f"SELECT claimed_at FROM turns WHERE owner NOT LIKE '{lost}' AND turn_id LIKE 'd%'"
+        rows = db.execute(elsewhere).fetchall()
+        every = db.execute("SELECT turn_id, owner, epoch, status FROM turns WHERE turn_id LIKE 'd%'").fetchall()
+        db.close()
+    assert code == 0 and len(rows) == count, (code, len(rows), every)
+    claimed = max(float(at) - float(signalled_db) for (at,) in rows)
+    return {"turns": count, "exit_s": exited, "last_claim_s": claimed, "lease_s": LEASE,
+            "exit_x_lease": exited / LEASE, "claim_x_lease": claimed / LEASE}  # fmt: skip
+
+
 def by_role(size: int, per_node: dict[int, dict[str, float]], key: str) -> dict[str, float]:
     return {role: sum(per_node[i][key] for i in nodes) for role, nodes in ROLES[size].items()}
 
@@ -280,6 +339,7 @@ def main() -> None:
     parser.add_argument("--no-count", action="store_true", help="skip the message counts (a cluster less per size)")
     parser.add_argument("--failover", type=int, default=0, metavar="M", help="also time M turns' resumption")
     parser.add_argument("--orphans", type=int, default=0, metavar="N", help="also time N paused turns' takeover (x 10)")
+    parser.add_argument("--drain", type=int, default=0, metavar="D", help="also time a drain of D turns in calls")
     args = parser.parse_args()
     if (why := available()) is not None:
         parser.error(why)
@@ -294,6 +354,7 @@ def main() -> None:
                 results[size]["count"] = measure(size, args.turns, not args.no_store, args.hosts, True, Path(tmp))
         resume = failover(args.failover, args.hosts, Path(tmp)) if args.failover else None
         scale = [orphans(n, args.hosts, Path(tmp)) for n in (10, args.orphans)] if args.orphans else None
+        drained = drain(args.drain, args.hosts, Path(tmp)) if args.drain else None
     if results:
         base = results[1]["speed"]["turns_per_s"]
         rows = []
@@ -318,10 +379,15 @@ def main() -> None:
                   f" {r['p50_s']:.2f} s, max {r['max_s']:.2f} s of the kill (by node: {r['by_node']})")  # fmt: skip
         print(f"{big['turns']} turns against {base_s['turns']}: max x{big['max_s'] / base_s['max_s']:.2f}"
               f" (first to last claim: {big['spread_s']:.2f} s against {base_s['spread_s']:.2f} s)")  # fmt: skip
+    if drained is not None:
+        d = drained
+        print(f"a node drained with {d['turns']} durable turns in calls: exited {d['exit_s']:.2f} s after SIGTERM"
+              f" (x{d['exit_x_lease']:.2f} the lease of {d['lease_s']:g} s), its last turn claimed elsewhere"
+              f" {d['last_claim_s']:.2f} s after (x{d['claim_x_lease']:.2f})")  # fmt: skip
     out = {str(k): v for k, v in results.items()}
-    print(json.dumps({"results": out, "failover": resume, "orphans": scale}))
+    print(json.dumps({"results": out, "failover": resume, "orphans": scale, "drain": drained}))
     print("saved", save("cluster", {"turns": args.turns, "hosts": args.hosts, "store": not args.no_store,
-                                    "results": out, "failover": resume, "orphans": scale}))  # fmt: skip
+                                    "results": out, "failover": resume, "orphans": scale, "drain": drained}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from typing import Any
 from actors import Overloaded, Runtime
 from actors.cluster.node import parse_capability
 from actors.testing import Reply, ScriptedProvider, call, say, use_tools
-from messages import Finish, ProviderConfig, RateLimit, RetryPolicy, StopTurn, TurnEvent
+from messages import Error, Finish, ProviderConfig, RateLimit, RetryPolicy, StopTurn, TurnEvent
 
 from . import cluster_tools as C
 from . import otel_tools as O
@@ -245,6 +245,11 @@ class Leader:
 
     def op_events(self, turn_id: str) -> dict[str, Any]:
         return {"events": [event_json(e) for e in self.turns[turn_id].all_events]}
+
+    def op_errors(self, turn_id: str) -> dict[str, Any]:
+        """The turn's ``Error`` events: type, message and detail of each."""
+        errors = [e for e in self.turns[turn_id].all_events if isinstance(e, Error)]
+        return {"errors": [[e.error_type, e.message, e.detail] for e in errors]}
 
     def op_stop(self, turn_id: str, reason: str = "stop") -> dict[str, Any]:
         """By turn id, through the runtime's routing, as any caller would."""

@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from actors.errors import Fenced
+from actors.errors import ConfigurationError, Fenced
 from actors.store import open_store
 from actors.store.base import HostRecord, Owner, Route
-from actors.store.ownership import FENCE_AFTER, LEASE, Lease, heir, host_of, identity, reconcile
+from actors.store.ownership import (
+    DRAINED,
+    FENCE_AFTER,
+    LEASE,
+    Drain,
+    Heirs,
+    Lease,
+    heir,
+    host_of,
+    identity,
+    reconcile,
+)
 from messages import ChatMessage, ProviderConfig, TurnState
 
 from .stores import save
@@ -108,6 +119,46 @@ def test_the_heir_is_chosen_by_node_and_slot_and_the_newest_incarnation_of_a_slo
     assert heir("turn_x", []) is None
 
 
+def test_a_host_that_drains_is_never_an_heir_and_the_others_share_its_turns() -> None:
+    a, b, c = identity("n1:1/0", "a"), identity("n2:1/0", "b"), identity("n3:1/0", "c")
+    records = [HostRecord(a, "n1:1", b"", 10.0), HostRecord(b, "n2:1", b"", 10.0), HostRecord(c, "n3:1", b"", 10.0)]
+    draining = [records[0], records[1], HostRecord(c, "n3:1", b"", 10.0, draining=True)]
+    before = {t: heir(t, records) for t in (f"turn_{n}" for n in range(300))}
+    after = {t: Heirs(draining).of(t) for t in before}
+    assert set(before.values()) == {a, b, c} and set(after.values()) == {a, b}
+    assert Heirs([HostRecord(c, "n3:1", b"", 10.0, {"gpu": True}, draining=True)]).of("t", '{"gpu":true}') is None
+
+
+def test_a_draining_hosts_durable_turn_is_handed_on_only_at_a_safe_boundary_before_the_bound() -> None:
+    clock = Clock()
+    drain = Drain(30.0, clock)
+    assert drain.step(True, "tools", 1) == drain.step(True, "streaming", 1) == "wait"  # it finishes here first
+    assert drain.step(True, "tools", 0) == drain.step(True, "idle", 0) == "hand_off"  # between two steps
+    assert drain.step(True, "awaiting_approval", 1) == "wait"  # another call of its batch still runs
+    assert drain.step(True, "awaiting_approval", 0) == drain.step(True, "paused", 0) == "hand_off"
+    assert drain.step(True, "finished", 0) == "wait"
+    clock.now += 30.0  # the bound: a call still running is interrupted, and the turn handed on
+    assert drain.overdue and drain.step(True, "tools", 1) == "hand_off"
+
+
+def test_a_draining_hosts_turn_that_is_not_durable_finishes_or_ends_at_the_bound() -> None:
+    clock = Clock()
+    drain = Drain(5, clock)
+    assert (drain.step(False, "tools", 1), drain.step(False, "awaiting_approval", 0)) == ("wait", "wait")
+    clock.now += 4.999
+    assert drain.step(False, "idle", 0) == "wait"
+    clock.now += 0.001
+    assert drain.step(False, "tools", 1) == drain.step(False, "paused", 0) == "end"
+    assert DRAINED.startswith("this node drained")
+
+
+@pytest.mark.parametrize("within", [-1, -0.5, float("nan"), "60", True, None])
+def test_a_drains_bound_must_be_a_number_of_seconds_not_below_zero(within: object) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Drain(within)  # type: ignore[arg-type]
+    assert str(caught.value) == f"a drain's bound must be a number of seconds >= 0, not {within!r}"
+
+
 def test_reconcile_names_the_turns_lost_to_another_owner_and_those_to_claim_back() -> None:
     me = identity("n1:1/0", "aaa")
     running = {"t1": Owner(me, 3), "t2": Owner(me, 1), "t3": Owner(me, 2)}
@@ -163,6 +214,22 @@ def test_a_claim_whose_load_failed_is_given_back_at_the_same_epoch(store_locatio
         route = store.owners.route("t")
         assert route is not None and (route.host_id, route.epoch) == (None, 1)
         assert store.owners.orphans() == [("t", "")]
+    finally:
+        store.close()
+
+
+def test_a_renewal_says_whether_the_host_drains_and_the_live_hosts_show_it(store_location: str) -> None:
+    store = open_store(store_location)
+    try:
+        a, b = identity("n1:1/0", "a"), identity("n2:1/0", "b")
+        store.hosts.renew(a, "n1:1", b"", 60.0, '{"gpu":true}', draining=True)
+        store.hosts.renew(b, "n2:1", b"", 60.0)
+        assert sorted((h.host_id, h.draining, h.capabilities) for h in store.hosts.live()) == [
+            (a, True, {"gpu": True}),
+            (b, False, {}),
+        ]
+        store.hosts.renew(a, "n1:1", b"", 60.0, '{"gpu":true}')  # a drain is said with every renewal
+        assert {h.host_id: h.draining for h in store.hosts.live()} == {a: False, b: False}
     finally:
         store.close()
 

@@ -30,7 +30,7 @@ def test_a_store_of_schema_4_gets_the_rate_limits_table_when_opened(store_locati
         assert limiter.admit("k", RateLimit(requests_per_minute=1))[1] == "requests_per_minute"
     finally:
         store.close()
-    assert sql(store_location, "SELECT value FROM meta WHERE key = 'schema'") == [(str(STORE_SCHEMA),)] == [("7",)]
+    assert sql(store_location, "SELECT value FROM meta WHERE key = 'schema'") == [(str(STORE_SCHEMA),)] == [("8",)]
 
 
 def _ask(location: str, key: str, asks: int, together: Any, out: Any) -> None:

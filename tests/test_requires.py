@@ -137,4 +137,4 @@ def test_a_store_of_schema_4_gets_the_requirements_and_capabilities_when_opened(
         assert [h.capabilities for h in store.hosts.live()] == [{}]
     finally:
         store.close()
-    assert sql(store_location, "SELECT value FROM meta WHERE key = 'schema'") == [(str(STORE_SCHEMA),)] == [("7",)]
+    assert sql(store_location, "SELECT value FROM meta WHERE key = 'schema'") == [(str(STORE_SCHEMA),)] == [("8",)]

@@ -510,7 +510,7 @@ def test_a_store_of_schema_3_gets_the_sessions_tables_when_opened(store_location
         assert (record.turns, said(record.messages)) == (["t1"], [("user", "hi"), ("assistant", "hello")])
     finally:
         store.close()
-    assert sql(store_location, "SELECT value FROM meta WHERE key = 'schema'") == [(str(STORE_SCHEMA),)] == [("7",)]
+    assert sql(store_location, "SELECT value FROM meta WHERE key = 'schema'") == [(str(STORE_SCHEMA),)] == [("8",)]
 
 
 # -- asyncio -----------------------------------------------------------------------------------

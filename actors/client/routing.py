@@ -107,7 +107,7 @@ class Hosts:
         return {
             host_id: address
             for node in self._nodes
-            if node.store_id == self.store_id and matches(node.capabilities, requires)
+            if node.store_id == self.store_id and not node.draining and matches(node.capabilities, requires)
             for host_id, address in node.host_ids()
         }
 

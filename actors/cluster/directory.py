@@ -46,6 +46,7 @@ from ..wire.protocol import (
     Configure, Configured, Find, FindPool, Hello, HostConfig, HostGone, HostReady, HostReplaced, Located, NodeRecord,
     NodesChanged, PoolConfig, PoolFound, Recover, Recovered, RegisterNode, Relay, Shutdown, Welcome,
 )  # fmt: skip
+from .leaving import NodeDraining
 from .membership import Membership
 from .names import LEADER_CAPABILITY, json_capabilities, node_name
 from .recovery import recovery_plan
@@ -60,7 +61,7 @@ _REMEMBER_ROUTED = 10_000
 log = logger("greenroom.directory")
 
 
-class DirectoryActor(Dispatcher):
+class DirectoryActor(Dispatcher, NodeDraining):
     """Create it with ``globalName=DIRECTORY_NAME``; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -169,7 +170,8 @@ class DirectoryActor(Dispatcher):
     def _record(self) -> NodeRecord:
         c = self.config
         assert c is not None
-        return NodeRecord(c.node, json_capabilities(dict(c.capabilities)), self.pool, tuple(self.hosts), self.store_id)
+        caps = json_capabilities(dict(c.capabilities))
+        return NodeRecord(c.node, caps, self.pool, tuple(self.hosts), self.store_id, self.draining)
 
     def _register_local(self) -> None:
         """This node's record changed (configured, a host replaced): tell who needs it."""

@@ -98,7 +98,7 @@ class Membership:
         return [
             pair
             for r in self.records()
-            if r.store_id == store_id and matches(r.capabilities, requires or {})
+            if r.store_id == store_id and not r.draining and matches(r.capabilities, requires or {})
             for pair in r.host_ids()
         ]
 

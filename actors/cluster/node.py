@@ -15,7 +15,19 @@ by the other nodes if this one is lost; without it, its hosts take the turns of 
 that have no store. A SQLite file is one machine's store: a node refuses it. The tools'
 modules must be importable on the node. Its directory registers the node with the leader's
 (and again if the leader restarts), and routes commands by turn id, so an actor on this
-node can steer any turn. The node runs until SIGINT or SIGTERM, then leaves the convention.
+node can steer any turn. The node runs until SIGINT (it leaves the convention at once: its
+durable turns are taken over, their calls interrupted) or SIGTERM (it drains, then leaves):
+
+    kill -TERM <pid of greenroom node>      # [--drain-within 60] bounds the drain, in seconds
+
+A node that drains takes no new turn (its hosts leave placement), lets the calls under way
+finish, hands each durable turn to another node's host at the turn's next safe boundary
+(waiting for approvals, paused, or between two steps: no call interrupted, no lease waited
+out; the heir claims it within a second, and its callers follow it there with no gap and
+no duplicate), and lets its other turns finish. At the bound what is left ends: a turn that
+is not durable is stopped (its reason: ``store.ownership.DRAINED``), a durable one still in
+a call is handed on with its call interrupted. Then the node exits 0 (``--drain-within 0``:
+SIGTERM leaves at once, as SIGINT does).
 """
 
 from __future__ import annotations
@@ -38,9 +50,10 @@ from ..store.urls import keep
 from ..wire import transport
 from ..wire.thespian_compat import tune_convention
 
-__all__ = ["DEFAULT_ADMIN_PORT", "main", "parse_capability", "start_node"]
+__all__ = ["DEFAULT_ADMIN_PORT", "DRAIN_WITHIN", "drain_node", "main", "parse_capability", "start_node"]
 
 DEFAULT_ADMIN_PORT = 1900
+DRAIN_WITHIN = 60.0  # seconds a node has to drain on SIGTERM (Kubernetes' grace period is 30 s by default)
 
 
 def parse_capability(text: str) -> tuple[str, Any]:
@@ -141,6 +154,17 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds >= 0 (an argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}")
+    return value
+
+
 def _count(least: int) -> Any:
     def parse(text: str) -> int:
         if not text.lstrip("-").isdigit() or int(text) < least:
@@ -187,7 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--key-file", default=None, help="the deployment key (else $GREENROOM_KEY or $GREENROOM_KEY_FILE)"
     )
-    parser.add_argument("--hosts", type=_count(0), default=None, help="TurnHosts on this node (default: one per CPU this process may use)")
+    parser.add_argument(
+        "--hosts",
+        type=_count(0),
+        default=None,
+        help="TurnHosts on this node (default: one per CPU this process may use)",
+    )
     parser.add_argument("--store", default=None, help="a PostgreSQL URL every node reaches: durable turns here")
     parser.add_argument("--tool-processes", type=_count(0), default=2, help="idle tool processes kept forked")
     parser.add_argument("--max-tool-processes", type=_count(1), default=16)
@@ -197,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-queued", type=_count(0), default=DEFAULT_MAX_QUEUED, help="turns queued beyond them, per host"
     )
+    parser.add_argument(
+        "--drain-within", type=_seconds, default=DRAIN_WITHIN,
+        help="on SIGTERM: seconds the node has to hand its turns on and let them finish (0: leave at once)",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
     hosts = args.hosts if args.hosts is not None else usable_cpus()  # affinity and cgroup quota
@@ -227,12 +260,36 @@ def main(argv: list[str] | None = None) -> int:
         ),
         flush=True,
     )
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop, drain = threading.Event(), threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def drain_then_stop(*_: Any) -> None:
+        drain.set()
+        stop.set()
+
+    signal.signal(signal.SIGTERM, drain_then_stop)
     stop.wait()
+    if drain.is_set() and args.drain_within > 0:
+        drain_node(asys, args.drain_within)
     asys.shutdown()
     return 0
+
+
+def drain_node(asys: Any, within: float) -> bool:
+    """Have this node drain (``Drain``; see the module docstring) within ``within`` seconds:
+    True if every turn was handed on or finished before the bound."""
+    from ..wire.draining import Drain, Drained
+    from .directory import DirectoryActor
+    from .names import DIRECTORY_NAME
+
+    started = time.monotonic()
+    directory = asys.createActor(DirectoryActor, globalName=DIRECTORY_NAME)  # the node's own, already there
+    print(json.dumps({"draining": True, "within": within}), flush=True)
+    done = isinstance(asys.ask(directory, Drain(within), within), Drained)
+    if not done:  # the bound: what is left ends now (its calls' stop grace, at most)
+        asys.ask(directory, Drain(0.0), 15.0)
+    print(json.dumps({"drained": done, "seconds": round(time.monotonic() - started, 3)}), flush=True)
+    return done
 
 
 def _redacted(url: str) -> str:

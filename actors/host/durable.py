@@ -94,6 +94,7 @@ class Renewer:
     ) -> None:
         self.store, self.host_id, self.node, self.address = store, host_id, node, address
         self.lease, self._hand, self.capabilities = lease, hand, capabilities
+        self.draining = False  # said with each renewal: no host picks this one as an heir
         self._stop = threading.Event()
         self._failing = False
         self._thread = threading.Thread(target=self._run, name="greenroom-lease", daemon=True)
@@ -103,7 +104,9 @@ class Renewer:
         while not self._stop.is_set():
             started = self.lease.now()
             try:
-                granted = self.store.hosts.renew(self.host_id, self.node, self.address, LEASE, self.capabilities)
+                granted = self.store.hosts.renew(
+                    self.host_id, self.node, self.address, LEASE, self.capabilities, self.draining
+                )
                 regained = self.lease.confirmed(started, granted)
                 if self._failing:
                     log().warning("host %s renewed its lease again", self.host_id)
@@ -208,6 +211,8 @@ class Durable:
         hosts its capabilities qualify it for), after a renewal: one read of the orphans, one
         statement claiming them, a load per turn claimed."""
         me = self.identity
+        if self.renewer.draining:  # it hands its turns on: it takes none
+            return
 
         def look(store: TurnStore) -> list[Claimed]:
             orphans = store.owners.orphans()
@@ -273,6 +278,16 @@ class Durable:
         self.journal.read(lambda store: store.inbox.prune(KEEP_COMMANDS), pruned)
 
     # -- the end ------------------------------------------------------------------------------
+
+    def drain(self, marked: Callable[[], None]) -> None:
+        """This host drains: it says so in the store now and with every renewal after, and
+        takes over no orphan; ``marked()`` once the store has it (or failed to: the next
+        renewal says it), on the actor thread."""
+        self.renewer.draining = True
+        caps, address = self.renewer.capabilities, self.renewer.address
+        self.journal.read(
+            lambda store: store.hosts.renew(self.identity, self.node, address, LEASE, caps, True), lambda v, e: marked()
+        )
 
     def leave(self) -> None:
         """The runtime is closing and leaves its turns to the store: the lease is given up now

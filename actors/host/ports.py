@@ -91,6 +91,8 @@ class TurnHostFace(Protocol):
 
     def parked(self, turn: Any, parked: bool) -> None: ...
 
+    def hand_on(self, turn: Any) -> bool: ...
+
 
 class ToolHost(Protocol):
     """What the ``ToolRunner`` needs of its host: the actor's sends and timers, its pool and

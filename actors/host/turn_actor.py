@@ -194,7 +194,8 @@ class TurnActor(LocalActor):
         self._take_stored_commands(then=StepAfterInbox(message))
 
     def receiveMsg_StepAfterInbox(self, message: StepAfterInbox, sender: Any) -> None:
-        self._apply(self.rules.handle(message.step), None)
+        if not self.host.hand_on(self):  # a host that drains hands the turn on here (``draining``)
+            self._apply(self.rules.handle(message.step), None)
 
     def receiveMsg_TurnCommand(self, message: TurnCommand, sender: Any) -> None:
         """Stop, cancel, approvals, ``StopTool``, input, pause, resume: one INFO line, then the rules."""
@@ -309,6 +310,7 @@ class TurnActor(LocalActor):
         if parked != self.parked and not self.ended:  # its host's admission frees or takes its slot
             self.parked = parked
             host.parked(self, parked)
+            host.hand_on(self)
 
     def suspend(self, why: str, kind: Suspension) -> None:
         """Stop this turn's work here without ending it (see the module docstring): its
@@ -347,6 +349,7 @@ class TurnActor(LocalActor):
             return
         self.ended, self.ended_at = True, time.monotonic()
         self.host.turn_ended(self)
+        self.host.hand_on(self)
 
 
 def _log_event(event: TurnEvent, state: TurnState) -> None:

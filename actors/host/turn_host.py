@@ -38,9 +38,9 @@ from thespian.system.transport import TransmitIntent
 
 from messages import (
     Consumed,
-    RunTool,
     ControlReply,
     ReportProgress,
+    RunTool,
     StartTurn,
     StopTurn,
     Subscribe,
@@ -77,6 +77,7 @@ from ..wire.protocol import (
     WorkersLeased,
 )
 from .admission import Limits
+from .draining import HostDraining, logged_reply
 from .durable import Durable, StoredSender
 from .journal import Journal
 from .keeper import StoreKeeper
@@ -93,7 +94,7 @@ __all__ = ["TurnHost"]
 log = logger("greenroom.host")
 
 
-class TurnHost(Dispatcher):
+class TurnHost(Dispatcher, HostDraining):
     """Hosts many TurnActors, as host ``node/slot``; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -338,7 +339,7 @@ class TurnHost(Dispatcher):
         if isinstance(to, StoredSender):
             if self.durable is not None:
                 command_id = to.command_id
-                self.durable.journal.read(lambda store: store.inbox.answer(command_id, reply), _logged(command_id))
+                self.durable.journal.read(lambda store: store.inbox.answer(command_id, reply), logged_reply(command_id))
         elif to is not None:
             self.send(to, reply)
 
@@ -390,11 +391,3 @@ class TurnHost(Dispatcher):
 
     def __repr__(self) -> str:
         return f"<TurnHost {self.slot} pid={os.getpid()}>"
-
-
-def _logged(command_id: int) -> Any:
-    def answered(_: Any, error: BaseException | None) -> None:
-        if error is not None:
-            log().warning("could not record the reply to command %d: %s", command_id, error)
-
-    return answered

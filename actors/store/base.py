@@ -51,8 +51,9 @@ EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
 # 3: when each turn was last claimed (on the database's clock); 4: sessions (two new tables);
 # 5: what each turn requires of its host (turns.requires) and each host's capabilities (hosts.capabilities);
 # 6: the providers' rate limits (one new table, ``rates``);
-# 7: the session's owner state (``sessions``: running, opening, dropping) and its queue (``session_queue``)
-STORE_SCHEMA = 7
+# 7: the session's owner state (``sessions``: running, opening, dropping) and its queue (``session_queue``);
+# 8: a host that drains says so with each renewal (``hosts.draining``): no heir is chosen among such hosts
+STORE_SCHEMA = 8
 
 
 class TurnSummary(BaseModel):
@@ -104,6 +105,7 @@ class HostRecord:
     address: bytes
     lease_until: float
     capabilities: dict[str, Any] = field(default_factory=dict)
+    draining: bool = False  # it takes no turn over: it hands its own to other hosts, then ends
 
 
 def status_of(state: TurnState) -> str:
@@ -292,9 +294,12 @@ class Ownership(Protocol):
 class HostRegistry(Protocol):
     """The hosts holding a lease in the store, and the store's identity."""
 
-    def renew(self, host_id: str, node: str, address: bytes, lease: float, capabilities: str = "") -> float:
+    def renew(
+        self, host_id: str, node: str, address: bytes, lease: float, capabilities: str = "", draining: bool = False
+    ) -> float:
         """``host_id`` is alive for ``lease`` more seconds, at ``address``, with its node's
-        ``capabilities`` (``placement.requirement``'s text): the seconds the store granted,
+        ``capabilities`` (``placement.requirement``'s text), ``draining`` or not (``ownership.Heirs``
+        skips a host that drains): the seconds the store granted,
         from when it read its clock (its answer, which the host counts from the request's
         start)."""
 

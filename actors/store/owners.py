@@ -91,16 +91,18 @@ class SQLHosts:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def renew(self, host_id: str, node: str, address: bytes, lease: float, capabilities: str = "") -> float:
+    def renew(
+        self, host_id: str, node: str, address: bytes, lease: float, capabilities: str = "", draining: bool = False
+    ) -> float:
         db = self.db
         with db.tx(f"renew the lease of host {host_id}"):
             row = db.run(
-                "INSERT INTO hosts (host_id, node, address, lease_until, seen_at, capabilities)"
-                f" VALUES (?, ?, ?, {db.now} + ?, {db.now}, ?)"
+                "INSERT INTO hosts (host_id, node, address, lease_until, seen_at, capabilities, draining)"
+                f" VALUES (?, ?, ?, {db.now} + ?, {db.now}, ?, ?)"
                 " ON CONFLICT (host_id) DO UPDATE SET node=excluded.node, address=excluded.address,"
-                " lease_until=excluded.lease_until, seen_at=excluded.seen_at, capabilities=excluded.capabilities"
-                " RETURNING lease_until - seen_at",
-                (host_id, node, address, lease, capabilities),
+                " lease_until=excluded.lease_until, seen_at=excluded.seen_at, capabilities=excluded.capabilities,"
+                " draining=excluded.draining RETURNING lease_until - seen_at",
+                (host_id, node, address, lease, capabilities, int(draining)),
             ).fetchone()
         return float(row[0])
 
@@ -110,9 +112,10 @@ class SQLHosts:
 
     def live(self) -> list[HostRecord]:
         rows = self.db.rows(
-            f"SELECT host_id, node, address, lease_until, capabilities FROM hosts WHERE lease_until > {self.db.now}"
+            "SELECT host_id, node, address, lease_until, capabilities, draining FROM hosts"
+            f" WHERE lease_until > {self.db.now}"
         )
-        return [HostRecord(h, n, bytes(a), until, json.loads(c) if c else {}) for h, n, a, until, c in rows]
+        return [HostRecord(h, n, bytes(a), until, json.loads(c) if c else {}, bool(d)) for h, n, a, until, c, d in rows]
 
     def identity(self) -> str:
         db = self.db

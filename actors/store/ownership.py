@@ -33,6 +33,12 @@ are the rules, all of them here; the SQL of the store uses the three texts below
   same heirs from the same live hosts; sorting them once, a host finds the heir of each
   orphan in O(1), and claims all of its own in one statement: a look costs O(orphans),
   whatever the number of hosts.
+- **drain**: a host that drains says so with each renewal (``hosts.draining``) and is never
+  an heir; it hands each of its durable turns on at the turn's next safe boundary (waiting
+  for approvals, paused, or between steps with no call running): it gives up ownership at
+  the epoch it holds (owner NULL, no epoch raised), then stops running it ("moved"), and the
+  heir claims it at its next look, one epoch up. Its turns that are not durable finish, or
+  end at the bound; so does a durable turn still in a call then (``Drain``).
 - **reconcile**: a host that renews after a lapse checks the turns it runs against the
   store: those another host claimed meanwhile are lost to it, and its own that it stopped
   are to be claimed again (``reconcile``).
@@ -48,12 +54,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
+from ..errors import ConfigurationError
 from ..placement import satisfies
 from .base import HostRecord, Owner, Route
 
 __all__ = [
     "CLAIMABLE",
+    "DRAINED",
+    "Drain",
+    "DrainStep",
     "FENCE_AFTER",
     "HELD",
     "LEASE",
@@ -92,13 +103,15 @@ ORPHANED = (
 
 
 class Heirs:
-    """Who takes over each orphan, among ``live`` hosts (``HostRecord``s); see the module
-    docstring. Of two incarnations of one slot (one just replaced the other), the one
+    """Who takes over each orphan, among ``live`` hosts (``HostRecord``s) that do not drain;
+    see the module docstring. Of two incarnations of one slot (one just replaced the other), the one
     renewed last counts."""
 
     def __init__(self, live: Iterable[HostRecord]) -> None:
         newest: dict[str, HostRecord] = {}
         for record in live:
+            if record.draining:  # it hands its turns on: it takes none
+                continue
             slot = host_of(record.host_id)
             if slot not in newest or record.lease_until > newest[slot].lease_until:
                 newest[slot] = record
@@ -218,3 +231,41 @@ class Lease:
                 return False
             self._fenced = True
             return True
+
+
+DRAINED = "this node drained: the turn could not be handed on or finish within the drain's bound"
+"""The reason a turn ends with when its node drains and the bound comes first."""
+
+DrainStep = Literal["wait", "hand_off", "end"]
+
+
+class Drain:
+    """A host that drains, over ``within`` seconds on an injected clock: what to do with each
+    of its turns now (``step``). ``hand_off``: release ownership at the same epoch, then
+    suspend ("moved"); ``end``: finish the turn with ``DRAINED``; ``wait``: look again at the
+    turn's next boundary, or at the bound. Once ``step`` said ``end`` or ``hand_off`` for
+    every turn, the host is drained."""
+
+    def __init__(self, within: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if isinstance(within, bool) or not isinstance(within, (int, float)) or not within >= 0:
+            raise ConfigurationError(f"a drain's bound must be a number of seconds >= 0, not {within!r}")
+        self._clock = clock
+        self.until = clock() + float(within)
+
+    @property
+    def overdue(self) -> bool:
+        """The bound has come: every turn still here ends (or, if durable, is handed on now)."""
+        return self._clock() >= self.until
+
+    def step(self, durable: bool, phase: str, in_flight: int) -> DrainStep:
+        """``phase``: the turn's (``TurnState.phase``); ``in_flight``: its tool calls and LLM
+        stream under way. A durable turn is handed on at a safe boundary, nothing in flight
+        (waiting for approvals, paused, or between two steps), never in a call before the
+        bound; at the bound, one still in a call is handed on (its call is interrupted, as a
+        fenced host's is), which beats waiting out a lease. A turn that is not durable is
+        left to finish, and ends at the bound."""
+        if phase == "finished":
+            return "wait"  # nothing to do: it is gone at its next look
+        if durable:
+            return "hand_off" if in_flight == 0 or self.overdue else "wait"
+        return "end" if self.overdue else "wait"

@@ -20,7 +20,8 @@ one (``base``, ``log``, ``inbox``), and uses what the database is good at:
   is a store with a table missing (never recreated empty). Schema 3 to 4 adds the sessions'
   tables (``sessions``), empty; 4 to 5 (``_STEP_5``) what each turn requires of its host
   and each host's capabilities; 6 the rate limits' (``rates``), empty; 7 the session's
-  owner state (``sessions.SCHEMA_7_COLUMNS``, ``SCHEMA_7_QUEUE``).
+  owner state (``sessions.SCHEMA_7_COLUMNS``, ``SCHEMA_7_QUEUE``); 8 (``_STEP_8``) whether
+  each host drains (``hosts.draining``).
 
 Every connection is bounded in time: connecting (``connect_timeout``), data sent and not
 acknowledged (TCP's ``tcp_user_timeout``), a silent peer (keepalives), a statement or an
@@ -100,6 +101,9 @@ _STEP_5 = """
 ALTER TABLE turns ADD COLUMN IF NOT EXISTS requires TEXT NOT NULL DEFAULT '';
 ALTER TABLE hosts ADD COLUMN IF NOT EXISTS capabilities TEXT NOT NULL DEFAULT ''
 """
+
+# schema 7 -> 8, one step of its own: a host that drains says so with each renewal
+_STEP_8 = "ALTER TABLE hosts ADD COLUMN IF NOT EXISTS draining INTEGER NOT NULL DEFAULT 0"
 
 _TABLES = ("turns", "events", "commands")  # what every greenroom store has had
 _UNNEST = "unnest(CAST(? AS INTEGER[]), CAST(? AS TEXT[]), CAST(? AS BYTEA[])) AS v(seq, kind, data)"
@@ -194,6 +198,7 @@ class PostgresDatabase(Database):
             for column, definition in SCHEMA_7_COLUMNS:
                 self.run(f"ALTER TABLE sessions ADD COLUMN IF NOT EXISTS {column} {definition}")
             self.run(SCHEMA_7_QUEUE.replace("BLOB", "BYTEA"))
+            self.run(_STEP_8)  # -- schema 8: hosts.draining --
             self.run(
                 "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (str(STORE_SCHEMA),),

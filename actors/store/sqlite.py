@@ -13,7 +13,8 @@ others. A store written by greenroom 0.1.0 (schema 1) is brought to schema 2 whe
 one from a newer greenroom is refused, saying so. The same holds from schema 2 to 3, and from 3 to 4 (the
 sessions' tables, ``sessions``, created empty), from 4 to 5 (``turns.requires`` and
 ``hosts.capabilities``, empty for the turns and hosts already there), to 6 (the rate limits',
-``rates``), and to 7 (the session's owner state: ``sessions.SCHEMA_7_COLUMNS``).
+``rates``), to 7 (the session's owner state: ``sessions.SCHEMA_7_COLUMNS``), and to 8 (whether
+each host drains: ``hosts.draining``).
 
 Only processes of one machine reach the file: with members, a runtime on a SQLite store
 places its (durable) turns on its own hosts. The command line's commands reach a turn
@@ -106,6 +107,16 @@ def _step_5(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
 
+# schema 7 -> 8, one step of its own: a host that drains says so with each renewal
+_STEP_8 = [("hosts", "draining", "INTEGER NOT NULL DEFAULT 0")]
+
+
+def _step_8(conn: sqlite3.Connection) -> None:
+    for table, column, definition in _STEP_8:
+        if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+
+
 class SQLiteDatabase(Database):
     """One SQLite file. One connection per thread and process, opened lazily."""
 
@@ -160,6 +171,7 @@ class SQLiteDatabase(Database):
                 if column not in columns:
                     conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} {definition}")
             conn.execute(SCHEMA_7_QUEUE)
+            _step_8(conn)  # -- schema 8: hosts.draining --
             conn.execute(
                 "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (str(STORE_SCHEMA),),

@@ -214,6 +214,7 @@ class NodeRecord(_Internal):
     pool: Any
     hosts: tuple[Any, ...] = ()
     store_id: str | None = None
+    draining: bool = False  # the node drains: no new turn is placed on its hosts (``wire.draining``)
 
     def host_ids(self) -> list[tuple[str, Any]]:
         return [(f"{self.node}/{slot}", address) for slot, address in enumerate(self.hosts)]
