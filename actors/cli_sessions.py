@@ -17,7 +17,7 @@ from typing import Any
 from messages import ControlReply, StartTurn, new_turn_id
 
 from .cli_base import CliError, ask_runtime, columns, load, open_named_store, say, store_path, when
-from .store import TurnStore
+from .store.base import session_turns
 from .store.files import running_runtime
 from .turn.forking import ForkError, cut
 
@@ -40,7 +40,7 @@ def cmd_sessions_show(args: argparse.Namespace) -> int:
         record = store.sessions.load(args.session_id)
     except KeyError:
         raise CliError(f"unknown session {args.session_id}") from None
-    turns = [{"turn_id": t, **_status(store, t)} for t in record.turns]
+    turns = session_turns(store.log, record.turns)
     data = {
         "session_id": record.session_id,
         "created_at": record.created_at,
@@ -63,15 +63,6 @@ def cmd_sessions_show(args: argparse.Namespace) -> int:
         lines.append(f"  {who}: {m.content if m.content is not None else ''}{extra}")
     say(args, data, "\n".join(lines))
     return 0
-
-
-def _status(store: TurnStore, turn_id: str) -> dict[str, Any]:
-    """A session's turn as the turn log has it (a turn the log no longer has is ``unknown``)."""
-    try:
-        state = store.log.load(turn_id)
-    except KeyError:
-        return {"status": "unknown", "finish_reason": None}
-    return {"status": "finished" if state.phase == "finished" else state.phase, "finish_reason": state.finish_reason}
 
 
 def cmd_fork(args: argparse.Namespace) -> int:

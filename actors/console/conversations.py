@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..store import TurnStore
+from ..store.base import session_turns
 from .sources import Source
 
 __all__ = ["UnknownSession", "session_json", "sessions_json"]
@@ -45,16 +46,7 @@ def session_json(source: Source, session_id: str) -> dict[str, Any]:
         record = store.sessions.load(session_id)
     except KeyError:
         raise UnknownSession(f"no session {session_id}") from None
-    turns = []
-    for turn_id in record.turns:
-        status: str = "unknown"  # a turn the log no longer has
-        reason: str | None = None
-        try:
-            state = store.log.load(turn_id)
-            status, reason = state.phase, state.finish_reason
-        except KeyError:
-            pass
-        turns.append({"turn_id": turn_id, "status": status, "finish_reason": reason})
+    turns = session_turns(store.log, record.turns)
     return {
         "session_id": record.session_id,
         "created_at": record.created_at,

@@ -42,7 +42,7 @@ from .urls import keep
 __all__ = [
     "STORE_SCHEMA", "EncodedEvent", "HostRecord", "HostRegistry", "Inbox", "Ownership", "Owner", "Rates", "Route",
     "SessionLog", "SessionOwned", "SessionRecord", "SessionSummary", "Snapshot", "TurnLog", "TurnStore",
-    "TurnSummary", "TurnWrite", "is_url", "refuse_newer", "status_of", "store_location",
+    "TurnSummary", "TurnWrite", "is_url", "refuse_newer", "session_turns", "status_of", "store_location",
 ]  # fmt: skip
 
 EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
@@ -114,6 +114,20 @@ def status_of(state: TurnState) -> str:
     if state.phase in ("awaiting_approval", "paused"):
         return state.phase
     return "running"
+
+
+def session_turns(log: TurnLog, turn_ids: Sequence[str]) -> list[dict[str, str | None]]:
+    """A session's turns as the turn log has them: each one's phase and finish reason
+    (``unknown`` for a turn the log no longer has); the CLI's and the console's view."""
+    out: list[dict[str, str | None]] = []
+    for turn_id in turn_ids:
+        try:
+            state = log.load(turn_id)
+        except KeyError:
+            out.append({"turn_id": turn_id, "status": "unknown", "finish_reason": None})
+            continue
+        out.append({"turn_id": turn_id, "status": state.phase, "finish_reason": state.finish_reason})
+    return out
 
 
 @dataclass(frozen=True)
