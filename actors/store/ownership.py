@@ -35,9 +35,9 @@ are the rules, all of them here; the SQL of the store uses the three texts below
   whatever the number of hosts.
 - **drain**: a host that drains says so with each renewal (``hosts.draining``) and is never
   an heir; it hands each of its durable turns on at the turn's next safe boundary (waiting
-  for approvals, paused, or between steps with no call running): it gives up ownership at
-  the epoch it holds (owner NULL, no epoch raised), then stops running it ("moved"), and the
-  heir claims it at its next look, one epoch up. Its turns that are not durable finish, or
+  for approvals, paused, or between steps with no call running): it stops running it
+  ("moved"), then gives up ownership at the epoch it holds (owner NULL, no epoch raised:
+  written after the turn's last events), and the heir claims it at its next look, one epoch up. Its turns that are not durable finish, or
   end at the bound; so does a durable turn still in a call then (``Drain``).
 - **reconcile**: a host that renews after a lapse checks the turns it runs against the
   store: those another host claimed meanwhile are lost to it, and its own that it stopped
@@ -241,8 +241,8 @@ DrainStep = Literal["wait", "hand_off", "end"]
 
 class Drain:
     """A host that drains, over ``within`` seconds on an injected clock: what to do with each
-    of its turns now (``step``). ``hand_off``: release ownership at the same epoch, then
-    suspend ("moved"); ``end``: finish the turn with ``DRAINED``; ``wait``: look again at the
+    of its turns now (``step``). ``hand_off``: suspend ("moved"), then release ownership at
+    the same epoch; ``end``: finish the turn with ``DRAINED``; ``wait``: look again at the
     turn's next boundary, or at the bound. Once ``step`` said ``end`` or ``hand_off`` for
     every turn, the host is drained."""
 
