@@ -212,21 +212,29 @@ def measure(size: int, turns: int, store: bool, hosts: int, count: bool, tmp: Pa
     return {"seconds": out["seconds"], "turns_per_s": turns / out["seconds"], "nodes": per_node}
 
 
+def calls_on_m1(c: Cluster, count: int, hosts: int, tmp: Path, prefix: str, effects: str) -> None:
+    """The leader (no ``doomed``: it never takes them), member 1 running ``count`` durable turns
+    named ``<prefix><i>``, each in a call (its effect at ``tmp/<effects><i>``), and member 2 joined,
+    able to take them over."""
+    processes = ("--max-tool-processes", str(max(16, count)))  # every call running at once, none queued
+    c.start_leader(hosts=hosts)
+    c.start_member(1, *processes, hosts=hosts, store=True, capabilities={"name": "m1", "doomed": True})
+    c.ask(op="wait_node", caps={"name": "m1"}, timeout=60)
+    for i in range(count):
+        effect = str(tmp / f"{effects}{i}")
+        reply = use_tools(call("side_effect", {"path": effect}), usage=None)
+        c.scripts.add(f"{prefix}{i}", reply, Reply(usage=None))
+        c.ask(op="run", turn_id=f"{prefix}{i}", prompt=f"{prefix}{i}", tools=["side_effect"], requires={"doomed": True})
+    for i in range(count):
+        c.ask(op="wait_progress", turn_id=f"{prefix}{i}", timeout=120)
+    c.start_member(2, *processes, hosts=hosts, store=True, capabilities={"name": "m2", "doomed": True})
+    c.ask(op="wait_node", caps={"name": "m2"}, timeout=60)
+
+
 def failover(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
     """Seconds from a node's loss to each of its ``count`` durable turns going on elsewhere."""
-    processes = ("--max-tool-processes", str(max(16, count)))  # every call running at once, none queued
     with Cluster(3, tmp) as c:
-        c.start_leader(hosts=hosts)
-        c.start_member(1, *processes, hosts=hosts, store=True, capabilities={"name": "m1", "doomed": True})
-        c.ask(op="wait_node", caps={"name": "m1"}, timeout=60)
-        for i in range(count):
-            effect = str(tmp / f"failover{i}")
-            c.scripts.add(f"f{i}", use_tools(call("side_effect", {"path": effect}), usage=None), Reply(usage=None))
-            c.ask(op="run", turn_id=f"f{i}", prompt=f"f{i}", tools=["side_effect"], requires={"doomed": True})
-        for i in range(count):
-            c.ask(op="wait_progress", turn_id=f"f{i}", timeout=120)
-        c.start_member(2, *processes, hosts=hosts, store=True, capabilities={"name": "m2", "doomed": True})
-        c.ask(op="wait_node", caps={"name": "m2"}, timeout=60)
+        calls_on_m1(c, count, hosts, tmp, "f", "failover")
         killed = time.monotonic()
         c.kill(1)
         resumed = [c.ask(op="wait_event", turn_id=f"f{i}", kind="tool_finished", timeout=120)["at"] - killed
@@ -286,19 +294,8 @@ def drain(count: int, hosts: int, tmp: Path) -> dict[str, Any]:
 
     from actors.store.ownership import LEASE
 
-    processes = ("--max-tool-processes", str(max(16, count)))  # every call running at once, none queued
     with Cluster(3, tmp) as c:
-        c.start_leader(hosts=hosts)  # no "doomed": it never takes them
-        c.start_member(1, *processes, hosts=hosts, store=True, capabilities={"name": "m1", "doomed": True})
-        c.ask(op="wait_node", caps={"name": "m1"}, timeout=60)
-        for i in range(count):
-            effect = str(tmp / f"drain{i}")
-            c.scripts.add(f"d{i}", use_tools(call("side_effect", {"path": effect}), usage=None), Reply(usage=None))
-            c.ask(op="run", turn_id=f"d{i}", prompt=f"d{i}", tools=["side_effect"], requires={"doomed": True})
-        for i in range(count):
-            c.ask(op="wait_progress", turn_id=f"d{i}", timeout=120)
-        c.start_member(2, *processes, hosts=hosts, store=True, capabilities={"name": "m2", "doomed": True})
-        c.ask(op="wait_node", caps={"name": "m2"}, timeout=60)
+        calls_on_m1(c, count, hosts, tmp, "d", "drain")
         db = psycopg.connect(c.store_url or "", autocommit=True)
         node = c.nodes[1].proc
         assert node is not None
