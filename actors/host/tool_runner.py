@@ -3,7 +3,12 @@
 - A call of a tool without ``requires`` runs in a process of the host's own node, lent by
   the local ``ToolPool``; the host keeps the processes it was lent and reuses each as soon
   as its previous call has reported (one call at a time per process). When none is free
-  the call waits for the one the host asked for; a spare is asked for ahead of need.
+  the call waits for the one the host asked for (the pool lends one of the spares it keeps
+  forked, at the cost of a round trip); a host that has none asks for one when a turn that
+  may call such a tool starts (``expect``). Of its free processes the host keeps one for good:
+  the others go back to the pool once free for ``IDLE_KEPT`` seconds, so that what a burst
+  of calls forked does not stay at every host after it, and the pool retires what it has
+  beyond its spares.
 - ``@tool(isolate=True)``: a process of its own, retired after the call.
 - ``@tool(requires={...})``: a process lent by the pool of a node whose capabilities match,
   found through the directory; the call sends a heartbeat and one silent for
@@ -41,7 +46,7 @@ from typing import Any
 
 from thespian.actors import ActorExitRequest
 
-from messages import InterruptTool, RunTool
+from messages import InterruptTool, RunTool, ToolSpec
 
 from ..tools.tool_actor import ToolActor
 from ..turn.decisions import ToolLost
@@ -52,6 +57,8 @@ from .ports import HostedTurn, ToolHost
 __all__ = ["ToolRunner"]
 
 Key = tuple[str, str]  # (turn_id, call_id)
+
+IDLE_KEPT = 2.0  # seconds a free local process beyond the host's first is kept for the next calls
 
 
 @dataclass
@@ -73,7 +80,9 @@ class ToolRunner:
 
     def __init__(self, host: ToolHost) -> None:
         self.host = host
-        self.idle: list[Any] = []  # local processes lent to this host, free
+        self.idle: list[Any] = []  # local processes lent to this host, free (the newest last)
+        self.idle_since: dict[str, float] = {}  # each free local process: when it became free
+        self.trimming = False  # a wakeup to give back free processes is due
         self.asked = 0  # local processes asked for, not yet lent
         self.waiting: deque[Key] = deque()  # local calls waiting for a process
         self.calls: dict[Key, _Busy] = {}
@@ -110,9 +119,21 @@ class ToolRunner:
                 self.waiting.append(key)
             self._top_up()
 
+    def expect(self, specs: list[ToolSpec]) -> None:
+        """A turn that may call ``specs`` starts: if one of them runs in a local process and
+        this host has none, ask for one now, while the turn's first LLM round runs."""
+        if self.idle or self.asked or self.waiting:
+            return
+        if any(
+            not (s.is_async and (s.inline or self.host.inline_async_tools)) and not s.requires and not s.isolate
+            for s in specs
+        ):
+            self.asked += 1
+            self.host.send(self.host.pool, LeaseWorkers(1))
+
     def _top_up(self) -> None:
-        """Ask the pool for a process per waiting call, and for one spare ahead of need."""
-        needed = len(self.waiting) + (0 if self.idle else 1) - self.asked
+        """Ask the pool for a process per waiting call (it keeps the spares forked)."""
+        needed = len(self.waiting) - self.asked
         if needed > 0:
             self.asked += needed
             self.host.send(self.host.pool, LeaseWorkers(needed))
@@ -140,7 +161,8 @@ class ToolRunner:
             self._start_placed(rk)
             return
         self.asked = max(0, self.asked - len(msg.workers))
-        self.idle.extend(msg.workers)
+        for worker in msg.workers:
+            self._free(worker)
         while self.waiting and self.idle:
             key = self.waiting.popleft()
             if key in self.calls:
@@ -278,11 +300,34 @@ class ToolRunner:
             key = self.waiting.popleft()
             self._send_run(key, self.calls[key], worker)
         else:
-            self.idle.append(worker)
-            if len(self.idle) > 4:
-                returned = self.idle.pop(0)
-                self.origin.pop(str(returned), None)
-                self.host.send(self.host.pool, ReturnWorkers([returned]))
+            self._free(worker)
+
+    def _free(self, worker: Any) -> None:
+        """``worker`` is free: kept for the next call, and given back to the pool if it is
+        still free in ``IDLE_KEPT`` seconds while another is (see the module docstring)."""
+        self.idle.append(worker)
+        self.idle_since[str(worker)] = time.monotonic()
+        if len(self.idle) > 1 and not self.trimming:
+            self.trimming = True
+            self.host.wakeupAfter(timedelta(seconds=IDLE_KEPT), payload=("trim",))
+
+    def trim(self) -> None:
+        """Give back to the pool every free process free for ``IDLE_KEPT`` seconds, but the
+        one freed last; look again later while more than one is free."""
+        self.trimming = False
+        now = time.monotonic()
+        back = [w for w in self.idle[:-1] if now - self.idle_since.get(str(w), now) >= IDLE_KEPT]
+        if back:
+            names = {str(w) for w in back}
+            self.idle = [w for w in self.idle if str(w) not in names]
+            for name in names:
+                self.origin.pop(name, None)
+                self.idle_since.pop(name, None)
+            self.host.send(self.host.pool, ReturnWorkers(back))
+        if len(self.idle) > 1:
+            oldest = min(self.idle_since.get(str(w), now) for w in self.idle[:-1])
+            self.trimming = True
+            self.host.wakeupAfter(timedelta(seconds=max(0.001, oldest + IDLE_KEPT - now)), payload=("trim",))
 
     def interrupt(self, msg: InterruptTool, end_waiting: bool = True) -> None:
         key = (msg.turn_id, msg.call_id)
@@ -306,6 +351,7 @@ class ToolRunner:
         name = str(worker)
         self.origin.pop(name, None)
         self.idle = [w for w in self.idle if str(w) != name]
+        self.idle_since.pop(name, None)
         for free in self.placed_idle.values():
             free[:] = [w for w in free if str(w) != name]
         key = self.by_worker.pop(name, None)

@@ -152,7 +152,6 @@ class TurnHost(Dispatcher, HostDraining):
         self.node = msg.node
         self.registry.held.hold_for = msg.hold
         self.registry.limit(Limits(msg.max_running, msg.max_queued))
-        self.tools._top_up()
         if msg.store is None:
             self.send(sender, HostReady(msg.slot))
             return
@@ -169,6 +168,7 @@ class TurnHost(Dispatcher, HostDraining):
     # -- turns (``registry``) ---------------------------------------------------------------
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: Any) -> None:
+        self.tools.expect(msg.tools)
         self.registry.start(msg, sender)
 
     def receiveMsg_Subscribe(self, msg: Subscribe, sender: Any) -> None:
@@ -246,6 +246,8 @@ class TurnHost(Dispatcher, HostDraining):
         what = msg.payload[0]
         if what == "liveness":
             self.tools.check_liveness()
+        elif what == "trim":
+            self.tools.trim()
         elif what == "hold":
             self.timers_on.discard("hold")
             self.registry.expire_held()

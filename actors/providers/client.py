@@ -5,6 +5,11 @@
   aborts its stream from any thread, and that runs its streams on a thread of its own,
   kept from one stream to the next;
 - ``DEADLINES``: one thread per process that aborts streams past their total timeout.
+
+``httpcore`` (and what it imports: h11, anyio, trio where installed) is imported here,
+where httpx would import it on a host's first stream: in the process that starts the actor
+system, before it forks, so that every process of the tree shares those modules' memory
+instead of each host holding its own copy (about 4 MiB with trio installed).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpcore  # noqa: F401  (see the module docstring)
 import httpx
 
 from ..logs import logger

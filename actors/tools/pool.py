@@ -113,6 +113,8 @@ class ToolPool(Dispatcher):
                 self.leased.remove(pair)
                 self.idle.append(worker)
         self._pay()
+        while self.config is not None and len(self.idle) > self.config.spares:
+            self.send(self.idle.pop(), ActorExitRequest())  # the newest back: the fresh forks stay
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
         worker = msg.childAddress
