@@ -15,13 +15,25 @@ import pytest
 
 from actors.client.receiving import Inbound
 from actors.client.records import EventRecords
+from actors.client.starting import Room, admit_later
 from actors.client.stream import GAP_WAIT, LOST_AFTER, QUIET, TurnStream
 from actors.host.llm_actor import LLMActor
 from actors.mailbox import Kernel, LocalActor
 from actors.providers.client import ProviderClient, _Deadlines
 from actors.testing import ScriptedProvider, say
 from actors.wire.protocol import EventBatch
-from messages import AbortStream, ChatMessage, Error, Finish, StreamChat, TextDelta, ToolProgress, TurnStarted, encode
+from messages import (
+    AbortStream,
+    ChatMessage,
+    ControlReply,
+    Error,
+    Finish,
+    StreamChat,
+    TextDelta,
+    ToolProgress,
+    TurnStarted,
+    encode,
+)
 
 
 def test_a_deadline_fires_once_in_order_and_a_cancelled_one_never() -> None:
@@ -100,6 +112,22 @@ def test_the_readers_of_a_stream_are_woken_once_per_batch() -> None:
     ]
     inbound.on_message(EventBatch([encode(e) for e in events]), None)
     assert wakes == [4] and [e.seq for e in stream.events] == [0, 1, 2, 3]
+
+
+# found by the soak over a lossy network (seeds 240, 492, 720, 951: a StartTurn's ACK lost,
+# and with it, at times, its answer): a start that run() did not wait for stayed waited for
+# after its turn had ended, and its host's count of starts sent unanswered never went down
+def test_a_start_not_waited_for_whose_answer_never_came_is_let_go_when_its_turn_ends() -> None:
+    inbound, room = Inbound(lambda: False, lambda msg: None), Room()
+    room.answered("host", ControlReply(turn_id="turn_0", command="start", ok=True, room=1))
+    stream = inbound.open_stream("turn_1", 0, fresh=True)
+    stream.host = "host"
+    admitted = inbound.expect("start:turn_1")
+    assert admit_later(inbound, room, stream, admitted, wait=False)  # the host has room: run() returns
+    events = [TurnStarted(turn_id="turn_1", seq=0), Finish(turn_id="turn_1", seq=1, finish_reason="stop", messages=[])]
+    inbound.on_message(EventBatch([encode(e) for e in events]), None)
+    assert admitted.cancelled() and inbound.forget("start:turn_1") is None
+    assert room.sent("host"), "the host's room counts the unanswered start no longer"
 
 
 def test_asyncio_readers_of_several_streams_are_woken_with_one_callback_per_loop() -> None:

@@ -105,6 +105,8 @@ class AsyncRuntime:
                 if stream.finished:
                     return handle
                 raise TurnTimeout(f"the host of turn {stream.turn_id} did not answer within {timeout:g} s")
+        if pending.cancelled():  # ``Inbound.unanswered``: the turn has ended, or its host is lost
+            return handle
         admitted_as(self.sync._inbound, stream, pending.result())
         if turn_id is not None and stream.admitted == "running":
             await handle._wait_index(0, timeout)  # raises ControlRejected if the id is taken

@@ -90,6 +90,14 @@ class Inbound:
         with self._lock:
             return self._futures.pop(key, None)
 
+    def unanswered(self, key: str) -> None:
+        """Nobody waits for the reply filed under ``key`` any more: its future, if still
+        there, is cancelled (a turn's start whose answer was lost with its connection, and
+        whose turn has ended since or cannot be reached: its callbacks learn it never comes)."""
+        future = self.forget(key)
+        if future is not None:
+            future.cancel()
+
     def open_stream(
         self,
         turn_id: str,
@@ -195,6 +203,7 @@ class Inbound:
             touched[turn_id] = stream
             if stream.deliver_record(seq, kind, event, wake=False):
                 self.drop(turn_id, stream)
+                self.unanswered(f"start:{turn_id}")
         later: list[Waiter] = []
         for stream in touched.values():
             stream.wake(later)

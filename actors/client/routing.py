@@ -168,7 +168,7 @@ class Hosts:
 
         def lost() -> None:
             stream.lost("its host cannot be reached")
-            self._inbound.forget(f"start:{tid}")  # its admission never comes (nor does a run() wait for it)
+            self._inbound.unanswered(f"start:{tid}")  # its admission never comes (nor does a run() wait for it)
             for command, future in self._release(tid):
                 _unreachable(command, future, self._inbound)
 

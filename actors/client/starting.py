@@ -115,6 +115,8 @@ def _answer(
     while True:
         try:
             return admitted.result(0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic())))
+        except concurrent.futures.CancelledError:  # ``Inbound.unanswered``: the turn ended, or its host is lost
+            return None
         except concurrent.futures.TimeoutError:
             if stream.finished:
                 inbound.forget(admitted_key(stream))

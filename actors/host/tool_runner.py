@@ -4,8 +4,9 @@
   the local ``ToolPool``; the host keeps the processes it was lent and reuses each as soon
   as its previous call has reported (one call at a time per process). When none is free
   the call waits for the one the host asked for (the pool lends one of the spares it keeps
-  forked, at the cost of a round trip); a host that has none asks for one when a turn that
-  may call such a tool starts (``expect``). Of its free processes the host keeps one for good:
+  forked, at the cost of a round trip). A host asks for one process when it starts, and
+  again when a turn that may call such a tool starts while it has none (its one exited):
+  ``keep_one``. Of its free processes the host keeps one for good:
   the others go back to the pool once free for ``IDLE_KEPT`` seconds, so that what a burst
   of calls forked does not stay at every host after it, and the pool retires what it has
   beyond its spares.
@@ -120,14 +121,18 @@ class ToolRunner:
             self._top_up()
 
     def expect(self, specs: list[ToolSpec]) -> None:
-        """A turn that may call ``specs`` starts: if one of them runs in a local process and
-        this host has none, ask for one now, while the turn's first LLM round runs."""
-        if self.idle or self.asked or self.waiting:
-            return
+        """A turn that may call ``specs`` starts: if one of them runs in a local process,
+        ``keep_one`` (the process is asked for while the turn's first LLM round runs)."""
         if any(
             not (s.is_async and (s.inline or self.host.inline_async_tools)) and not s.requires and not s.isolate
             for s in specs
         ):
+            self.keep_one()
+
+    def keep_one(self) -> None:
+        """Ask the pool for a process if this host has none free, has asked for none and has
+        no call waiting: the one it keeps for its next call (see the module docstring)."""
+        if not (self.idle or self.asked or self.waiting):
             self.asked += 1
             self.host.send(self.host.pool, LeaseWorkers(1))
 

@@ -152,6 +152,7 @@ class TurnHost(Dispatcher, HostDraining):
         self.node = msg.node
         self.registry.held.hold_for = msg.hold
         self.registry.limit(Limits(msg.max_running, msg.max_queued))
+        self.tools.keep_one()  # so that its first call waits for nothing
         if msg.store is None:
             self.send(sender, HostReady(msg.slot))
             return
