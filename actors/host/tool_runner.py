@@ -6,10 +6,9 @@
   the call waits for the one the host asked for (the pool lends one of the spares it keeps
   forked, at the cost of a round trip). A host asks for one process when it starts, and
   again when a turn that may call such a tool starts while it has none (its one exited):
-  ``keep_one``. Of its free processes the host keeps one for good:
-  the others go back to the pool once free for ``IDLE_KEPT`` seconds, so that what a burst
-  of calls forked does not stay at every host after it, and the pool retires what it has
-  beyond its spares.
+  ``keep_one``. Of its free processes the host keeps one for good: the others go back to
+  the pool once free for ``IDLE_KEPT`` seconds (so that what a burst of calls forked does
+  not stay at every host after it), and the pool retires what it gets beyond its spares.
 - ``@tool(isolate=True)``: a process of its own, retired after the call.
 - ``@tool(requires={...})``: a process lent by the pool of a node whose capabilities match,
   found through the directory; the call sends a heartbeat and one silent for
