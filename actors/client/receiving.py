@@ -93,7 +93,8 @@ class Inbound:
     def unanswered(self, key: str) -> None:
         """Nobody waits for the reply filed under ``key`` any more: its future, if still
         there, is cancelled (a turn's start whose answer was lost with its connection, and
-        whose turn has ended since or cannot be reached: its callbacks learn it never comes)."""
+        whose turn has ended since or cannot be reached: its callbacks, ``starting.Room``'s
+        among them, learn that it never comes)."""
         future = self.forget(key)
         if future is not None:
             future.cancel()
@@ -131,6 +132,12 @@ class Inbound:
     def stream(self, turn_id: str) -> TurnStream | None:
         with self._lock:
             return self.streams.get(turn_id)
+
+    def ended(self, turn_id: str, stream: TurnStream) -> None:
+        """``stream``'s turn has ended (or is lost to this caller): stop following it, and
+        stop waiting for its start's answer if that never came (``unanswered``)."""
+        self.drop(turn_id, stream)
+        self.unanswered(f"start:{turn_id}")
 
     def drop(self, turn_id: str, stream: TurnStream | None = None) -> None:
         """Stop following ``turn_id`` (only if its stream is still ``stream``, when given)."""
@@ -202,8 +209,7 @@ class Inbound:
                 continue
             touched[turn_id] = stream
             if stream.deliver_record(seq, kind, event, wake=False):
-                self.drop(turn_id, stream)
-                self.unanswered(f"start:{turn_id}")
+                self.ended(turn_id, stream)
         later: list[Waiter] = []
         for stream in touched.values():
             stream.wake(later)
@@ -219,7 +225,7 @@ class Inbound:
         self._next_gap_check = now + GAP_CHECK
         for turn_id, stream in self.open_streams():
             if stream.fill_gaps(now):
-                self.drop(turn_id, stream)
+                self.ended(turn_id, stream)
 
     # -- members --------------------------------------------------------------------------
 

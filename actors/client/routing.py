@@ -268,7 +268,7 @@ class Hosts:
         lost_owner = lost_owner or self.host_id(stream.host)
         if self._follow is None:
             stream.lost(detail)
-            self._inbound.drop(turn_id, stream)
+            self._inbound.ended(turn_id, stream)
             return
         with self._lock:
             self._held.setdefault(turn_id, [])
@@ -279,7 +279,7 @@ class Hosts:
         """A followed turn is on ``host`` now (a ``follow.Lost``: it could not be found; it ends here)."""
         if isinstance(host, Lost):
             stream.lost(host.detail, host.error_type)
-            self._inbound.drop(turn_id, stream)
+            self._inbound.ended(turn_id, stream)
             for command, future in self._release(turn_id):
                 _unreachable(command, future, self._inbound)
             return
@@ -315,7 +315,7 @@ class Hosts:
                     self._send(command, future)
             else:
                 stream.lost("the process that ran this turn died; it had no store to recover from")
-                self._inbound.drop(turn_id, stream)
+                self._inbound.ended(turn_id, stream)
                 for command, future in self._release(turn_id):
                     _unreachable(command, future, self._inbound)
 

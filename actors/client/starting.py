@@ -99,7 +99,8 @@ def admission(
     timeout: float | None,
 ) -> ControlReply | None:
     """The host's answer to a turn's start, within ``timeout`` s (None: without bound);
-    None if its host could not be reached (the stream has ended, saying so)."""
+    None if its host could not be reached (the stream has ended, saying so) or the turn
+    ended before its answer came."""
     reply = None
     try:
         reply = _answer(inbound, stream, admitted, timeout)

@@ -5,8 +5,8 @@
   as its previous call has reported (one call at a time per process). When none is free
   the call waits for the one the host asked for (the pool lends one of the spares it keeps
   forked, at the cost of a round trip). A host asks for one process when it starts, and
-  again when a turn that may call such a tool starts while it has none (its one exited):
-  ``keep_one``. Of its free processes the host keeps one for good: the others go back to
+  again when a turn that may call such a tool starts (``StartTurn``, not a turn taken over
+  or resumed) while it has none free, none asked for and no call waiting: ``keep_one``. Of its free processes the host keeps one for good: the others go back to
   the pool once free for ``IDLE_KEPT`` seconds (so that what a burst of calls forked does
   not stay at every host after it), and the pool retires what it gets beyond its spares.
 - ``@tool(isolate=True)``: a process of its own, retired after the call.
@@ -114,7 +114,7 @@ class ToolRunner:
         else:
             busy.where = "local"
             if self.idle:
-                self._send_run(key, busy, self.idle.pop())
+                self._send_run(key, busy, self._take())
             else:
                 self.waiting.append(key)
             self._top_up()
@@ -170,7 +170,7 @@ class ToolRunner:
         while self.waiting and self.idle:
             key = self.waiting.popleft()
             if key in self.calls:
-                self._send_run(key, self.calls[key], self.idle.pop())
+                self._send_run(key, self.calls[key], self._take())
         self._top_up()
 
     # -- placed calls ---------------------------------------------------------------------
@@ -305,6 +305,12 @@ class ToolRunner:
             self._send_run(key, self.calls[key], worker)
         else:
             self._free(worker)
+
+    def _take(self) -> Any:
+        """The free process freed last, taken for a call."""
+        worker = self.idle.pop()
+        self.idle_since.pop(str(worker), None)
+        return worker
 
     def _free(self, worker: Any) -> None:
         """``worker`` is free: kept for the next call, and given back to the pool if it is

@@ -8,9 +8,11 @@ the forking of its node, off every turn's path.
   yet is owed, and paid in the order asked as processes come back or exit (the calls wait,
   stoppable, in their host). The pool then forks again, a moment later, to keep ``spares``
   idle processes ready, within the same cap;
-- a lent process stays the host's until the host returns it or the process exits; when a
+- a lent process stays the host's until the host returns it (``ReturnWorkers``) or the
+  process exits; one returned while ``spares`` are idle already is retired (counted within
+  ``max_processes`` until it has exited), so that what a burst forked does not stay; when a
   process exits (retired after its calls, stopped past its grace, crashed, killed) the
-  host that had it gets ``WorkerExited`` and the pool forks a replacement;
+  host that had it gets ``WorkerExited`` and the pool forks a replacement if it needs one;
 - when a host dies (``HostGone``), the processes it had are retired: a call of a dead turn
   has nobody to report to;
 - the pool is a subreaper: what a tool process started and left behind when it died (it
@@ -57,6 +59,7 @@ class ToolPool(Dispatcher):
         super().__init__(*args, **kwargs)
         self.config: PoolConfig | None = None
         self.idle: list[Any] = []
+        self.retiring: list[Any] = []  # idle processes told to exit, not yet exited
         self.leased: list[tuple[Any, Any]] = []  # (worker, host); addresses are not hashable
         self.replenish_scheduled = False
         self.quiet = False
@@ -87,7 +90,7 @@ class ToolPool(Dispatcher):
         self._schedule_replenish()
 
     def _processes(self) -> int:
-        return len(self.idle) + len(self.leased)
+        return len(self.idle) + len(self.leased) + len(self.retiring)
 
     def _pay(self) -> None:
         """Lend what is owed, oldest request first, within ``max_processes``."""
@@ -114,11 +117,15 @@ class ToolPool(Dispatcher):
                 self.idle.append(worker)
         self._pay()
         while self.config is not None and len(self.idle) > self.config.spares:
-            self.send(self.idle.pop(), ActorExitRequest())  # the newest back: the fresh forks stay
+            worker = self.idle.pop()  # the newest back: the fresh forks stay
+            self.retiring.append(worker)  # counted until it has exited (``max_processes``)
+            self.send(worker, ActorExitRequest())
 
     def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: Any) -> None:
         worker = msg.childAddress
         self._end_orphans()
+        if worker in self.retiring:
+            self.retiring.remove(worker)
         if worker in self.idle:
             self.idle.remove(worker)
         pair = self._lessee(worker)
