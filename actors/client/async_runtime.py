@@ -37,7 +37,7 @@ from .handle import AsyncTurnHandle
 from .inputs import History
 from .routing import waiting
 from .runtime import Runtime, ToolLike
-from .starting import admit_later, admitted_as
+from .starting import admit_later, admitted_as, admitted_key
 
 __all__ = ["AsyncRuntime"]
 
@@ -101,7 +101,7 @@ class AsyncRuntime:
         while not pending.done():  # the host's answer (its turn's stream ends if its host is lost)
             done, _ = await asyncio.wait({pending}, timeout=0.25 if wait else timeout)
             if not done and (stream.finished or not wait):
-                self.sync._inbound.unanswered(f"start:{stream.turn_id}")  # its Room count too
+                self.sync._inbound.unanswered(admitted_key(stream))  # its Room count too
                 if stream.finished:
                     return handle
                 raise TurnTimeout(f"the host of turn {stream.turn_id} did not answer within {timeout:g} s")

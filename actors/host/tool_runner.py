@@ -6,9 +6,10 @@
   the call waits for the one the host asked for (the pool lends one of the spares it keeps
   forked, at the cost of a round trip). A host asks for one process when it starts, and
   again when a turn that may call such a tool starts (``StartTurn``, not a turn taken over
-  or resumed) while it has none free, none asked for and no call waiting: ``keep_one``. Of its free processes the host keeps one for good: the others go back to
-  the pool once free for ``IDLE_KEPT`` seconds (so that what a burst of calls forked does
-  not stay at every host after it), and the pool retires what it gets beyond its spares.
+  or resumed) while it has none free, none asked for and no call waiting: ``keep_one``.
+  Of its free processes the host keeps one for good: the others go back to the pool once
+  free for ``IDLE_KEPT`` seconds (so that what a burst of calls forked does not stay at
+  every host after it), and the pool retires what it gets beyond its spares.
 - ``@tool(isolate=True)``: a process of its own, retired after the call.
 - ``@tool(requires={...})``: a process lent by the pool of a node whose capabilities match,
   found through the directory; the call sends a heartbeat and one silent for
@@ -100,32 +101,34 @@ class ToolRunner:
         key = (run.turn_id, run.call.id)
         busy = _Busy(turn, run, None)
         self.calls[key] = busy
-        spec = run.spec
-        if spec.is_async and (spec.inline or self.host.inline_async_tools):
-            busy.where = "inline"
+        busy.where = self._where(run.spec)
+        if busy.where == "inline":
             self._run_inline(key, busy)
-        elif spec.requires:
-            busy.where, busy.last_heard = "placed", time.monotonic()
+        elif busy.where == "placed":
+            busy.last_heard = time.monotonic()
             self._place(key, busy)
             self._watch()
-        elif spec.isolate:
-            busy.where = "isolated"
+        elif busy.where == "isolated":
             self.host.send(self.host.pool, LeaseWorkers(1, isolate=True))
         else:
-            busy.where = "local"
             if self.idle:
                 self._send_run(key, busy, self._take())
             else:
                 self.waiting.append(key)
             self._top_up()
 
+    def _where(self, spec: ToolSpec) -> str:
+        """Where a call of ``spec`` runs: "inline", "placed", "isolated" or "local"."""
+        if spec.is_async and (spec.inline or self.host.inline_async_tools):
+            return "inline"
+        if spec.requires:
+            return "placed"
+        return "isolated" if spec.isolate else "local"
+
     def expect(self, specs: list[ToolSpec]) -> None:
         """A turn that may call ``specs`` starts: if one of them runs in a local process,
         ``keep_one`` (the process is asked for while the turn's first LLM round runs)."""
-        if any(
-            not (s.is_async and (s.inline or self.host.inline_async_tools)) and not s.requires and not s.isolate
-            for s in specs
-        ):
+        if any(self._where(spec) == "local" for spec in specs):
             self.keep_one()
 
     def keep_one(self) -> None:
@@ -318,8 +321,11 @@ class ToolRunner:
         self.idle.append(worker)
         self.idle_since[str(worker)] = time.monotonic()
         if len(self.idle) > 1 and not self.trimming:
-            self.trimming = True
-            self.host.wakeupAfter(timedelta(seconds=IDLE_KEPT), payload=("trim",))
+            self._trim_in(IDLE_KEPT)
+
+    def _trim_in(self, seconds: float) -> None:
+        self.trimming = True
+        self.host.wakeupAfter(timedelta(seconds=seconds), payload=("trim",))
 
     def trim(self) -> None:
         """Give back to the pool every free process free for ``IDLE_KEPT`` seconds, but the
@@ -336,8 +342,7 @@ class ToolRunner:
             self.host.send(self.host.pool, ReturnWorkers(back))
         if len(self.idle) > 1:
             oldest = min(self.idle_since.get(str(w), now) for w in self.idle[:-1])
-            self.trimming = True
-            self.host.wakeupAfter(timedelta(seconds=max(0.001, oldest + IDLE_KEPT - now)), payload=("trim",))
+            self._trim_in(max(0.001, oldest + IDLE_KEPT - now))
 
     def interrupt(self, msg: InterruptTool, end_waiting: bool = True) -> None:
         key = (msg.turn_id, msg.call_id)
