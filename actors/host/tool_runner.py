@@ -3,13 +3,10 @@
 - A call of a tool without ``requires`` runs in a process of the host's own node, lent by
   the local ``ToolPool``; the host keeps the processes it was lent and reuses each as soon
   as its previous call has reported (one call at a time per process). When none is free
-  the call waits for the one the host asked for (the pool lends one of the spares it keeps
-  forked, at the cost of a round trip). A host asks for one process when it starts, and
-  again when a turn that may call such a tool starts (``StartTurn``, not a turn taken over
-  or resumed) while it has none free, none asked for and no call waiting: ``keep_one``.
-  Of its free processes the host keeps one for good: the others go back to the pool once
-  free for ``IDLE_KEPT`` seconds (so that what a burst of calls forked does not stay at
-  every host after it), and the pool retires what it gets beyond its spares.
+  the call waits for the one the host asked for (a round trip: the pool keeps spares). A
+  host asks for one at its start and at a ``StartTurn`` that may need one while it has none
+  free, none asked for and no call waiting (``keep_one``); it keeps one free process, gives
+  the others back once free for ``IDLE_KEPT`` s, and the pool retires what is beyond its spares.
 - ``@tool(isolate=True)``: a process of its own, retired after the call.
 - ``@tool(requires={...})``: a process lent by the pool of a node whose capabilities match,
   found through the directory; the call sends a heartbeat and one silent for
