@@ -277,3 +277,21 @@ class ExitRaceHost(ActorTypeDispatcher):
         if not self.answered:
             self.answered = True
             self.send(self.asker, len(self.exited))
+
+
+# -- two sends queued for one target ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SendAll:
+    """Send ``messages`` to ``to`` back to back, all from one handler; answered with their count."""
+
+    to: Any
+    messages: list[Any]
+
+
+class BackToBack(ActorTypeDispatcher):
+    def receiveMsg_SendAll(self, msg: SendAll, sender: Any) -> None:
+        for message in msg.messages:
+            self.send(msg.to, message)
+        self.send(sender, len(msg.messages))

@@ -43,6 +43,12 @@ What greenroom patches or calls, and why:
 - ``MultiProcReplicator._startChildActor``'s record of each child it forks (``ChildInfo``:
   the address ``createActor`` returned and the process): the pid of a tool process the pool
   has just forked (``child_pid``);
+- ``TCPTransport.selectors`` (the module the transport's pass takes its selector from) and
+  ``TransmitIntent.delay``: each pass of Thespian's transport loop made a new epoll selector,
+  registered every socket with it (a system call each) and closed it, and asked every send
+  under way for its delay through three timer views and three ``timedelta`` objects; a pass
+  now polls its sockets in one system call (``_PassSelector``) and a send's delay is the same
+  figure from the timers' floats (``_delay``), see docs/benchmarks.md "The cost of a turn";
 - ``TCPTransport.close``: Thespian's own never closes a socket (its static
   ``_safeSocketShutdown`` tests ``isinstance(socket.error, Exception)``, false on Python 3,
   and the idle connections it keeps for reuse, ``_openSockets``, are not even shut down), so
@@ -53,7 +59,11 @@ What greenroom patches or calls, and why:
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
+import select
+import selectors
+import types
 from datetime import timedelta
 from typing import Any
 
@@ -111,6 +121,8 @@ def _internals() -> list[tuple[object, str]]:
         (multiprocCommon.MultiProcReplicator, "_checkChildLiveness"),
         (multiprocCommon, "ChildInfo"),
         (TCPTransport.TCPTransport, "close"),
+        (TCPTransport, "selectors"),
+        (TransmitIntent, "delay"),
     ]
 
 
@@ -137,7 +149,101 @@ def check() -> None:
     from thespian.system.transport.TCPTransport import TCPTransport
 
     TCPTransport.close = _closing_sockets(TCPTransport.close)
+    _lighten_passes()
     _checked = True
+
+
+def _lighten_passes() -> None:
+    """Each pass of the transport loop polls in one system call and asks its sends' delays
+    from floats (see the module docstring); what a pass decides is unchanged."""
+    from thespian.system.transport import TCPTransport, TransmitIntent
+
+    TCPTransport.selectors = types.SimpleNamespace(
+        DefaultSelector=_PassSelector, EVENT_READ=selectors.EVENT_READ, EVENT_WRITE=selectors.EVENT_WRITE
+    )
+    TransmitIntent.delay = _delay(TransmitIntent.delay)
+
+
+class _PassSelector:
+    """What a pass of Thespian's transport loop asks of a selector (register, select, close)
+    over one ``poll()``: registering costs no system call, and there is nothing to close.
+
+    It answers as the epoll selector it replaces: an fd that is not open fails with EBADF
+    (epoll refuses it when registered, poll marks it POLLNVAL: raised from ``select``, which
+    Thespian's pass handles by finding the bad fd, checking each with a selector of this
+    kind); a hang-up or an error makes an fd both readable and writable, as far as asked."""
+
+    __slots__ = ("_poll", "_events")
+
+    _READ = select.POLLIN | select.POLLPRI
+    _WRITE = select.POLLOUT
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._events: dict[int, int] = {}
+
+    def register(self, fd: int, events: int, data: Any = None) -> None:
+        if not isinstance(fd, int):
+            fd = fd.fileno()
+        if fd < 0:
+            raise ValueError(f"Invalid file descriptor: {fd}")
+        if fd in self._events:
+            raise KeyError(f"{fd!r} (FD {fd}) is already registered")
+        self._events[fd] = events
+        mask = (self._READ if events & selectors.EVENT_READ else 0) | (
+            self._WRITE if events & selectors.EVENT_WRITE else 0
+        )
+        self._poll.register(fd, mask)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:
+            ms = None
+        elif timeout <= 0:
+            ms = 0
+        else:
+            ms = -(-int(timeout * 1e6) // 1000)  # rounded up, as the selectors do: never early
+        ready = []
+        for fd, got in self._poll.poll(ms):
+            if got & select.POLLNVAL:
+                raise OSError(errno.EBADF, f"Bad file descriptor: {fd}")
+            wanted = self._events[fd]
+            events = (selectors.EVENT_WRITE if got & ~self._READ else 0) | (
+                selectors.EVENT_READ if got & ~self._WRITE else 0
+            )
+            if events & wanted:
+                ready.append((selectors.SelectorKey(fd, fd, wanted, None), events & wanted))
+        return ready
+
+    def close(self) -> None:
+        self._events.clear()
+
+
+def _delay(slow: Any) -> Any:
+    """``TransmitIntent.delay`` computed from its timers' expiry times: the same
+    ``timedelta`` (the time left before its next retry, its pause's end or its give-up,
+    whichever is first, never below zero; half its time left, at least 10 ms, while it waits
+    for a slot), without a view and a ``timedelta`` per timer. A timer without an end is left
+    to Thespian's own."""
+    from thespian.system.timing import currentTime
+
+    zero, least = timedelta(0), timedelta(milliseconds=10)
+
+    def delay(self: Any, current_time: float | None = None) -> timedelta:
+        quit_at = self._quitTime._time_to_quit
+        retry, pause = getattr(self, "_retryTime", None), getattr(self, "_pauseUntil", None)
+        retry_at = quit_at if retry is None else retry._time_to_quit
+        pause_at = quit_at if pause is None else pause._time_to_quit
+        if quit_at is None or retry_at is None or pause_at is None:
+            return slow(self, current_time)
+        now = current_time or currentTime()
+        if getattr(self, "_awaitingTXSlot", False):
+            if now >= quit_at:
+                return zero
+            return max(least, timedelta(seconds=quit_at - now) / 2)
+        return timedelta(seconds=max(min(quit_at, retry_at, pause_at) - now, 0))
+
+    delay.__wrapped__ = slow  # type: ignore[attr-defined]
+    return delay
 
 
 def _closing_sockets(close: Any) -> Any:
