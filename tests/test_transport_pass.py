@@ -5,7 +5,10 @@ is Thespian's own figure."""
 from __future__ import annotations
 
 import errno
+import math
 import os
+import resource
+import select
 import selectors
 import socket
 from datetime import timedelta
@@ -59,12 +62,82 @@ def test_a_hang_up_is_readable_as_far_as_asked(pair):
     assert events == selectors.EVENT_READ
 
 
-def test_a_closed_fd_fails_with_ebadf_as_epoll_does():
-    a, b = socket.socketpair()
-    fd = os.dup(a.fileno())
-    a.close()
+def both(fd: int, events: int) -> list[list[tuple[int, int]]]:
+    """What epoll and the pass's selector say of ``fd`` at once: [epoll's, ours]."""
+    answers = []
+    for sel in (selectors.EpollSelector(), thespian_compat._PassSelector()):
+        sel.register(fd, events)
+        answers.append(sorted((key.fd, got) for key, got in sel.select(0)))
+        sel.close()
+    return answers
+
+
+@pytest.fixture
+def tcp_pair():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname(), timeout=5)
+        server, _ = listener.accept()
+    yield client, server
+    client.close()
+    server.close()
+
+
+def test_urgent_data_alone_is_answered_as_epoll_answers_it(tcp_pair):
+    client, server = tcp_pair
+    client.send(b"!", socket.MSG_OOB)
+    arrived = select.poll()
+    arrived.register(server.fileno(), select.POLLPRI)
+    assert arrived.poll(5000), "the urgent byte arrived"
+    for events in (selectors.EVENT_READ, selectors.EVENT_WRITE, selectors.EVENT_READ | selectors.EVENT_WRITE):
+        epoll, ours = both(server.fileno(), events)
+        assert ours == epoll, events
+
+
+@pytest.mark.parametrize(
+    "events", [selectors.EVENT_READ, selectors.EVENT_WRITE, selectors.EVENT_READ | selectors.EVENT_WRITE]
+)
+def test_a_peer_gone_is_answered_as_epoll_answers_it(pair, events):
+    a, b = pair
     b.close()
-    os.close(fd)
+    epoll, ours = both(a.fileno(), events)
+    assert ours == epoll and ours, events
+
+
+class Recording:
+    """A stand-in for ``select.poll()`` that notes each timeout it is given."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[int | None] = []
+
+    def register(self, fd: int, mask: int) -> None:
+        pass
+
+    def poll(self, timeout: int | None) -> list[tuple[int, int]]:
+        self.timeouts.append(timeout)
+        return []
+
+
+@pytest.mark.parametrize("timeout", [1e-7, 0.0005, 0.001, 0.001001, 0.0100004, 1.001, 14.9999])
+def test_a_timeout_is_rounded_up_to_the_millisecond_never_early(timeout):
+    sel = thespian_compat._PassSelector()
+    sel._poll = Recording()
+    sel.select(timeout)
+    [ms] = sel._poll.timeouts
+    assert ms == math.ceil(timeout * 1e3) and ms / 1e3 >= timeout
+
+
+def test_no_timeout_waits_and_a_spent_one_does_not():
+    sel = thespian_compat._PassSelector()
+    sel._poll = Recording()
+    for timeout in (None, 0, -3.5):
+        sel.select(timeout)
+    assert sel._poll.timeouts == [None, 0, 0]
+
+
+def test_a_closed_fd_fails_with_ebadf_as_epoll_does():
+    fd = resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1  # the highest allowed: no thread holds it
+    with pytest.raises(OSError):
+        os.fstat(fd)
     epoll = selectors.EpollSelector()
     with pytest.raises(OSError) as real:
         epoll.register(fd, selectors.EVENT_READ)

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import errno
 import importlib.metadata
+import math
 import select
 import selectors
 import types
@@ -171,11 +172,15 @@ class _PassSelector:
     It answers as the epoll selector it replaces: an fd that is not open fails with EBADF
     (epoll refuses it when registered, poll marks it POLLNVAL: raised from ``select``, which
     Thespian's pass handles by finding the bad fd, checking each with a selector of this
-    kind); a hang-up or an error makes an fd both readable and writable, as far as asked."""
+    kind); a hang-up or an error makes an fd both readable and writable, as far as asked; a
+    timeout is rounded up to the millisecond. Where it does not: an fd closed between
+    ``register`` and ``select`` (epoll forgets it) fails with EBADF too, and a regular file
+    (epoll refuses it, EPERM) polls as ready; neither happens as greenroom runs a pass (one
+    thread owns each transport, and it watches only sockets and pipes)."""
 
     __slots__ = ("_poll", "_events")
 
-    _READ = select.POLLIN | select.POLLPRI
+    _READ = select.POLLIN  # what epoll registers for reading: urgent data alone wakes neither
     _WRITE = select.POLLOUT
 
     def __init__(self) -> None:
@@ -201,7 +206,7 @@ class _PassSelector:
         elif timeout <= 0:
             ms = 0
         else:
-            ms = -(-int(timeout * 1e6) // 1000)  # rounded up, as the selectors do: never early
+            ms = math.ceil(timeout * 1e3)  # rounded up, as the selectors do: never early
         ready = []
         for fd, got in self._poll.poll(ms):
             if got & select.POLLNVAL:
