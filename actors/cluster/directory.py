@@ -196,6 +196,8 @@ class DirectoryActor(Dispatcher, NodeDraining):
                 self.send(directory, change)
 
     def receiveMsg_RegisterNode(self, msg: RegisterNode, sender: Any) -> None:
+        if not self.membership.accepts(msg.record):
+            return  # sent before its node left, come after: not a node to place on
         self.members[msg.record.node] = sender
         if self.membership.register(msg.record):
             self._nodes_changed()

@@ -4,7 +4,10 @@ On the leader, a node is announced to watchers (``MembershipChanged(joined=True)
 Thespian's convention has it *and* its directory has registered the node (``RegisterNode``:
 its pool and its TurnHosts), so a call or a turn that needs the node's capabilities can be
 placed as soon as a caller learns the node is there. A node that leaves (gracefully, or
-silent for the convention's timers) is announced at once and its pool and hosts dropped.
+silent for the convention's timers) is announced at once and its pool and hosts dropped;
+a registration from it that comes after (sent before it left: a drain's, say) is not taken
+(``accepts``) until the convention has it again, or it would be placed on and announced as
+joined for good.
 A member's directory keeps the copy the leader last sent (``NodesChanged``): it goes on
 placing calls and routing commands with it while the leader is away.
 """
@@ -38,6 +41,7 @@ class Membership:
         self.members: dict[str, dict[str, Any]] = {}  # joined the convention
         self.nodes: dict[str, NodeRecord] = {}  # registered, by node (this directory's own included)
         self.announced: set[str] = set()
+        self.left: set[str] = set()  # left the convention and not back: what they registered is late
         self.watchers: list[Any] = []
         self.local_node = ""
         self.leader = True  # a member's directory: False (it has no convention updates)
@@ -46,14 +50,21 @@ class Membership:
         """Thespian saw a node join or leave; True if the records changed."""
         if joined:
             self.members[node] = capabilities
+            self.left.discard(node)
             self._announce(node)
             return False
         capabilities = self.members.pop(node, capabilities)
+        self.left.add(node)
         changed = self.nodes.pop(node, None) is not None
         if node in self.announced:
             self.announced.discard(node)
             self._tell(MembershipChanged(node=node, joined=False, capabilities=capabilities, at=time.time()))
         return changed
+
+    def accepts(self, record: NodeRecord) -> bool:
+        """False for a registration from a node that has left; once the convention has it
+        back, its next one is taken (a member registers every ``directory.REREGISTER`` s)."""
+        return record.node not in self.left
 
     def register(self, record: NodeRecord, local: bool = False) -> bool:
         """A node's directory registered (or registered again); True if its record changed."""
