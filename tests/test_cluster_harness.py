@@ -177,6 +177,9 @@ def test_the_leader_killed_and_started_again_in_its_namespace(cluster: Cluster) 
 def test_leftovers_names_what_is_still_there(tmp_path: Path) -> None:
     with Cluster(2, tmp_path, store=False) as c:
         stray = c.nodes[1].ns.popen(["sleep", "300"], env=c.env())
+        # Until `ip netns exec` has become `sleep`, the process is in the namespace but its
+        # environment reads empty for a moment (the exec replaces its memory): wait for sleep.
+        assert wait_until(lambda: Path(f"/proc/{stray.pid}/cmdline").read_bytes().startswith(b"sleep\0"), 30)
         inside = leftovers(c)
         assert f"process {stray.pid} tagged {c.tag}" in inside
         assert f"process {stray.pid} in a namespace of the cluster" in inside
