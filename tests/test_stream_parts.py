@@ -130,6 +130,24 @@ def test_a_start_not_waited_for_whose_answer_never_came_is_let_go_when_its_turn_
     assert room.sent("host"), "the host's room counts the unanswered start no longer"
 
 
+def test_a_turn_ended_by_its_lost_events_replaced_is_let_go_with_its_unanswered_start() -> None:
+    inbound = Inbound(lambda: False, lambda msg: None)
+    stream = inbound.open_stream("turn_gone", 0, fresh=True)
+    admitted = inbound.expect("start:turn_gone")  # its answer lost with its connection
+    t0 = time.monotonic()
+    events = [
+        TurnStarted(turn_id="turn_gone", seq=0),
+        Finish(turn_id="turn_gone", seq=2, finish_reason="stop", messages=[]),
+    ]
+    inbound.on_message(EventBatch([encode(e) for e in events]), None)  # seq 1 never comes
+    inbound.on_idle(t0 + LOST_AFTER / 2)
+    assert not stream.finished and not admitted.cancelled() and inbound.stream("turn_gone") is stream
+    inbound.on_idle(t0 + LOST_AFTER + 1)
+    assert stream.finished and [e.kind for e in stream.events] == ["turn_started", "error", "finish"]
+    assert admitted.cancelled() and inbound.forget("start:turn_gone") is None
+    assert inbound.stream("turn_gone") is None
+
+
 def test_asyncio_readers_of_several_streams_are_woken_with_one_callback_per_loop() -> None:
     inbound = Inbound(lambda: False, lambda msg: None)
     streams = [inbound.open_stream(f"turn_{i}", 0, fresh=True) for i in range(3)]

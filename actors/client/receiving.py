@@ -215,11 +215,12 @@ class Inbound:
             stream.wake(later)
         wake_all(later)
 
-    def on_idle(self) -> None:
+    def on_idle(self, now: float | None = None) -> None:
         """Ask again for events late in transit, replace those lost once their turn's next
         ``Finish`` is here (looked at every ``GAP_CHECK`` seconds at most: a gap waits
-        ``stream.GAP_WAIT`` anyway)."""
-        now = time.monotonic()
+        ``stream.GAP_WAIT`` anyway); a turn that ends so is let go as any other (``ended``).
+        ``now`` is ``time.monotonic()`` unless given (a test's clock)."""
+        now = time.monotonic() if now is None else now
         if now < self._next_gap_check:
             return
         self._next_gap_check = now + GAP_CHECK

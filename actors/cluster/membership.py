@@ -1,9 +1,11 @@
 """The nodes of a deployment as a directory sees them: their pools, their hosts, who watches.
 
 On the leader, a node is announced to watchers (``MembershipChanged(joined=True)``) once
-Thespian's convention has it *and* its directory has registered the node (``RegisterNode``:
-its pool and its TurnHosts), so a call or a turn that needs the node's capabilities can be
-placed as soon as a caller learns the node is there. A node that leaves (gracefully, or
+its directory has registered the node (``RegisterNode``: its pool and its TurnHosts), so a
+call or a turn that needs the node's capabilities can be placed as soon as a caller learns
+the node is there. The convention's join alone announces nothing; a registration alone does
+(it is taken as the node's presence, with the capabilities it names, until the convention's
+own record of the node replaces them). A node that leaves (gracefully, or
 silent for the convention's timers) is announced at once and its pool and hosts dropped;
 a registration from it that comes after (sent before it left: a drain's, say) is not taken
 (``accepts``) until the convention has it again, or it would be placed on and announced as
