@@ -16,13 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from actors import AsyncRuntime, ConfigurationError, Overloaded, Runtime
+from actors import AsyncRuntime, ConfigurationError, ControlRejected, Overloaded, Runtime
 from actors.lifecycle.processes import session_processes
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.testing.script import Reply
 from actors.testing.server import Request
 
 from . import tools_for_tests as T
+from .helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -196,6 +197,27 @@ def test_run_with_wait_waits_for_room_then_runs(gated: ScriptedProvider, gates: 
         assert _prompts(gated.wait_for_requests(2, timeout=30)) == ["first", "patient"]
         gates.open("patient")
         assert patient.result(30).text == "done patient"
+        assert first.result(30).finish_reason == "stop"
+
+
+def test_a_run_with_the_id_of_a_turn_still_waiting_for_room_is_refused_and_the_first_goes_on(
+    gated: ScriptedProvider, gates: Gates
+) -> None:
+    for rt in _runtime(gated, gates, 1, 0):
+        first = rt.run("first")
+        gated.wait_for_requests(1, timeout=30)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(rt.run, "patient", turn_id="turn_patient", wait=True)
+            assert wait_until(lambda: rt._inbound.stream("turn_patient") is not None or waiting.done())
+            with pytest.raises(ControlRejected, match="turn id turn_patient is already in use") as refused:
+                rt.run("again", turn_id="turn_patient")  # it took the first's answer away, which never came
+            assert refused.value.code == "invalid" and not waiting.done()
+            gates.open("first")
+            patient = waiting.result(30)
+        assert patient.status == "running"
+        gates.open("patient")
+        assert patient.result(30).text == "done patient"
+        assert _prompts(gated.wait_for_requests(2, timeout=30)) == ["first", "patient"]
         assert first.result(30).finish_reason == "stop"
 
 

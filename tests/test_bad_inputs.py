@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from actors import ControlRejected, Runtime
+from actors import ConfigurationError, ControlRejected, Runtime
 from actors.testing import ScriptedProvider, call, say, use_tools
 from actors.turn.history import history_problems
 from messages import CancelTurn, ChatMessage, Finish, StopTurn, ToolProgress, new_turn_id
@@ -82,6 +82,13 @@ def test_running_a_turn_id_that_is_running_raises_and_the_first_handle_keeps_its
         runtime.run("two", turn_id="turn_twice")
     assert refused.value.code == "invalid"
     assert first.result(30).text == "the first one"
+
+
+def test_a_run_refused_by_its_checks_leaves_its_turn_id_free(runtime: Runtime, provider: ScriptedProvider) -> None:
+    with pytest.raises(ConfigurationError, match="a lambda"):
+        runtime.run("one", turn_id="turn_checked", tools=[lambda: None])
+    provider.add(say("the id was free"))
+    assert runtime.run("two", turn_id="turn_checked").result(30).text == "the id was free"
 
 
 # -- bad input harms one turn at most ---------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from actors import ControlRejected
 from actors.client.receiving import Inbound
 from actors.client.records import EventRecords
 from actors.client.starting import Room, admit_later
@@ -128,6 +129,17 @@ def test_a_start_not_waited_for_whose_answer_never_came_is_let_go_when_its_turn_
     inbound.on_message(EventBatch([encode(e) for e in events]), None)
     assert admitted.cancelled() and inbound.forget("start:turn_1") is None
     assert room.sent("host"), "the host's room counts the unanswered start no longer"
+
+
+def test_a_second_start_of_a_turn_id_whose_first_waits_for_its_answer_is_refused_and_takes_nothing() -> None:
+    inbound = Inbound(lambda: False, lambda msg: None)
+    first = inbound.expect_start("turn_x")
+    with pytest.raises(ControlRejected, match="turn id turn_x is already in use by a turn being started"):
+        inbound.expect_start("turn_x")
+    reply = ControlReply(turn_id="turn_x", request_id="start:turn_x", command="start", ok=True)
+    inbound.on_message(reply, None)
+    assert first.result(0) is reply  # the first start's answer reaches the first
+    assert inbound.expect_start("turn_x") is not first  # answered: a new start of that id may wait
 
 
 def test_a_turn_ended_by_its_lost_events_replaced_is_let_go_with_its_unanswered_start() -> None:

@@ -72,6 +72,14 @@ class Inbound:
             self._futures[key] = future
         return future
 
+    def expect_start(self, turn_id: str) -> concurrent.futures.Future[Any]:
+        """The future for the answer to ``turn_id``'s start; ``ControlRejected`` while another
+        start of that id still waits for its own (it would take that one's place)."""
+        with self._lock:
+            if f"start:{turn_id}" in self._futures:
+                raise ControlRejected("invalid", f"turn id {turn_id} is already in use by a turn being started")
+            return self.expect(f"start:{turn_id}")
+
     def ask(self, send: Callable[..., None], to: Any, message: Any, expect: type, timeout: float) -> Any:
         """Send ``message`` with ``send`` (the endpoint's) and wait, at most ``timeout``
         seconds, for the first reply of class ``expect``."""

@@ -366,7 +366,6 @@ class Runtime(Attaching, Sessions):
         checked_admission(priority, tenant, wait)
         requires = checked_requires(requires)
         tid = turn_id or new_turn_id()
-        admitted = self._inbound.expect(f"start:{tid}")
         start = StartTurn(
             turn_id=tid,
             request_id=f"start:{tid}",
@@ -381,6 +380,7 @@ class Runtime(Attaching, Sessions):
             requires=requires,
             forked_from=forked_from,
         )
+        admitted = self._inbound.expect_start(tid)  # after every check, which would leave it there
         try:
             return hosts.start(start), admitted
         except BaseException:
