@@ -4,7 +4,6 @@ process's stream deadlines, a provider client's own thread, one wake per event b
 from __future__ import annotations
 
 import asyncio
-import os
 import pickle
 import queue
 import threading
@@ -20,7 +19,7 @@ from actors.client.starting import Room, admit_later
 from actors.client.stream import GAP_WAIT, LOST_AFTER, QUIET, TurnStream
 from actors.host.llm_actor import LLMActor
 from actors.mailbox import Kernel, LocalActor
-from actors.providers.client import ProviderClient, _Deadlines
+from actors.providers.streaming import StreamOutput, StreamWorker
 from actors.testing import ScriptedProvider, say
 from actors.wire.protocol import EventBatch
 from messages import (
@@ -35,71 +34,6 @@ from messages import (
     TurnStarted,
     encode,
 )
-
-
-def test_a_deadline_fires_once_in_order_and_a_cancelled_one_never() -> None:
-    deadlines = _Deadlines()
-    fired: list[str] = []
-    last = threading.Event()
-    deadlines.add(0.02, lambda: fired.append("first"))
-    cancelled = deadlines.add(0.04, lambda: fired.append("cancelled"))
-    deadlines.add(0.06, lambda: (fired.append("last"), last.set()))
-    deadlines.cancel(cancelled)
-    assert last.wait(10)
-    assert fired == ["first", "last"]
-
-
-def test_a_deadline_that_raises_does_not_end_the_ones_after_it() -> None:
-    deadlines = _Deadlines()
-    later = threading.Event()
-
-    def fails() -> None:
-        raise RuntimeError("a deadline that fails")
-
-    deadlines.add(0.01, fails)
-    deadlines.add(0.02, later.set)
-    assert later.wait(10)
-
-
-def test_cancelled_deadlines_keep_no_function_and_are_compacted_away() -> None:
-    deadlines = _Deadlines()
-    tokens = [deadlines.add(3600, lambda: None) for _ in range(100)]
-    for token in tokens[:60]:
-        deadlines.cancel(token)
-    live = [entry for entry in deadlines._heap if entry[2] is not None]
-    assert len(live) == 40  # a cancelled entry holds no reference to its function
-    assert len(deadlines._heap) < 60  # compacted once most of the heap was cancelled
-
-
-def test_deadlines_work_in_a_forked_child() -> None:
-    deadlines = _Deadlines()
-    deadlines.add(3600, lambda: None)  # the parent's thread is running
-    pid = os.fork()
-    if pid == 0:  # the child: a thread and a lock of its own
-        fired = threading.Event()
-        deadlines.add(0.01, fired.set)
-        os._exit(0 if fired.wait(10) else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-
-
-def test_a_provider_client_runs_its_jobs_in_order_on_one_thread_and_none_once_spent() -> None:
-    client = ProviderClient()
-    seen: list[tuple[int, str]] = []
-    done = threading.Event()
-    for i in range(3):
-        client.run(lambda i=i: seen.append((i, threading.current_thread().name)))
-    client.run(done.set)
-    assert done.wait(10)
-    assert [i for i, _ in seen] == [0, 1, 2] and len({name for _, name in seen}) == 1
-    client.spend()
-    try:
-        client.run(lambda: None)
-    except RuntimeError as exc:
-        assert "spent or closed" in str(exc)
-    else:
-        raise AssertionError("a spent client took a job")
-    client.close()
 
 
 def test_the_readers_of_a_stream_are_woken_once_per_batch() -> None:
@@ -179,8 +113,16 @@ def test_asyncio_readers_of_several_streams_are_woken_with_one_callback_per_loop
     assert [s.take(0).turn_id for s in streams] == ["turn_0", "turn_1", "turn_2"]
 
 
+def _until_end(outputs: queue.SimpleQueue[Any]) -> tuple[str, StreamOutput]:
+    while (item := outputs.get(timeout=10))[2][0] not in ("done", "failed"):
+        pass
+    return item[1], item[2]
+
+
 @pytest.mark.integration  # a real provider server
-def test_a_stop_that_lands_just_after_its_stream_ended_leaves_the_client_fit_for_the_next_stream() -> None:
+def test_a_stop_that_lands_just_after_its_stream_ended_aborts_nothing_and_the_next_stream_reuses_its_connection() -> (
+    None
+):
     outputs: queue.SimpleQueue[Any] = queue.SimpleQueue()
     kernel = Kernel()
     llm = LLMActor(kernel, outputs.put)
@@ -189,17 +131,53 @@ def test_a_stop_that_lands_just_after_its_stream_ended_leaves_the_client_fit_for
         request = StreamChat(stream_id="s1", provider=provider.provider(), messages=[ChatMessage.user("go")])
         llm.tell(request, LocalActor(kernel))
         kernel.run()
-        while outputs.get(timeout=10)[2][0] != "done":  # the stream ended; the LLMActor has not seen it
-            pass
+        assert _until_end(outputs)[1][0] == "done"  # the stream ended; the LLMActor has not seen it
         llm.tell(AbortStream(stream_id="s1", reason="stop"), None)  # a stop in that moment: nothing to abort
         kernel.run()
-        assert len(llm._idle) == 1 and not llm._idle[0].spent
+        first = provider.wait_for_requests(1, timeout=10)[0]
+        assert first.finished.wait(10)
+        assert not first.disconnected.is_set()
         llm.tell(request.model_copy(update={"stream_id": "s2"}), LocalActor(kernel))
         kernel.run()
-        while (item := outputs.get(timeout=10))[2][0] != "done":
-            pass
-        assert item[1] == "s2" and item[2][1].content == "second"
+        stream_id, out = _until_end(outputs)
+        assert stream_id == "s2" and out[1].content == "second"
+        second = provider.wait_for_requests(2, timeout=10)[1]
+        assert second.peer == first.peer, "the second stream opened a connection of its own"
         llm.close()
+
+
+@pytest.mark.integration  # a real provider server
+def test_streams_share_one_loop_thread_and_an_abort_closes_its_own_connection_only() -> None:
+    outputs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    threads: set[str] = set()
+
+    def emit_for(stream_id: str) -> Any:
+        return lambda out: (threads.add(threading.current_thread().name), outputs.put(("", stream_id, out)))
+
+    hold = threading.Event()
+    with ScriptedProvider() as provider:
+        provider.add(say("held", hold_after=0, hold=hold), say("goes on"))
+        config = provider.provider()
+        held = StreamWorker(
+            StreamChat(stream_id="s1", provider=config, messages=[ChatMessage.user("a")]), emit_for("s1")
+        )
+        other = StreamWorker(
+            StreamChat(stream_id="s2", provider=config, messages=[ChatMessage.user("b")]), emit_for("s2")
+        )
+        held.start()
+        first = provider.wait_for_requests(1, timeout=10)[0]
+        other.start()
+        stream_id, out = _until_end(outputs)
+        assert (stream_id, out[0], out[1].content) == ("s2", "done", "goes on")  # while s1 waits
+        held.abort(("stopped", "aborted by the test"))
+        assert _until_end(outputs) == ("s1", ("failed", "stopped", "aborted by the test"))
+        hold.set()  # the server writes on: into a closed connection
+        assert first.disconnected.wait(10), "the aborted stream's connection stayed open"
+        second = provider.wait_for_requests(2, timeout=10)[1]
+        assert second.finished.wait(10) and not second.disconnected.is_set()
+        held.abort(("stopped", "again"))  # once ended, an abort does nothing
+    assert outputs.empty()
+    assert threads == {"greenroom streams"}
 
 
 def test_a_caller_asks_again_for_a_missing_event_and_for_what_follows_a_long_silence() -> None:

@@ -2,14 +2,15 @@
 
 One LLMActor lives in each TurnHost process, beside the TurnActors it serves; messages
 between them never leave the process. Each ``StreamChat`` is a ``StreamWorker``
-(``providers.streaming``) run on its client's own thread, kept for that client's next
-stream; the worker's only outputs are an item on the host's hand-off (``handoff``) and a wake-up byte, so
-the host keeps handling messages while a stream blocks; an ``AbortStream`` shuts the
-stream's socket down at once, also while the provider stalls.
+(``providers.streaming``), a task on the process's stream loop (one thread reads every
+stream of the host); the worker's only outputs are an item on the host's hand-off
+(``handoff``) and a wake-up byte, so the host keeps handling messages while a stream
+waits; an ``AbortStream`` cancels the stream's task, which closes its connection at once,
+also while the provider stalls.
 
 Guarantees, per stream: every message about it carries its ``stream_id`` and the next
 ``seq`` (0, 1, 2, ...); text drained in one wake-up is sent as one ``LLMDeltas``; the stream
-thread hands its text over in batches: it appends each delta to the stream's ``TextBuffer``
+loop hands its text over in batches: it appends each delta to the stream's ``TextBuffer``
 and queues an item (with its wake-up byte) only when the buffer was empty, so a host that
 is behind takes many deltas for one item and one byte; usage the provider reports before
 its end is sent as it changes (``LLMUsage``, after the text before it); the last
@@ -18,8 +19,8 @@ after which nothing more is sent about it.
 
 The API key is read from this process's environment (``ProviderConfig.api_key_env``) when
 the request is made; it never travels in a message. One SSL context serves the process
-tree; each stream in flight uses its own keep-alive client (reused afterwards), because an
-abort must know exactly which socket is its stream's.
+tree; one client on the stream loop serves every stream of the process, its connections
+kept for the next stream (``providers.client``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 from messages import AbortStream, LLMCompleted, LLMDeltas, LLMFailed, LLMRateLimited, LLMRetrying, LLMUsage, StreamChat
 
 from ..mailbox import Kernel, LocalActor
-from ..providers.streaming import ProviderClient, StreamOutput, StreamWorker
+from ..providers.streaming import StreamOutput, StreamWorker
 from ..telemetry.spans import Span, chat_span, end_chat
 
 __all__ = ["LLMActor", "TextBuffer"]
@@ -48,7 +49,7 @@ class TextBuffer:
         self._parts: list[str] = []
 
     def add(self, text: str) -> bool:
-        """Any thread: append ``text``; True if the buffer was empty (the actor must be told)."""
+        """The stream loop's thread: append ``text``; True if the buffer was empty (the actor must be told)."""
         with self._lock:
             self._parts.append(text)
             return len(self._parts) == 1
@@ -79,28 +80,25 @@ class LLMActor(LocalActor):
         super().__init__(kernel)
         self._put = put  # thread-safe: queue an item on the host's hand-off (``handoff``) and wake it
         self._streams: dict[str, _Stream] = {}
-        self._idle: list[ProviderClient] = []
 
     def receiveMsg_AbortStream(self, message: AbortStream, sender: Any) -> None:
         stream = self._streams.pop(message.stream_id, None)
         if stream is not None:
-            stream.worker.abort()  # its client is spent, unless the stream had just ended
-            self._keep(stream.worker.client)
+            stream.worker.abort()
             end_chat(stream.span, None)
 
     def receiveMsg_StreamChat(self, request: StreamChat, requester: LocalActor) -> None:
         if request.stream_id in self._streams:
             return
-        client = self._idle.pop() if self._idle else ProviderClient()  # never a spent one (_keep)
         stream_id, buffer = request.stream_id, TextBuffer()
 
-        def emit(out: StreamOutput) -> None:  # on the stream's thread
+        def emit(out: StreamOutput) -> None:  # on the stream loop's thread
             if out[0] != "text":  # queued after the item that announced its text: order holds
                 self._put(("llm", stream_id, out))
             elif buffer.add(out[1]):
                 self._put(("llm", stream_id, ("text",)))
 
-        worker = StreamWorker(request, emit, client)
+        worker = StreamWorker(request, emit)
         self._streams[stream_id] = _Stream(worker, requester, buffer, span=chat_span(request))
         worker.start()
 
@@ -133,19 +131,10 @@ class LLMActor(LocalActor):
             else:
                 self._send(stream, LLMFailed, error_type=out[1], message=out[2])
             del self._streams[stream_id]
-            self._keep(stream.worker.client)  # unless its total timeout aborted it
         for stream_id in touched:
             stream = self._streams.get(stream_id)
             if stream is not None:
                 self._flush(stream)
-
-    def _keep(self, client: ProviderClient) -> None:
-        """Keep a client whose stream has ended for the next stream; close a spent one's
-        (its thread ends with the job it may still be running)."""
-        if client.spent:
-            client.close()
-        else:
-            self._idle.append(client)
 
     def _flush(self, stream: _Stream) -> None:
         if stream.text:
@@ -159,12 +148,8 @@ class LLMActor(LocalActor):
         stream.requester.tell(message, None)
 
     def close(self) -> None:
-        """Abort every stream and close the idle clients."""
+        """Abort every stream."""
         for stream in self._streams.values():
             stream.worker.abort()
-            stream.worker.client.close()  # after the job it runs, spent or not
             end_chat(stream.span, None)
         self._streams.clear()
-        for client in self._idle:
-            client.close()
-        self._idle.clear()

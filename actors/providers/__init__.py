@@ -1,6 +1,6 @@
 """Provider adapters (OpenAI-compatible, Anthropic Messages) and the stream worker.
 
-Runs in: each TurnHost (its streams, on worker threads); ``formats`` also in the owner.
+Runs in: each TurnHost (its streams, on its stream loop's thread); ``formats`` also in the owner.
 
 May import: ``messages`` and the shared modules.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from .anthropic import AnthropicAdapter, AnthropicStream
 from .base import ProviderStreamError
 from .openai import OpenAIAdapter, OpenAIStream
-from .sse import SSEEvent, iter_sse
-from .streaming import ADAPTERS, ProviderClient, StreamWorker, backoff_delay
+from .sse import SSEEvent, SSEParser, aiter_sse, iter_sse
+from .streaming import ADAPTERS, StreamWorker, backoff_delay
 
 __all__ = [
     "ADAPTERS",
@@ -19,10 +19,11 @@ __all__ = [
     "AnthropicStream",
     "OpenAIAdapter",
     "OpenAIStream",
-    "ProviderClient",
     "ProviderStreamError",
     "SSEEvent",
+    "SSEParser",
     "StreamWorker",
+    "aiter_sse",
     "backoff_delay",
     "iter_sse",
 ]

@@ -1,9 +1,11 @@
-"""One provider stream, run on its client's thread (``client``), abortable at once from another thread.
+"""One provider stream, a task on its process's stream loop (``client.STREAMS``), abortable at once from any thread.
 
-The worker's only outputs go through ``emit`` (the LLMActor queues them and wakes itself
-through a pipe); it never calls Thespian. ``abort()`` shuts down the stream's sockets with
-``SHUT_RDWR``, which frees a reader blocked in ``recv`` within milliseconds, even on a
-stalled stream; the provider sees the connection close.
+The worker's only outputs go through ``emit``, called on the loop's thread (the LLMActor
+queues them and wakes itself through a pipe); it never calls Thespian. ``abort()`` cancels
+the stream's task, which closes its connection at once, even on a stalled stream; the
+provider sees the connection close. A stream that ended is read to the end of its body,
+after its last output and for ``DRAIN`` seconds at most, so that its connection serves the
+process's next stream (no new connection, nor TLS handshake, per request).
 
 Rate limits: with ``ProviderConfig.rate_limit`` every attempt first waits for the limit of
 its (provider, key) (``limiter``), emitting ``("limited", until, reason, delay)`` when it must wait
@@ -27,13 +29,13 @@ anything else fails with ``not_an_event_stream``, naming the content type and fi
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import json
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -44,13 +46,13 @@ from messages import StreamChat
 from ..debug_trace import trace
 from .anthropic import AnthropicAdapter
 from .base import Accumulator, Adapter, ProviderStreamError, error_message
-from .client import DEADLINES, ProviderClient, ssl_context
+from .client import STREAMS, ssl_context
 from .limiter import LIMITER
 from .openai import OpenAIAdapter
 from .rates import key_of
-from .sse import iter_sse
+from .sse import SSEEvent, SSEParser
 
-__all__ = ["ADAPTERS", "ProviderClient", "StreamOutput", "StreamWorker", "backoff_delay", "ssl_context"]
+__all__ = ["ADAPTERS", "DRAIN", "StreamOutput", "StreamWorker", "backoff_delay", "ssl_context"]
 
 ADAPTERS: dict[str, Adapter] = {"openai": OpenAIAdapter(), "anthropic": AnthropicAdapter()}
 
@@ -60,6 +62,8 @@ ADAPTERS: dict[str, Adapter] = {"openai": OpenAIAdapter(), "anthropic": Anthropi
 StreamOutput = tuple[Any, ...]
 
 _RETRY_STATUS = {429, 500, 502, 503, 504, 529}
+
+DRAIN = 1.0  # seconds a done stream's body may take to end before its connection is closed
 
 _SSE_FIELDS = {"", "data", "event", "id", "retry"}  # "" is a comment line (": ping")
 
@@ -87,23 +91,30 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
-def _body_lines(response: httpx.Response) -> tuple[bool, Iterator[str]]:
+async def _body_lines(response: httpx.Response) -> tuple[bool, AsyncIterator[str]]:
     """Whether ``response``'s body is an event stream, and all its lines.
 
     It is when its content type says so, or when it has none and its first non-blank line
     is an SSE field or comment; only that line and the blank ones before it are read here.
     """
-    lines = response.iter_lines()
+    lines = response.aiter_lines()
     content_type = response.headers.get("content-type")
     if content_type is not None:
         return content_type.partition(";")[0].strip().lower() == "text/event-stream", lines
     head: list[str] = []
-    for line in lines:
+    async for line in lines:
         head.append(line)
         if line.strip():
             break
     first = head[-1].strip() if head else ""
-    return bool(first) and first.partition(":")[0] in _SSE_FIELDS, itertools.chain(head, lines)
+
+    async def chained() -> AsyncIterator[str]:
+        for line in head:
+            yield line
+        async for line in lines:
+            yield line
+
+    return bool(first) and first.partition(":")[0] in _SSE_FIELDS, chained()
 
 
 def _whole_answer(acc: Accumulator, content_type: str | None, body: str) -> str:
@@ -137,30 +148,44 @@ class _Retry(Exception):
 
 
 class StreamWorker:
-    """Runs one ``StreamChat`` request on a ``ProviderClient`` in a daemon thread."""
+    """Runs one ``StreamChat`` request as a task on the process's stream loop."""
 
-    def __init__(self, request: StreamChat, emit: Callable[[StreamOutput], None], client: ProviderClient) -> None:
+    def __init__(self, request: StreamChat, emit: Callable[[StreamOutput], None]) -> None:
         self.request = request
-        self.client = client
         self._emit_raw = emit
         self._emit = self._emit_traced
         self._lock = threading.Lock()
-        self._aborted = threading.Event()
+        self._aborted = False
         self._abort_report: tuple[str, str] | None = None
+        self._abort_out: StreamOutput | None = None  # the failure an abort reports, once emitted
         self._sent_text = False
         self._ended = False
+        self._reported = False  # its last output is out (or, aborted, nothing more will be)
         self._usage: Any = None  # the usage last emitted (or the stream's, once done)
         self._limit_key = ""  # the (provider, key) of its rate limit
         self._counted_at: float | None = None  # when the limit counted the attempt under way
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._client: httpx.AsyncClient  # its own while it runs (``_main``)
 
     def start(self) -> None:
-        self.client.run(self._main)
+        self._loop = STREAMS.loop()
+        self._loop.call_soon_threadsafe(self._begin)
+
+    def _begin(self) -> None:
+        self._task = self._loop.create_task(self._main())  # type: ignore[union-attr]
+        self._task.add_done_callback(self._finished)
+        if self._aborted:  # aborted before it began: it ends at its first step
+            self._task.cancel()
 
     def _emit_traced(self, out: StreamOutput) -> None:
         trace("worker emit", self.request.stream_id, out[0])
-        if out[0] in ("done", "failed"):  # the last output: from here on abort() does nothing,
-            with self._lock:  # so the client is spent already or stays fit for the next stream
+        if self._aborted and out is not self._abort_out:
+            return  # aborted: what the task still produced before its cancel reached it is dropped
+        if out[0] in ("done", "failed"):  # the last output: from here on abort() does nothing
+            with self._lock:
                 self._ended = True
+            self._reported = True
             if out[0] == "done" and out[3] is not None:
                 self._usage = out[3]
             self._spend()  # before the turn hears of the end, so its next request sees the tokens
@@ -173,44 +198,60 @@ class StreamWorker:
             LIMITER.spend(self._limit_key, limit, usage.total_tokens)
 
     def abort(self, report: tuple[str, str] | None = None) -> None:
-        """Abort now. With ``report`` the worker emits it as its failure; otherwise nothing.
-        Once the stream has ended this does nothing (its client may serve another)."""
+        """Abort now, from any thread. With ``report`` the worker emits it as its failure;
+        otherwise nothing. Once the stream has ended this does nothing."""
         with self._lock:
-            if self._aborted.is_set() or self._ended:
+            if self._aborted or self._ended:
                 return
             self._abort_report = report
-            self.client.spend()  # spent before anyone can see the abort and reuse the client
-            self._aborted.set()  # before the sockets break, so the thread reports the abort
-        self.client.shutdown()
+            self._aborted = True
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._cancel)
 
-    # -- the thread ------------------------------------------------------------------------
+    def _cancel(self) -> None:
+        if self._task is not None:  # else _begin, queued before, cancels it
+            self._task.cancel()
 
-    def _main(self) -> None:
-        provider = self.request.provider
-        total = provider.timeouts.total
+    # -- the task --------------------------------------------------------------------------
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        """Every way the task ends: the one output it owes, unless it is out."""
+        with self._lock:
+            self._ended = True  # an abort that reported nothing: the same holds
+        if not self._reported:
+            self._reported = True
+            if self._aborted:
+                self._report_abort()
+            else:
+                exc = None if task.cancelled() else task.exception()
+                why = "the stream loop was closed" if exc is None else f"{type(exc).__name__}: {exc}"
+                self._emit(("failed", "internal_error", why))
+        self._spend()  # an aborted stream's tokens so far
+
+    async def _main(self) -> None:
+        self._client = STREAMS.take()
+        total = self.request.provider.timeouts.total
         deadline = None
         if total is not None:
             report = ("total_timeout", f"the provider stream took longer than {total:g} s")
-            deadline = DEADLINES.add(total, lambda: self.abort(report))
+            deadline = asyncio.get_running_loop().call_later(total, self.abort, report)
         try:
-            self._run()
-        except BaseException as exc:  # the worker must always end with one output
-            if self._aborted.is_set():
-                self._report_abort()
-            else:
-                self._emit(("failed", "internal_error", f"{type(exc).__name__}: {exc}"))
+            await self._run()
+        except asyncio.CancelledError:
+            if not self._aborted:
+                raise  # the loop is closing
         finally:
-            with self._lock:
-                self._ended = True  # an abort that reported nothing: the same holds
             if deadline is not None:
-                DEADLINES.cancel(deadline)
-            self._spend()  # an aborted stream's tokens so far
+                deadline.cancel()
+            STREAMS.give(self._client)  # its connection closed if the stream did not read its body to the end
 
     def _report_abort(self) -> None:
+        self._reported = True
         if self._abort_report is not None:
-            self._emit(("failed",) + self._abort_report)
+            self._abort_out = ("failed",) + self._abort_report
+            self._emit(self._abort_out)
 
-    def _run(self) -> None:
+    async def _run(self) -> None:
         req = self.request
         provider = req.provider
         adapter = ADAPTERS[provider.api]
@@ -224,38 +265,37 @@ class StreamWorker:
         attempt = 0
         while True:
             attempt += 1
-            if self._aborted.is_set() or (limit is not None and not self._wait_for_limit()):
-                return self._report_abort()
+            if limit is not None:
+                await self._wait_for_limit()
+            if self._aborted:  # its cancel is on its way: nothing is sent (``_finished`` reports)
+                return
             try:
-                return self._attempt(adapter, url, headers, body, timeout)
+                return await self._attempt(adapter, url, headers, body, timeout)
             except _Retry as retry:
                 if limit is not None and retry.retry_after is not None:  # for every host of the store
-                    LIMITER.pause(self._limit_key, limit, retry.retry_after)
-                if self._aborted.is_set():
-                    return self._report_abort()
+                    await asyncio.to_thread(LIMITER.pause, self._limit_key, limit, retry.retry_after)
                 if attempt >= policy.max_attempts:
                     return self._emit(("failed", "provider_unavailable", f"{retry.reason} (after {attempt} attempts)"))
                 delay = backoff_delay(attempt, policy.initial_delay, policy.max_delay, policy.jitter, retry.retry_after)
                 self._emit(("retry", attempt, delay, retry.reason))
-                if self._aborted.wait(delay):
-                    return self._report_abort()
+                await asyncio.sleep(delay)
 
-    def _wait_for_limit(self) -> bool:
-        """Wait until the rate limit lets this attempt go (it is counted); False if aborted first."""
+    async def _wait_for_limit(self) -> None:
+        """Wait until the rate limit lets this attempt go (it is counted); the store's answer
+        is waited for on a thread (``LIMITER`` may wait for the store)."""
         limit = self.request.provider.rate_limit
         assert limit is not None
         told: tuple[float, str] = (0.0, "")
         while True:
-            delay, reason, self._counted_at = LIMITER.admit(self._limit_key, limit)
+            delay, reason, self._counted_at = await asyncio.to_thread(LIMITER.admit, self._limit_key, limit)
             if delay <= 0:
-                return not self._aborted.is_set()  # stopped while the store answered: nothing is sent
+                return
             delay += random.uniform(0, 0.02 * delay)  # the hosts that wait do not all ask at once
             until = time.time() + delay
             if reason != told[1] or until > told[0] + 1.0:
                 told = (until, reason)
                 self._emit(("limited", until, reason, delay))
-            if self._aborted.wait(delay):
-                return False
+            await asyncio.sleep(delay)
 
     def _pass_on(self, text: str) -> None:
         """Emit ``text`` if there is any; from then on a failure is not retried."""
@@ -269,40 +309,41 @@ class StreamWorker:
             self._usage = usage
             self._emit(("usage", usage))
 
-    def _attempt(
+    async def _attempt(
         self, adapter: Adapter, url: str, headers: dict[str, str], body: dict[str, Any], timeout: httpx.Timeout
     ) -> None:
         req = self.request
         try:
-            with self.client.client.stream(
-                "POST", url, headers=headers, json=body, timeout=timeout, extensions={"trace": self.client.trace}
-            ) as response:
+            async with self._client.stream("POST", url, headers=headers, json=body, timeout=timeout) as response:
                 limit, counted_at = req.provider.rate_limit, self._counted_at
                 if limit is not None and counted_at is not None:  # it reached the provider: it counts from now
                     LIMITER.sent(self._limit_key, limit, counted_at)
                 if response.status_code != 200:
-                    detail = response.read()[:500].decode("utf-8", "replace")
+                    detail = (await response.aread())[:500].decode("utf-8", "replace")
                     reason = f"the provider answered HTTP {response.status_code}: {detail}"
                     if response.status_code in _RETRY_STATUS:
                         raise _Retry(reason, _retry_after(response))
                     return self._emit(("failed", "http_error", reason))
                 acc = adapter.accumulator(req.stream_id)
-                is_stream, lines = _body_lines(response)
+                is_stream, lines = await _body_lines(response)
                 if is_stream:
-                    for ev in iter_sse(lines):
-                        text = acc.feed(ev.event, ev.data)
-                        if self._aborted.is_set():
-                            return self._report_abort()
-                        self._pass_on(text)
-                        self._report_usage(acc)
-                        if acc.done:
+                    parser = SSEParser()
+                    async for line in lines:
+                        ev = parser.line(line)
+                        if ev is not None and self._event(acc, ev):
                             break
+                    else:
+                        ev = parser.end()
+                        if ev is not None:
+                            self._event(acc, ev)
                     if not acc.received:
                         raise ProviderStreamError("empty_stream", "the provider's event stream ended without any data")
                 else:
-                    self._pass_on(_whole_answer(acc, response.headers.get("content-type"), "\n".join(lines)))
+                    whole = "\n".join([line async for line in lines])
+                    self._pass_on(_whole_answer(acc, response.headers.get("content-type"), whole))
                 message, finish, usage = acc.result()
-                return self._emit(("done", message, finish, usage))
+                self._emit(("done", message, finish, usage))
+                await _drain(lines)
         except ProviderStreamError as exc:
             return self._emit(("failed", exc.error_type, exc.message))
         except (
@@ -312,18 +353,30 @@ class StreamWorker:
             httpx.ReadError,
             httpx.WriteError,
         ) as exc:
-            if self._aborted.is_set():
-                return self._report_abort()
             if not self._sent_text:  # nothing reached the turn yet: safe to try again
                 raise _Retry(f"connection to the provider at {url} failed: {type(exc).__name__}: {exc}") from None
             return self._emit(("failed", "stream_broken", f"the provider stream broke: {type(exc).__name__}: {exc}"))
         except httpx.ReadTimeout:
-            if self._aborted.is_set():
-                return self._report_abort()
             return self._emit(
                 ("failed", "read_timeout", f"the provider sent nothing for {req.provider.timeouts.read:g} s")
             )
         except httpx.HTTPError as exc:
-            if self._aborted.is_set():
-                return self._report_abort()
             return self._emit(("failed", "stream_broken", f"the provider stream failed: {type(exc).__name__}: {exc}"))
+
+    def _event(self, acc: Accumulator, ev: SSEEvent) -> bool:
+        """Fold one event in; True once the stream says it is done."""
+        self._pass_on(acc.feed(ev.event, ev.data))
+        self._report_usage(acc)
+        return acc.done
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read what is left of a body whose stream is done (the end of its chunks, as a rule),
+    ``DRAIN`` seconds at most: read to its end, its connection is kept for the next stream;
+    else it is closed. Nothing it reads or fails with matters any more."""
+    try:
+        async with asyncio.timeout(DRAIN):
+            async for _ in lines:
+                pass
+    except (TimeoutError, httpx.HTTPError, ProviderStreamError):
+        pass

@@ -43,6 +43,7 @@ class Request:
     written: list[tuple[int, float]] = field(default_factory=list)  # (text offset, time) per text part
     finished: threading.Event = field(default_factory=threading.Event)
     status: int = 0
+    peer: tuple[str, int] | None = None  # the client's address and port: one per connection
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -220,7 +221,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(
                 400, {"error": {"message": "the request body is not JSON", "type": "invalid_request_error"}}
             )
-        request = Request(api, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        request = Request(
+            api, self.path, {k.lower(): v for k, v in self.headers.items()}, body, peer=self.client_address
+        )
         provider._record(request)
         problems = openai_history(body) if api == "openai" else anthropic_history(body)
         if problems:
