@@ -19,6 +19,7 @@ from actors.client.starting import Room, admit_later
 from actors.client.stream import GAP_WAIT, LOST_AFTER, QUIET, TurnStream
 from actors.host.llm_actor import LLMActor
 from actors.mailbox import Kernel, LocalActor
+from actors.providers import streaming
 from actors.providers.streaming import StreamOutput, StreamWorker
 from actors.testing import ScriptedProvider, say
 from actors.wire.protocol import EventBatch
@@ -120,9 +121,7 @@ def _until_end(outputs: queue.SimpleQueue[Any]) -> tuple[str, StreamOutput]:
 
 
 @pytest.mark.integration  # a real provider server
-def test_a_stop_that_lands_just_after_its_stream_ended_aborts_nothing_and_the_next_stream_reuses_its_connection() -> (
-    None
-):
+def test_a_stop_that_lands_just_after_its_stream_ended_aborts_nothing() -> None:
     outputs: queue.SimpleQueue[Any] = queue.SimpleQueue()
     kernel = Kernel()
     llm = LLMActor(kernel, outputs.put)
@@ -140,9 +139,7 @@ def test_a_stop_that_lands_just_after_its_stream_ended_aborts_nothing_and_the_ne
         llm.tell(request.model_copy(update={"stream_id": "s2"}), LocalActor(kernel))
         kernel.run()
         stream_id, out = _until_end(outputs)
-        assert stream_id == "s2" and out[1].content == "second"
-        second = provider.wait_for_requests(2, timeout=10)[1]
-        assert second.peer == first.peer, "the second stream opened a connection of its own"
+        assert stream_id == "s2" and out[1].content == "second"  # nothing came about s1 meanwhile
         llm.close()
 
 
@@ -178,6 +175,44 @@ def test_streams_share_one_loop_thread_and_an_abort_closes_its_own_connection_on
         held.abort(("stopped", "again"))  # once ended, an abort does nothing
     assert outputs.empty()
     assert threads == {"greenroom streams"}
+
+
+def _stream(provider: ScriptedProvider, stream_id: str, outputs: queue.SimpleQueue[Any]) -> StreamWorker:
+    request = StreamChat(stream_id=stream_id, provider=provider.provider(), messages=[ChatMessage.user("go")])
+    worker = StreamWorker(request, lambda out: outputs.put(("", stream_id, out)))
+    worker.start()
+    return worker
+
+
+@pytest.mark.integration  # a real provider server
+def test_a_stream_is_done_at_its_last_event_and_its_body_read_to_the_end_after(monkeypatch: Any) -> None:
+    monkeypatch.setattr(streaming, "DRAIN", 60.0)  # the body's end may take long: the answer does not wait
+    outputs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    end = threading.Event()
+    with ScriptedProvider() as provider:
+        provider.add(say("answered", hold_at_end=end), say("next"))
+        worker = _stream(provider, "s1", outputs)
+        assert _until_end(outputs)[1][1].content == "answered" and not end.is_set()
+        end.set()  # the body ends: its connection is fit for the next stream
+        assert worker.finished.wait(10)  # its client given back, with its connection
+        first = provider.wait_for_requests(1, timeout=10)[0]
+        assert not first.disconnected.is_set()
+        _stream(provider, "s2", outputs)
+        assert _until_end(outputs)[1][1].content == "next"
+        assert provider.wait_for_requests(2, timeout=10)[1].peer == first.peer
+
+
+@pytest.mark.integration  # a real provider server
+def test_a_body_that_does_not_end_after_its_last_event_is_closed_after_drain(monkeypatch: Any) -> None:
+    monkeypatch.setattr(streaming, "DRAIN", 0.05)
+    outputs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    never = threading.Event()
+    with ScriptedProvider() as provider:
+        provider.add(say("answered", hold_at_end=never))
+        _stream(provider, "s1", outputs)
+        assert _until_end(outputs)[1][1].content == "answered"
+        first = provider.wait_for_requests(1, timeout=10)[0]
+        assert first.disconnected.wait(10), "the client kept a connection whose body never ended"
 
 
 def test_a_caller_asks_again_for_a_missing_event_and_for_what_follows_a_long_silence() -> None:

@@ -40,7 +40,7 @@ __all__ = ["LLMActor", "TextBuffer"]
 
 
 class TextBuffer:
-    """Text a stream thread produced that its actor has not taken yet, in order."""
+    """Text a stream produced on the stream loop that its actor has not taken yet, in order."""
 
     __slots__ = ("_lock", "_parts")
 

@@ -63,8 +63,9 @@ class StreamLoop:
         os.register_at_fork(after_in_child=self._reset)  # a child has no thread and a fresh lock
 
     def _reset(self) -> None:
-        if getattr(self, "_loop", None) is not None:  # a forked child: the parent's loop has no thread
-            _INHERITED.append((self._loop, self._idle))  # here; kept, never collected (nor warned of)
+        inherited = getattr(self, "_loop", None)
+        if inherited is not None:  # a forked child: the parent's loop has no thread here; it is
+            _INHERITED.append((inherited, self._idle))  # kept, never collected (nor warned of)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: list[httpx.AsyncClient] = []  # only the loop's thread touches it

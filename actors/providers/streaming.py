@@ -167,6 +167,7 @@ class StreamWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient  # its own while it runs (``_main``)
+        self.finished = threading.Event()  # its task has ended: its client given back, its connection kept or closed
 
     def start(self) -> None:
         self._loop = STREAMS.loop()
@@ -227,6 +228,7 @@ class StreamWorker:
                 why = "the stream loop was closed" if exc is None else f"{type(exc).__name__}: {exc}"
                 self._emit(("failed", "internal_error", why))
         self._spend()  # an aborted stream's tokens so far
+        self.finished.set()
 
     async def _main(self) -> None:
         self._client = STREAMS.take()

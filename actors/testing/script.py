@@ -57,7 +57,8 @@ class Reply:
     """One scripted response. Counts (``stall_after`` ...) are in parts, before the end.
 
     With ``hold`` the stream waits after ``hold_after`` parts until the test sets that event
-    (or the client hangs up): a test decides when the rest of the answer comes.
+    (or the client hangs up): a test decides when the rest of the answer comes. With
+    ``hold_at_end`` it waits so after its last event (``[DONE]``), before the body's end.
 
     With ``non_streaming`` its text and tool calls are sent as one JSON completion (a
     ``chat.completion`` or a Messages response; ``Chunk``, ``Raw`` and the stream's
@@ -85,6 +86,7 @@ class Reply:
     content_type: str | None = None
     hold_after: int | None = None
     hold: threading.Event | None = None
+    hold_at_end: threading.Event | None = None
 
     def but(self, **changes: Any) -> Reply:
         """A copy with ``changes``."""

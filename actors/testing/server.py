@@ -347,6 +347,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._cut()
         for frame in tail:
             self._write_chunk(frame)
+        if reply.hold_at_end is not None:
+            self._hold(reply.hold_at_end)
         try:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
