@@ -225,7 +225,12 @@ class StreamWorker:
                 self._report_abort()
             else:
                 exc = None if task.cancelled() else task.exception()
-                why = "the stream loop was closed" if exc is None else f"{type(exc).__name__}: {exc}"
+                if task.cancelled():
+                    why = "the stream loop was closed"
+                elif exc is None:
+                    why = "the stream ended without an answer"
+                else:
+                    why = f"{type(exc).__name__}: {exc}"
                 self._emit(("failed", "internal_error", why))
         self._spend()  # an aborted stream's tokens so far
         self.finished.set()
