@@ -19,6 +19,7 @@ from actors.client.starting import Room, admit_later
 from actors.client.stream import GAP_WAIT, LOST_AFTER, QUIET, TurnStream
 from actors.host.llm_actor import LLMActor
 from actors.mailbox import Kernel, LocalActor
+from actors.providers import client as client_module
 from actors.providers import streaming
 from actors.providers.streaming import StreamOutput, StreamWorker
 from actors.testing import ScriptedProvider, say
@@ -213,6 +214,43 @@ def test_a_body_that_does_not_end_after_its_last_event_is_closed_after_drain(mon
         assert _until_end(outputs)[1][1].content == "answered"
         first = provider.wait_for_requests(1, timeout=10)[0]
         assert first.disconnected.wait(10), "the client kept a connection whose body never ended"
+
+
+def test_a_stream_loop_keeps_the_latest_clients_closes_the_oldest_and_waits_on_threads_of_its_own(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(client_module, "IDLE", 2)
+    streams = client_module.StreamLoop()
+
+    async def main() -> None:
+        clients = [streams.take() for _ in range(3)]
+        assert len({id(c) for c in clients}) == 3  # none idle yet: each a new one
+        for c in clients:
+            streams.give(c)
+        while not clients[0].is_closed:  # the close of the oldest runs as a task of the loop
+            await asyncio.sleep(0)
+        assert not clients[1].is_closed and not clients[2].is_closed
+        assert streams.take() is clients[2] and streams.take() is clients[1]
+        name = await streams.wait_on(lambda: threading.current_thread().name)
+        assert name.startswith("greenroom-stream-waits")
+        for c in clients[1:]:
+            await c.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_an_idle_client_is_closed_after_expiry(monkeypatch: Any) -> None:
+    monkeypatch.setattr(client_module, "EXPIRY", 0.02)
+    streams = client_module.StreamLoop()
+
+    async def main() -> None:
+        given = streams.take()
+        streams.give(given)
+        while not given.is_closed:  # the loop's pruning timer closes it: waited for on the loop
+            await asyncio.sleep(0.01)
+        assert streams.take() is not given
+
+    asyncio.run(asyncio.wait_for(main(), 10))
 
 
 def test_a_caller_asks_again_for_a_missing_event_and_for_what_follows_a_long_silence() -> None:

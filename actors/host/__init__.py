@@ -6,7 +6,7 @@ the node's directory).
 ``turn_host.TurnHost`` is the Thespian actor; inside it each ``turn_actor.TurnActor`` is an
 in-process actor with its own mailbox (``actors.mailbox``), running its ``turn.rules``;
 ``registry`` keeps the host's turns by id (held, forwarded, found); ``llm_actor`` streams
-from providers on worker threads; ``tool_runner`` sends calls to tool processes (or runs
+from providers on the host's stream loop (one thread); ``tool_runner`` sends calls to tool processes (or runs
 inline async tools); ``outbox`` batches events to subscribers and ``subscriptions`` tracks
 each one's window; ``held`` keeps commands that overtook their turn; ``durable`` is the
 host's side of its store (leases, takeover, the command inbox); ``timers`` keeps the turns'

@@ -19,8 +19,8 @@ after which nothing more is sent about it.
 
 The API key is read from this process's environment (``ProviderConfig.api_key_env``) when
 the request is made; it never travels in a message. One SSL context serves the process
-tree; one client on the stream loop serves every stream of the process, its connections
-kept for the next stream (``providers.client``).
+tree; each stream has an ``httpx.AsyncClient`` of its own while it runs, taken from those
+earlier streams of the process gave back, their connections kept (``providers.client``).
 """
 
 from __future__ import annotations

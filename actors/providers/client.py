@@ -23,6 +23,10 @@ import asyncio
 import os
 import ssl
 import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import anyio._backends._asyncio  # noqa: F401  (see the module docstring)
 import anyio.streams.tls  # noqa: F401
@@ -32,13 +36,18 @@ import httpx
 
 from ..logs import logger
 
-__all__ = ["IDLE", "LIMITS", "STREAMS", "StreamLoop", "ssl_context"]
+__all__ = ["EXPIRY", "IDLE", "LIMITS", "STREAMS", "WAITS", "StreamLoop", "ssl_context"]
 
 log = logger("greenroom.llm")
 
-# a stream's client: its one connection kept alive 5 s at most between two streams
-LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=1, keepalive_expiry=5.0)
+T = TypeVar("T")
+
+# a stream's client: its one connection kept between two streams for EXPIRY s at most, under
+# the idle timeout of common servers (5 s): a server closing it as it is reused would cost a retry
+EXPIRY = 2.0
+LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=1, keepalive_expiry=EXPIRY)
 IDLE = 64  # clients kept for the next streams, per process
+WAITS = 4  # threads for the rate limit's calls that may wait for the store, per process
 
 _SSL_CONTEXT: ssl.SSLContext | None = None
 
@@ -65,10 +74,14 @@ class StreamLoop:
     def _reset(self) -> None:
         inherited = getattr(self, "_loop", None)
         if inherited is not None:  # a forked child: the parent's loop has no thread here; it is
-            _INHERITED.append((inherited, self._idle))  # kept, never collected (nor warned of)
+            _INHERITED.append((inherited, [c for _, c in self._idle]))  # kept, never collected (nor warned of)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._idle: list[httpx.AsyncClient] = []  # only the loop's thread touches it
+        self._waits: ThreadPoolExecutor | None = None
+        # only the loop's thread touches what follows
+        self._idle: list[tuple[float, httpx.AsyncClient]] = []  # (given back at, client), oldest first
+        self._pruning: asyncio.TimerHandle | None = None
+        self._closing: set[asyncio.Task[None]] = set()
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The running loop (started on first use in this process): schedule on it with
@@ -80,17 +93,44 @@ class StreamLoop:
                 self._loop = loop
             return self._loop
 
+    def wait_on(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """The loop's thread: ``fn(*args)`` on one of ``WAITS`` threads of this process's own
+        (a call that may wait for the store: never on the loop, nor on its default executor,
+        which resolves the streams' host names)."""
+        if self._waits is None:
+            self._waits = ThreadPoolExecutor(WAITS, thread_name_prefix="greenroom-stream-waits")
+        return asyncio.get_running_loop().run_in_executor(self._waits, fn, *args)
+
     def take(self) -> httpx.AsyncClient:
         """The loop's thread: a client for one stream, the one given back last if any."""
-        return self._idle.pop() if self._idle else httpx.AsyncClient(verify=ssl_context(), limits=LIMITS)
+        self._prune()
+        return self._idle.pop()[1] if self._idle else httpx.AsyncClient(verify=ssl_context(), limits=LIMITS)
 
     def give(self, client: httpx.AsyncClient) -> None:
-        """The loop's thread: ``client``'s stream has ended; kept for the next (closed
-        beyond ``IDLE``: its connection with it)."""
-        if len(self._idle) < IDLE:
-            self._idle.append(client)
-        else:
-            asyncio.get_running_loop().create_task(client.aclose())
+        """The loop's thread: ``client``'s stream has ended; kept for the next, ``IDLE`` at
+        most (the oldest closed first, with its connection) and ``EXPIRY`` s at most."""
+        self._idle.append((time.monotonic(), client))
+        while len(self._idle) > IDLE:
+            self._close(self._idle.pop(0)[1])
+        if self._pruning is None:
+            self._pruning = asyncio.get_running_loop().call_later(EXPIRY, self._prune_later)
+
+    def _prune(self) -> None:
+        """Close the clients idle for longer than ``EXPIRY`` (their connection is of no use)."""
+        old = time.monotonic() - EXPIRY
+        while self._idle and self._idle[0][0] <= old:
+            self._close(self._idle.pop(0)[1])
+
+    def _prune_later(self) -> None:
+        self._pruning = None
+        self._prune()
+        if self._idle:
+            self._pruning = asyncio.get_running_loop().call_later(EXPIRY, self._prune_later)
+
+    def _close(self, client: httpx.AsyncClient) -> None:
+        task = asyncio.get_running_loop().create_task(client.aclose())
+        self._closing.add(task)  # held until done: a task nothing holds may be collected
+        task.add_done_callback(self._closing.discard)
 
 
 def _serve(loop: asyncio.AbstractEventLoop) -> None:

@@ -44,6 +44,7 @@ import httpx
 from messages import StreamChat
 
 from ..debug_trace import trace
+from ..logs import logger
 from .anthropic import AnthropicAdapter
 from .base import Accumulator, Adapter, ProviderStreamError, error_message
 from .client import STREAMS, ssl_context
@@ -53,6 +54,8 @@ from .rates import key_of
 from .sse import SSEEvent, SSEParser
 
 __all__ = ["ADAPTERS", "DRAIN", "StreamOutput", "StreamWorker", "backoff_delay", "ssl_context"]
+
+log = logger("greenroom.llm")
 
 ADAPTERS: dict[str, Adapter] = {"openai": OpenAIAdapter(), "anthropic": AnthropicAdapter()}
 
@@ -183,6 +186,8 @@ class StreamWorker:
         trace("worker emit", self.request.stream_id, out[0])
         if self._aborted and out is not self._abort_out:
             return  # aborted: what the task still produced before its cancel reached it is dropped
+        if self._reported:
+            return  # its last output is out: nothing comes after it
         if out[0] in ("done", "failed"):  # the last output: from here on abort() does nothing
             with self._lock:
                 self._ended = True
@@ -217,23 +222,25 @@ class StreamWorker:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         """Every way the task ends: the one output it owes, unless it is out."""
-        with self._lock:
-            self._ended = True  # an abort that reported nothing: the same holds
-        if not self._reported:
-            self._reported = True
-            if self._aborted:
-                self._report_abort()
-            else:
-                exc = None if task.cancelled() else task.exception()
-                if task.cancelled():
-                    why = "the stream loop was closed"
+        exc = None if task.cancelled() else task.exception()
+        try:
+            with self._lock:
+                self._ended = True  # an abort that reported nothing: the same holds
+            if not self._reported:
+                if self._aborted:
+                    self._report_abort()
+                elif task.cancelled():
+                    self._emit(("failed", "internal_error", "the stream's task was cancelled, not by an abort"))
                 elif exc is None:
-                    why = "the stream ended without an answer"
+                    self._emit(("failed", "internal_error", "the stream ended without an answer"))
                 else:
-                    why = f"{type(exc).__name__}: {exc}"
-                self._emit(("failed", "internal_error", why))
-        self._spend()  # an aborted stream's tokens so far
-        self.finished.set()
+                    self._emit(("failed", "internal_error", f"{type(exc).__name__}: {exc}"))
+                self._reported = True
+            elif exc is not None:
+                log().error("stream %s failed after its answer", self.request.stream_id, exc_info=exc)
+        finally:
+            self._spend()  # an aborted stream's tokens so far
+            self.finished.set()
 
     async def _main(self) -> None:
         self._client = STREAMS.take()
@@ -246,17 +253,17 @@ class StreamWorker:
             await self._run()
         except asyncio.CancelledError:
             if not self._aborted:
-                raise  # the loop is closing
+                raise  # not by abort(): it ends cancelled (``_finished`` says so)
         finally:
             if deadline is not None:
                 deadline.cancel()
             STREAMS.give(self._client)  # its connection closed if the stream did not read its body to the end
 
     def _report_abort(self) -> None:
-        self._reported = True
         if self._abort_report is not None:
             self._abort_out = ("failed",) + self._abort_report
             self._emit(self._abort_out)
+        self._reported = True  # nothing more, reported or not
 
     async def _run(self) -> None:
         req = self.request
@@ -279,8 +286,10 @@ class StreamWorker:
             try:
                 return await self._attempt(adapter, url, headers, body, timeout)
             except _Retry as retry:
+                if self._reported:
+                    return  # the answer is out (a failure while its body was read after it)
                 if limit is not None and retry.retry_after is not None:  # for every host of the store
-                    await asyncio.to_thread(LIMITER.pause, self._limit_key, limit, retry.retry_after)
+                    await STREAMS.wait_on(LIMITER.pause, self._limit_key, limit, retry.retry_after)
                 if attempt >= policy.max_attempts:
                     return self._emit(("failed", "provider_unavailable", f"{retry.reason} (after {attempt} attempts)"))
                 delay = backoff_delay(attempt, policy.initial_delay, policy.max_delay, policy.jitter, retry.retry_after)
@@ -289,12 +298,12 @@ class StreamWorker:
 
     async def _wait_for_limit(self) -> None:
         """Wait until the rate limit lets this attempt go (it is counted); the store's answer
-        is waited for on a thread (``LIMITER`` may wait for the store)."""
+        is waited for on a thread (``LIMITER`` may wait for the store: ``STREAMS.wait_on``)."""
         limit = self.request.provider.rate_limit
         assert limit is not None
         told: tuple[float, str] = (0.0, "")
         while True:
-            delay, reason, self._counted_at = await asyncio.to_thread(LIMITER.admit, self._limit_key, limit)
+            delay, reason, self._counted_at = await STREAMS.wait_on(LIMITER.admit, self._limit_key, limit)
             if delay <= 0:
                 return
             delay += random.uniform(0, 0.02 * delay)  # the hosts that wait do not all ask at once
