@@ -287,7 +287,10 @@ def test_the_cluster_pages_walkthrough_runs_as_written_from_the_model_to_a_failo
                 outputs.append((machine, command, out))
         if "greenroom node " in code:  # the leader places its turns once the node has joined
             log = homes["A"] / "leader.log"
-            assert polled(lambda: len(lines_of(log, " runs on ")) == 8, timeout=120), log.read_text()
+            node_log = homes["B"] / "node.log"
+            assert polled(lambda: len(lines_of(log, " runs on ")) == 8, timeout=120), (
+                f"leader.log:\n{log.read_text()}\nB's node.log:\n{node_log.read_text() if node_log.exists() else ''}"
+            )
             assert polled(lambda: {s.status for s in c.store().log.summaries()} == {"awaiting_approval"}, timeout=60)
     looked = {cmd: out for machine, cmd, out in outputs if machine == "B" and cmd.startswith("greenroom ")}
     nodes = looked[f"greenroom nodes --admin {a.name}"].splitlines()

@@ -46,6 +46,11 @@ class Inbound:
     ) -> None:
         self._closed = closed
         self._on_host_replaced = on_host_replaced
+        # the directory's table changes (``NodesChanged``, ``HostReplaced``) that came before the
+        # Runtime's table existed: the leader's directory sends one as it is configured, and one
+        # for each member that registers while its hosts start; applied in order (``table_ready``)
+        self._table_lock = threading.Lock()
+        self._early: list[HostReplaced | NodesChanged] | None = []
         self._on_spans = on_spans
         self._on_forgotten = on_forgotten
         self._on_metrics = on_metrics
@@ -184,7 +189,11 @@ class Inbound:
         elif isinstance(msg, MembershipChanged):
             self._member(msg)
         elif isinstance(msg, (HostReplaced, NodesChanged)):
-            self._on_host_replaced(msg)
+            with self._table_lock:
+                if self._early is not None:
+                    self._early.append(msg)
+                else:
+                    self._on_host_replaced(msg)
         elif isinstance(msg, ShutdownDone):
             self._resolve(f"ShutdownDone:{msg.slot}", msg)
         elif isinstance(msg, SpanBatch):
@@ -193,6 +202,15 @@ class Inbound:
             self._on_metrics(msg)
         else:
             self._resolve(type(msg).__name__, msg)
+
+    def table_ready(self) -> None:
+        """The Runtime's table exists: the changes that came before it are applied, in order,
+        and those after it as they come (a member that registered while the leader's hosts
+        started would otherwise be missing from the table until its record changed)."""
+        with self._table_lock:
+            early, self._early = self._early or [], None
+            for msg in early:
+                self._on_host_replaced(msg)
 
     def _resolve(self, key: str, msg: Any) -> None:
         future = self.forget(key)

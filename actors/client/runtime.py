@@ -238,6 +238,7 @@ class Runtime(Attaching, Sessions):
             follow=self._follower.follow,
         )
         self._hosts = self._session.hosts
+        self._inbound.table_ready()
         self.recovered, self.unrecoverable = configured.recovered, configured.errors
         self._session.endpoint.send(self._session.directory, WatchMembership())
         self._console = start_console(self, self._console_config)  # NO_CONSOLE without one

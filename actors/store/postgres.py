@@ -190,6 +190,8 @@ class PostgresDatabase(Database):
                     )
                 row = self.run("SELECT value FROM meta WHERE key = 'schema'").fetchone()
                 refuse_newer(self.location, int(row[0]) if row is not None else 1)
+                if row is not None and int(row[0]) == STORE_SCHEMA:
+                    return  # current: no ALTER TABLE, which would lock the hosts' table against every renewal
             for statement in (_SCHEMA + ";" + _STEP_5).split(";"):
                 if statement.strip():
                     self.run(statement)
