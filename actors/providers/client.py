@@ -9,8 +9,7 @@
   fit for the next request. A task cancelled closes its own connection, and only that one,
   at once. A client per stream, not one for all: httpcore's pool walks its connections
   for every request and response (quadratically, in 1.0.9), which with a hundred streams
-  on one client cost more than reading them (measured, ``docs/benchmarks.md``). A client
-  reads through asyncio's own streams (``network.AsyncioBackend``), not through anyio.
+  on one client cost more than reading them (measured, ``docs/benchmarks.md``).
 
 ``httpcore`` and ``anyio``'s asyncio backend (what httpx's async client runs on) are
 imported here, where httpx would import them on a host's first stream: in the process that
@@ -36,7 +35,6 @@ import httpcore  # noqa: F401
 import httpx
 
 from ..logs import logger
-from .network import use_asyncio_backend
 
 __all__ = ["EXPIRY", "IDLE", "LIMITS", "STREAMS", "WAITS", "StreamLoop", "ssl_context"]
 
@@ -106,11 +104,7 @@ class StreamLoop:
     def take(self) -> httpx.AsyncClient:
         """The loop's thread: a client for one stream, the one given back last if any."""
         self._prune()
-        if self._idle:
-            return self._idle.pop()[1]
-        client = httpx.AsyncClient(verify=ssl_context(), limits=LIMITS)
-        use_asyncio_backend(client)  # read through asyncio's streams, not anyio's (``network``)
-        return client
+        return self._idle.pop()[1] if self._idle else httpx.AsyncClient(verify=ssl_context(), limits=LIMITS)
 
     def give(self, client: httpx.AsyncClient) -> None:
         """The loop's thread: ``client``'s stream has ended; kept for the next, ``IDLE`` at

@@ -52,7 +52,9 @@ EncodedEvent = tuple[int, str, bytes]  # (seq, kind, msgpack bytes)
 # 5: what each turn requires of its host (turns.requires) and each host's capabilities (hosts.capabilities);
 # 6: the providers' rate limits (one new table, ``rates``);
 # 7: the session's owner state (``sessions``: running, opening, dropping) and its queue (``session_queue``);
-# 8: a host that drains says so with each renewal (``hosts.draining``): no heir is chosen among such hosts
+# 8: a host that drains says so with each renewal (``hosts.draining``): no heir is chosen among such hosts.
+# Any change to the tables (a column, an index, a table) must come with a new number: a PostgreSQL store
+# whose schema row is current is only checked when opened, its statements not run again (``postgres.migrate``).
 STORE_SCHEMA = 8
 
 

@@ -298,8 +298,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _hold(self, released: threading.Event) -> None:
         """Wait until the test sets ``released``, unless the client hangs up first."""
         while not released.wait(0.01):
-            if select.select([self.connection], [], [], 0)[0] and not self.connection.recv(1, socket.MSG_PEEK):
-                raise _Disconnected()
+            if select.select([self.connection], [], [], 0)[0]:
+                try:
+                    data = self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:  # a reset: the client closed with our answer unread
+                    raise _Disconnected() from None
+                if not data:
+                    raise _Disconnected()
             if self.server.provider._closing.is_set():
                 raise _Disconnected()
 
