@@ -235,7 +235,6 @@ class StreamWorker:
                     self._emit(("failed", "internal_error", "the stream ended without an answer"))
                 else:
                     self._emit(("failed", "internal_error", f"{type(exc).__name__}: {exc}"))
-                self._reported = True
             elif exc is not None:
                 log().error("stream %s failed after its answer", self.request.stream_id, exc_info=exc)
         finally:
