@@ -103,7 +103,10 @@ def children(pid: int) -> list[int]:
 
 def _children_listed(pid: int) -> list[int] | None:
     """``pid``'s children from ``/proc/<pid>/task/*/children``; None on a kernel without
-    CONFIG_PROC_CHILDREN (so only a scan of ``/proc`` finds them)."""
+    CONFIG_PROC_CHILDREN (so only a scan of ``/proc`` finds them). A thread that exits as
+    it is read is passed over (its children are another thread's now)."""
+    if not _kernel_lists_children():
+        return None
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -111,13 +114,34 @@ def _children_listed(pid: int) -> list[int] | None:
     out: list[int] = []
     for tid in tasks:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(x) for x in f.read().split())
-        except FileNotFoundError:
-            return None
+            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
         except OSError:
             continue
+        try:
+            out.extend(int(x) for x in _read_all(fd).split())
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
     return out
+
+
+def _read_all(fd: int) -> bytes:
+    parts = []
+    while chunk := os.read(fd, 65536):
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+_children_files: bool | None = None
+
+
+def _kernel_lists_children() -> bool:
+    """Whether this kernel has ``/proc/<pid>/task/<tid>/children`` (CONFIG_PROC_CHILDREN)."""
+    global _children_files
+    if _children_files is None:
+        _children_files = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+    return _children_files
 
 
 def _by_parent() -> dict[int, list[int]]:

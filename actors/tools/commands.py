@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ToolContextError
+from . import standby
 from .context import ToolContext
 
 __all__ = ["CommandResult", "kill_group", "run_command"]
@@ -50,9 +51,7 @@ def _terminate(pgid: int, grace: float) -> None:
     """SIGTERM the group now, SIGKILL it after ``grace`` seconds. Does not wait."""
     if not kill_group(pgid, signal.SIGTERM):
         return
-    timer = threading.Timer(grace, kill_group, args=(pgid, signal.SIGKILL))
-    timer.daemon = True
-    timer.start()
+    standby.later(grace, kill_group, pgid, signal.SIGKILL)
 
 
 def run_command(

@@ -33,6 +33,7 @@ describes it: a stop first notifies the registered callbacks, then the tool is i
 from __future__ import annotations
 
 import contextvars
+import functools
 import itertools
 import threading
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from typing import Any, Literal
 
 from ..errors import ToolCancelled, ToolContextError
 from ..logs import logger
+from . import standby
 
 __all__ = ["CALLBACK_DEADLINE", "Cancellation", "Registration", "ToolContext"]
 
@@ -87,7 +89,7 @@ class Cancellation:
         self._running: dict[int, str] = {}  # the stop's callbacks still running, by key: their names
         self._overstayed: tuple[str, ...] = ()
         self._then: PhaseOver | None = None
-        self._deadline: threading.Timer | None = None
+        self._deadline: standby.Later | None = None
         self._requested = threading.Event()  # the tool sees a stop or a cancel
         self._seen = threading.Event()  # a stop's callback phase is over: the tool sees it
         self._returned = threading.Event()  # every callback of the stop has returned
@@ -135,9 +137,13 @@ class Cancellation:
             key = next(self._keys)
             if self._closed:
                 return Registration(self, key)
-            if not self._stopped:
+            stopped = self._stopped
+            if not stopped:
                 self._callbacks[key] = callback
-                return Registration(self, key)
+                waiting = len(self._callbacks)
+        if not stopped:
+            standby.warm(waiting)  # a stop starts them on threads parked now, not on new ones
+            return Registration(self, key)
         _run_callback(callback)
         return Registration(self, key)
 
@@ -171,12 +177,9 @@ class Cancellation:
             self._returned.set()
             self._phase_over(())
             return True
-        self._deadline = threading.Timer(self.callback_deadline, self._deadline_passed)
-        self._deadline.daemon = True
-        self._deadline.start()
+        self._deadline = standby.later(self.callback_deadline, self._deadline_passed)
         for key, callback in callbacks:
-            name = f"greenroom on_stop {self._running[key]}"
-            threading.Thread(target=self._run_one, args=(key, callback), name=name, daemon=True).start()
+            standby.run(functools.partial(self._run_one, key, callback), f"greenroom on_stop {self._running[key]}")
         return True
 
     def _run_one(self, key: int, callback: Callable[[], Any]) -> None:
