@@ -169,8 +169,10 @@ def test_a_callback_still_running_at_the_deadline_is_reported_and_not_waited_for
 
     c.on_stop(close_index)
     c.on_stop(lambda: None)
-    c._request("stop", "user", then=over.append)
+    told = threading.Event()
+    c._request("stop", "user", then=lambda overstayed: (over.append(overstayed), told.set()))
     assert c.wait(10), "the tool never saw its stop"
+    assert told.wait(10)  # told on the thread that ended the phase, after the tool saw it
     assert not c.callbacks_returned(0)  # close_index still blocks
     assert (c.mode, c.overstayed, over) == ("stop", ("close_index",), [("close_index",)])
     assert "on_stop callback close_index did not return within 0.05 s of the stop" in caplog.text

@@ -103,27 +103,50 @@ def children(pid: int) -> list[int]:
 
 def _children_listed(pid: int) -> list[int] | None:
     """``pid``'s children from ``/proc/<pid>/task/*/children``; None on a kernel without
-    CONFIG_PROC_CHILDREN (so only a scan of ``/proc`` finds them). A thread that exits as
-    it is read is passed over (its children are another thread's now)."""
+    CONFIG_PROC_CHILDREN, or if its threads kept changing as they were read (so only a scan
+    of ``/proc`` finds them).
+
+    The kernel lists a child under the thread that forked it, and moves it to another thread
+    of the process when that one exits: a thread that exits between the listing of the
+    threads and the read of its file may have handed its children to a thread read already.
+    So the threads are listed again after the reads, and the read is made again if they
+    changed or a file could not be read."""
     if not _kernel_lists_children():
         return None
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return []
-    out: list[int] = []
-    for tid in tasks:
+    for _ in range(3):
+        out: list[int] = []
+        whole = True
+        for tid in tasks:
+            found = _read_children(pid, tid)
+            if found is None:
+                whole = False
+                break
+            out += found
         try:
-            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
+            again = os.listdir(f"/proc/{pid}/task")
         except OSError:
-            continue
-        try:
-            out.extend(int(x) for x in _read_all(fd).split())
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-    return out
+            return []  # the process has ended
+        if whole and again == tasks:
+            return out
+        tasks = again
+    return None
+
+
+def _read_children(pid: int, tid: str) -> list[int] | None:
+    try:
+        fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return [int(x) for x in _read_all(fd).split()]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _read_all(fd: int) -> bytes:
@@ -164,7 +187,7 @@ def descendants(pid: int) -> list[int]:
     while todo:
         parent = todo.pop()
         below = _children_listed(parent) if tree is None else tree.get(parent, [])
-        if below is None:  # not listed (or a thread of it just exited): scan once, from here on
+        if below is None:  # not listed (or its threads kept changing): scan once, from here on
             tree = _by_parent()
             below = tree.get(parent, [])
         for child in below:

@@ -87,6 +87,7 @@ class Cancellation:
         self._stopped = False  # a stop has arrived (its callbacks may still run)
         self._closed = False  # the call has ended
         self._running: dict[int, str] = {}  # the stop's callbacks still running, by key: their names
+        self._ending = False  # the stop's callback phase is over, or being ended (once)
         self._overstayed: tuple[str, ...] = ()
         self._then: PhaseOver | None = None
         self._deadline: standby.Later | None = None
@@ -177,7 +178,10 @@ class Cancellation:
             self._returned.set()
             self._phase_over(())
             return True
-        self._deadline = standby.later(self.callback_deadline, self._deadline_passed)
+        # the timer thread hands the deadline's work (the held outcome's report) to a thread
+        self._deadline = standby.later(
+            self.callback_deadline, standby.run, self._deadline_passed, "greenroom on_stop deadline"
+        )
         for key, callback in callbacks:
             standby.run(functools.partial(self._run_one, key, callback), f"greenroom on_stop {self._running[key]}")
         return True
@@ -198,17 +202,20 @@ class Cancellation:
     def _deadline_passed(self) -> None:
         with self._lock:
             late = tuple(self._running.values())
-        if late and self._phase_over(late):
-            for name in late:
-                log().warning("on_stop callback %s did not return within %g s of the stop; the tool sees its "
-                              "stop without waiting for it", name, self.callback_deadline)  # fmt: skip
+        if late:
+            self._phase_over(late)
 
-    def _phase_over(self, overstayed: tuple[str, ...]) -> bool:
-        """The stop's callbacks have returned (or overstayed): the tool sees its stop now.
-        False if the phase was over already."""
+    def _phase_over(self, overstayed: tuple[str, ...]) -> None:
+        """The stop's callbacks have returned (or ``overstayed``, logged first): the tool sees
+        its stop now; nothing if the phase was over already."""
         with self._lock:
-            if self._seen.is_set():
-                return False
+            if self._ending:
+                return
+            self._ending = True
+        for name in overstayed:
+            log().warning("on_stop callback %s did not return within %g s of the stop; the tool sees its "
+                          "stop without waiting for it", name, self.callback_deadline)  # fmt: skip
+        with self._lock:
             self._overstayed = overstayed
             self._mode = "stop"
             self._requested.set()
@@ -216,7 +223,6 @@ class Cancellation:
             then, self._then = self._then, None
         if then is not None:
             then(overstayed)
-        return True
 
     def _settle(self, timeout: float | None = None) -> bool:
         """If a stop has arrived, wait (at most ``timeout``) until the tool sees it; True

@@ -7,20 +7,24 @@ such starts held the stop's actor thread for about 1 ms (docs/benchmarks.md, "Th
 turn"). Here:
 
 - ``run(fn, name)`` runs ``fn`` on a parked thread if one is idle, else on a new one: each
-  ``fn`` has a thread of its own, never queued behind another; the thread parks again once
-  ``fn`` returns (at most ``KEEP`` of them stay parked);
+  ``fn`` has a thread of its own, never queued behind another, and a context of its own
+  (``contextvars``: what one job sets, the next does not see; ``threading.local`` values do
+  stay with the thread); the thread parks again once ``fn`` returns (at most ``KEEP`` of
+  them stay parked);
 - ``later(delay, fn, *args)`` calls ``fn(*args)`` after ``delay`` seconds on the one timer
   thread and returns what ``cancel()`` stops; ``fn`` must return quickly (it holds every
-  later timer up);
-- ``warm(n)`` parks ``n`` threads and starts the timer thread now, off a stop's path (a tool
-  process does it as its first call starts).
+  later call up: hand longer work to ``run``);
+- ``warm(n)`` returns once ``n`` threads are parked and the timer thread runs, so a stop
+  after it starts nothing (``Cancellation.on_stop`` calls it as a callback is registered,
+  on the tool's own thread, off the stop's path).
 
-The threads are daemons and hold nothing between jobs. A forked child starts with none (its
-parent's threads are not in it).
+The threads are daemons. A forked child starts with none (its parent's threads are not in
+it).
 """
 
 from __future__ import annotations
 
+import contextvars
 import heapq
 import itertools
 import os
@@ -35,10 +39,12 @@ from ..logs import logger
 __all__ = ["KEEP", "Later", "later", "run", "warm"]
 
 KEEP = 4  # parked threads kept per process
+LONGEST_WAIT = 3600.0  # the timer thread wakes at least this often (Condition.wait refuses a wait too long)
 
 log = logger("greenroom.tools")
+_now = time.monotonic
 
-Job = tuple[Callable[[], Any], str]
+_Job = tuple[Callable[[], Any], str]
 
 
 class _State:
@@ -46,12 +52,19 @@ class _State:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.idle: list[queue.SimpleQueue[Job]] = []
+        self.idle: list[queue.SimpleQueue[_Job]] = []
         self.timer: _Timer | None = None
 
 
 _state = _State()
-os.register_at_fork(after_in_child=lambda: globals().__setitem__("_state", _State()))
+
+
+def _forget() -> None:
+    global _state
+    _state = _State()
+
+
+os.register_at_fork(after_in_child=_forget)
 
 
 def run(fn: Callable[[], Any], name: str) -> None:
@@ -63,47 +76,65 @@ def run(fn: Callable[[], Any], name: str) -> None:
     if slot is not None:
         slot.put((fn, name))
         return
-    threading.Thread(target=_serve, args=(state, queue.SimpleQueue(), (fn, name)), name=name, daemon=True).start()
+    _start(state, (fn, name), None, name)
 
 
 def warm(n: int = 2) -> None:
-    """Park threads until ``n`` (at most ``KEEP``) are idle, and start the timer thread."""
+    """Park threads until ``n`` (at most ``KEEP``) are idle and start the timer thread;
+    return once the threads started here are parked (or have taken a job)."""
     state = _state
     with state.lock:
         missing = min(n, KEEP) - len(state.idle)
-    for _ in range(missing):
-        slot: queue.SimpleQueue[Job] = queue.SimpleQueue()
-        threading.Thread(target=_serve, args=(state, slot, None), name="greenroom standby", daemon=True).start()
+    parked = [threading.Event() for _ in range(missing)]
+    for event in parked:
+        _start(state, None, event, "greenroom standby")
     _timer(state)
+    for event in parked:
+        event.wait(1.0)  # bounded: a thread that never parks costs a stop a start, no more
 
 
-def _serve(state: _State, slot: queue.SimpleQueue[Job], job: Job | None) -> None:
+def _start(state: _State, job: _Job | None, parked: threading.Event | None, name: str) -> None:
+    slot: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+    threading.Thread(target=_serve, args=(state, slot, job, parked), name=name, daemon=True).start()
+
+
+def _serve(state: _State, slot: queue.SimpleQueue[_Job], job: _Job | None, parked: threading.Event | None) -> None:
     me = threading.current_thread()
     while True:
         if job is not None:
             fn, me.name = job
             try:
-                fn()
+                contextvars.Context().run(fn)
             except BaseException:  # noqa: BLE001 - a job's failure is its own; the thread goes on
                 log().exception("%s raised", me.name)
             me.name, job = "greenroom standby", None
         with state.lock:
-            if len(state.idle) >= KEEP or state is not _state:
-                return
-            state.idle.append(slot)
+            keep = len(state.idle) < KEEP and state is _state
+            if keep:
+                state.idle.append(slot)
+        if parked is not None:
+            parked.set()
+            parked = None
+        if not keep:
+            return
         job = slot.get()
 
 
 class Later:
     """A call ``later`` will make; ``cancel()`` stops it if it has not been made."""
 
-    __slots__ = ("args", "cancelled", "fn")
+    __slots__ = ("call", "cancelled")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        self.fn, self.args, self.cancelled = fn, args, False
+        self.call, self.cancelled = (fn, args), False
 
     def cancel(self) -> None:
-        self.cancelled = True
+        """Stop the call (it may be under way already) and let go of what it would call with."""
+        self.call, self.cancelled = (_nothing, ()), True
+
+
+def _nothing() -> None:
+    pass
 
 
 def later(delay: float, fn: Callable[..., Any], *args: Any) -> Later:
@@ -139,14 +170,12 @@ class _Timer:
         while True:
             with self._cond:
                 while not self._heap or self._heap[0][0] > _now():
-                    self._cond.wait(self._heap[0][0] - _now() if self._heap else None)
+                    self._cond.wait(min(self._heap[0][0] - _now(), LONGEST_WAIT) if self._heap else None)
                 _, _, handle = heapq.heappop(self._heap)
             if handle.cancelled:
                 continue
+            fn, args = handle.call  # one attribute: a cancel() now swaps it whole
             try:
-                handle.fn(*handle.args)
+                fn(*args)
             except BaseException:  # noqa: BLE001 - one call's failure stops no other
                 log().exception("a timed call raised")
-
-
-_now = time.monotonic
