@@ -166,6 +166,24 @@ def test_a_call_that_returns_leaves_none_of_its_children_behind(runtime: Runtime
     assert wait_until(lambda: none_alive(pids)), [p for p in pids if pid_alive(p)]
 
 
+# -- memory ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["collection_cost", "host_collection_cost"])
+def test_a_forked_process_never_collects_what_it_inherited_so_those_pages_stay_shared(
+    runtime: Runtime, provider: ScriptedProvider, where: str
+) -> None:
+    """A full collection writes to every object it visits, and so copies every page of them the
+    process shares with its parent: each process of the tree froze what it inherited at its fork.
+    The same process's collection with that unfrozen is the baseline."""
+    provider.add(use_tools(call(where, {})), say("done"))
+    result = runtime.run("go", tools=[getattr(T, where)]).result(30)
+    cost = json.loads(result.messages[2].content)["data"]
+    assert cost["frozen"] > 10_000, cost  # the modules, the owner's state, the parent's actors
+    assert cost["unfrozen_kib"] > 2_048, cost  # else the baseline says nothing
+    assert cost["frozen_kib"] * 4 < cost["unfrozen_kib"], cost
+
+
 # -- the owner's death ------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
 import time
@@ -242,6 +243,36 @@ async def host_pid(wait: bool = False) -> int:
     if wait:
         await asyncio.sleep(300)
     return os.getpid()
+
+
+def _private_dirty_kib() -> int:
+    with open("/proc/self/smaps_rollup") as f:
+        return sum(int(line.split()[1]) for line in f if line.startswith("Private_Dirty:"))
+
+
+def _collection_cost() -> dict[str, int]:
+    """What a full collection dirties in this process: with what the process inherited at its
+    fork frozen (as greenroom leaves it), then with it unfrozen. Leaves it unfrozen."""
+    frozen = gc.get_freeze_count()
+    before = _private_dirty_kib()
+    gc.collect()
+    frozen_kib = _private_dirty_kib() - before
+    gc.unfreeze()
+    before = _private_dirty_kib()
+    gc.collect()
+    return {"frozen": frozen, "frozen_kib": frozen_kib, "unfrozen_kib": _private_dirty_kib() - before}
+
+
+@tool
+def collection_cost() -> dict[str, int]:
+    """Runs in a tool process: ``_collection_cost`` there."""
+    return _collection_cost()
+
+
+@tool(inline=True)
+async def host_collection_cost() -> dict[str, int]:
+    """Runs inline, in the turn's host process: ``_collection_cost`` there."""
+    return _collection_cost()
 
 
 @tool

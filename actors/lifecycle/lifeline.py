@@ -24,6 +24,7 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import select
 import stat
@@ -150,6 +151,10 @@ def _after_fork_in_child() -> None:
     _forking = None
     if _member_fd is None:
         return
+    # What the process inherited stays shared with its parent only while nothing writes to
+    # it, and a collection writes to every object it visits: this process never collects
+    # what it was forked with (its modules, the owner's state, its parent's actors).
+    gc.freeze()
     # A member forks only from its main thread; the watchdog holds no lock, so forking
     # beside it is safe (Python 3.12+ warns about threads at fork in general).
     warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks", category=DeprecationWarning)
