@@ -2,7 +2,8 @@
 
 The pump thread hands every message to ``Inbound.on_message``: events go to their turn's
 ``TurnStream`` (in any order; the stream orders them), a ``ControlReply`` to the future of
-the command that asked for it (a refusal nobody awaits goes to the turn's stream), node
+the command that asked for it (a refusal nobody awaits goes to the turn's stream; a start's
+answer may come in an ``EventBatch``, ahead of its turn's first events), node
 changes to ``membership``, a host's finished spans to ``on_spans`` and its metrics to
 ``on_metrics``. Callers in any thread
 open streams and futures here and wait on them; ``close()`` makes every waiter raise
@@ -172,18 +173,14 @@ class Inbound:
 
     def on_message(self, msg: Any, sender: Any) -> None:
         if isinstance(msg, EventBatch):
-            self._events(batch_records(msg))
+            events, replies = batch_records(msg)
+            for reply in replies:  # a start's answer, ahead of its turn's first events
+                self._reply(reply, sender)
+            self._events(events)
         elif isinstance(msg, TurnEvent):
             self._events([(msg.turn_id, msg.seq, msg.kind, msg)])
         elif isinstance(msg, ControlReply):
-            if msg.ok and msg.command == "subscribe" and (stream := self.stream(msg.turn_id)) is not None:
-                stream.host = stream.host or sender  # a turn attached to: its host answered (its id
-                # is learned when the Runtime looks it up: ``TurnHandle.host``)
-            future = self.forget(msg.request_id) if msg.request_id else None
-            if future is not None:
-                future.set_result(msg)
-            elif not msg.ok and (stream := self.stream(msg.turn_id)) is not None:
-                stream.refuse(msg)
+            self._reply(msg, sender)
         elif isinstance(msg, NodeList):
             self._resolve(msg.request_id or "", msg)
         elif isinstance(msg, MembershipChanged):
@@ -202,6 +199,16 @@ class Inbound:
             self._on_metrics(msg)
         else:
             self._resolve(type(msg).__name__, msg)
+
+    def _reply(self, msg: ControlReply, sender: Any) -> None:
+        if msg.ok and msg.command == "subscribe" and (stream := self.stream(msg.turn_id)) is not None:
+            stream.host = stream.host or sender  # a turn attached to: its host answered (its id
+            # is learned when the Runtime looks it up: ``TurnHandle.host``)
+        future = self.forget(msg.request_id) if msg.request_id else None
+        if future is not None:
+            future.set_result(msg)
+        elif not msg.ok and (stream := self.stream(msg.turn_id)) is not None:
+            stream.refuse(msg)
 
     def table_ready(self) -> None:
         """The Runtime's table exists: the changes that came before it are applied, in order,

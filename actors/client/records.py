@@ -7,7 +7,8 @@ and decodes it to its model, validated, each time a reader asks for it: the even
 gets are the same models, in the same order, as if they had been decoded on arrival.
 
 - ``batch_records`` reads a batch without validating it: each event's ``turn_id``, ``seq``
-  and ``kind`` (to route and order it) and its bytes. A ``Finish`` (its history is joined as
+  and ``kind`` (to route and order it) and its bytes; a start's answer that travels in the
+  batch, ahead of its turn's first events, is decoded and handed back apart. A ``Finish`` (its history is joined as
   it arrives), an event about the reader (``seq`` < 0) and anything that does not look like
   an event are decoded at once, as before (``CodecError`` for what is not an event);
 - the events made in this process (``host_lost``, ``event_lost``) are kept as models;
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import overload
 
-from messages import Error, TurnEvent, decode
+from messages import ControlReply, Error, TurnEvent, decode
 from messages.codec import CodecError, message_classes, split_encoded
 
 from ..logs import logger
@@ -35,10 +36,19 @@ NOTABLE = frozenset({"tool_finished", "tool_approval_request", "error"})  # what
 log = logger("greenroom.runtime")
 
 
-def batch_records(batch: EventBatch) -> list[tuple[str, int, str, Record]]:
-    """``(turn_id, seq, kind, record)`` for each event of ``batch``, in its order."""
+def batch_records(batch: EventBatch) -> tuple[list[tuple[str, int, str, Record]], list[ControlReply]]:
+    """``(turn_id, seq, kind, record)`` for each event of ``batch``, in its order, and the
+    start answers it carried ahead of them (a batch to a node's Runtime only: see
+    ``TurnHost.answer_start``)."""
     out: list[tuple[str, int, str, Record]] = []
+    replies: list[ControlReply] = []
     for fields, raw in split_encoded(batch.blob):
+        if fields.get("kind") == "control_reply":
+            reply = decode(raw)
+            if not isinstance(reply, ControlReply):
+                raise CodecError("a malformed control_reply in an event batch")
+            replies.append(reply)
+            continue
         turn_id, seq, kind = fields.get("turn_id"), fields.get("seq"), fields.get("kind")
         if (
             kind == "finish"
@@ -54,7 +64,7 @@ def batch_records(batch: EventBatch) -> list[tuple[str, int, str, Record]]:
             out.append((event.turn_id, event.seq, event.kind, event))
         else:
             out.append((turn_id, seq, kind, raw))
-    return out
+    return out, replies
 
 
 class EventRecords(Sequence[TurnEvent]):

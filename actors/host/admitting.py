@@ -61,7 +61,7 @@ class Admitting:
             elif isinstance(d, (adm.Start, adm.Withdrawn)):
                 del self.queued[d.turn_id]
                 if isinstance(d, adm.Start) and not entry.answered and msg.request_id is not None:
-                    self.host.reply(sender, self._admitted(msg, "running"))
+                    self.host.answer_start(sender, self._admitted(msg, "running"))  # with its first events
                 self._start(msg, sender, entry.later)
             # adm.Waits: held, unanswered, until there is room
 

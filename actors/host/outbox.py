@@ -9,6 +9,9 @@ each event at once; a busy one gets fewer, larger batches, never more than one w
 
 - ``Finish``, ``ToolApprovalRequest`` and ``Error`` are urgent: what is collected leaves at
   once, even while a batch is in flight (the transport queues it behind);
+- a start's answer to this node's Runtime travels in its outbox, ahead of the turn's first
+  events (``TurnHost.answer_start``): it leaves with them, or behind the batch in flight,
+  where the transport would have held it had it been sent alone;
 - a batch whose ACK was lost is resent by Thespian and acknowledged by the receiver's
   transport without being delivered twice (``wire.frames``); a batch the transport could
   not deliver at all (the subscriber's process is gone, or unreachable past Thespian's

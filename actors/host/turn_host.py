@@ -47,6 +47,7 @@ from messages import (
     ToolAlive,
     TurnCommand,
     Unsubscribe,
+    encode,
 )
 
 from ..handoff import Handoff
@@ -102,6 +103,7 @@ class TurnHost(Dispatcher, HostDraining):
         quiet_third_party()
         self.kernel = Kernel()
         self.handoff = Handoff()
+        self.put = self.handoff.put  # thread-safe: queue an item for the actor thread, wake it
         self.llm = LLMActor(self.kernel, self.handoff.put)
         self.tools = ToolRunner(self)
         self.registry = TurnRegistry(self)
@@ -110,6 +112,7 @@ class TurnHost(Dispatcher, HostDraining):
         self.keeper: StoreKeeper | None = None  # with a store: what the host does with it over time
         self.node = ""
         self.hold_outbox, self.release_outbox = self.outboxes.hold, self.outboxes.release  # by subscriber key
+        self.deliver = self.outboxes.deliver  # one encoded event for a subscriber: (str(to), to, payload, kind)
         self.slot = -1
         self.pool: Any = None
         self.directory: Any = None
@@ -311,14 +314,7 @@ class TurnHost(Dispatcher, HostDraining):
         if llm:
             self.llm.on_outputs(llm)
 
-    def put(self, item: Any) -> None:  # thread-safe: queue ``item`` for the actor thread, wake it
-        self.handoff.put(item)
-
     # -- events and replies ---------------------------------------------------------------
-
-    def deliver(self, key: str, to: Any, payload: bytes, kind: str) -> None:
-        """Queue one encoded event for the subscriber ``to`` (``key`` is ``str(to)``)."""
-        self.outboxes.deliver(key, to, payload, kind)
 
     def _drop_subscriber(self, outbox: Outbox) -> None:
         log().warning("subscriber %s cannot be reached; the turns here stop sending to it", outbox.key)
@@ -345,6 +341,13 @@ class TurnHost(Dispatcher, HostDraining):
                 self.durable.journal.read(lambda store: store.inbox.answer(command_id, reply), logged_reply(command_id))
         elif to is not None:
             self.send(to, reply)
+
+    def answer_start(self, to: Any, reply: ControlReply) -> None:
+        """A start's answer; to this node's Runtime in its outbox, to leave with the turn's
+        ``TurnStarted`` in one batch (``outbox``); to anyone else as ``reply`` sends it."""
+        if self.owner is not None and self.owner == to:  # never a StoredSender: not an address
+            return self.outboxes.deliver(str(to), to, encode(reply), reply.kind)
+        self.reply(to, reply)
 
     # -- the end --------------------------------------------------------------------------
 

@@ -360,6 +360,10 @@ class EventBatch(_Internal):
     Thespian does not guarantee the order of delivery: order by each event's ``seq``.
     On the wire a batch is one msgpack array of its events' bytes as they were encoded (and
     stored), pickled as one ``bytes``: no second serialization of each event.
+
+    A batch to a node's own Runtime may also carry the ``ControlReply`` to a turn's start,
+    ahead of the turn's first events (``TurnHost.answer_start``); a batch to any other
+    subscriber (a supervisor actor, a tool's sub-agent) holds events only.
     """
 
     __slots__ = ("_blob", "_payloads")
