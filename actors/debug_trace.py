@@ -29,9 +29,16 @@ def _dump(signum: int, frame: object) -> None:
 
 
 def enable(directory: str | None) -> None:
-    """Trace to ``directory`` from now on, in this process and every process forked from it."""
+    """Trace to ``directory`` from now on, in this process and every process forked from it
+    (the files open for an earlier directory are closed: nothing more goes there)."""
     global _DIR
     _DIR = directory
+    for fd in _fd.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass  # one inherited across a fork and closed by then
+    _fd.clear()
 
 
 def trace(*parts: object) -> None:

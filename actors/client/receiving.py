@@ -3,11 +3,10 @@
 The pump thread hands every message to ``Inbound.on_message``: events go to their turn's
 ``TurnStream`` (in any order; the stream orders them), a ``ControlReply`` to the future of
 the command that asked for it (a refusal nobody awaits goes to the turn's stream; a start's
-answer may come in an ``EventBatch``, ahead of its turn's first events), node
-changes to ``membership``, a host's finished spans to ``on_spans`` and its metrics to
-``on_metrics``. Callers in any thread
-open streams and futures here and wait on them; ``close()`` makes every waiter raise
-``RuntimeClosedError``.
+answer may come in an ``EventBatch``, ahead of its turn's first events), node changes to
+``membership``, a host's finished spans to ``on_spans`` and its metrics to ``on_metrics``.
+Callers in any thread open streams and futures here and wait on them; ``close()`` makes
+every waiter raise ``RuntimeClosedError``.
 """
 
 from __future__ import annotations

@@ -7,10 +7,11 @@ and decodes it to its model, validated, each time a reader asks for it: the even
 gets are the same models, in the same order, as if they had been decoded on arrival.
 
 - ``batch_records`` reads a batch without validating it: each event's ``turn_id``, ``seq``
-  and ``kind`` (to route and order it) and its bytes; a start's answer that travels in the
-  batch, ahead of its turn's first events, is decoded and handed back apart. A ``Finish`` (its history is joined as
-  it arrives), an event about the reader (``seq`` < 0) and anything that does not look like
-  an event are decoded at once, as before (``CodecError`` for what is not an event);
+  and ``kind`` (to route and order it) and its bytes. A ``Finish`` (its history is joined
+  as it arrives), an event about the reader (``seq`` < 0) and anything that does not look
+  like an event are decoded at once, as before (``CodecError`` for what is not an event);
+  a start's answer that travels in the batch ahead of its turn's first events
+  (``host.answers``) is decoded and handed back apart;
 - the events made in this process (``host_lost``, ``event_lost``) are kept as models;
 - a record that does not decode when read (it cannot happen: every event was encoded from
   its model) is read as an ``Error(event_lost)`` with its ``seq``, never raised at a reader.
@@ -19,7 +20,7 @@ gets are the same models, in the same order, as if they had been decoded on arri
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import cast, overload
 
 from messages import ControlReply, Error, TurnEvent, decode
 from messages.codec import CodecError, message_classes, split_encoded
@@ -38,16 +39,12 @@ log = logger("greenroom.runtime")
 
 def batch_records(batch: EventBatch) -> tuple[list[tuple[str, int, str, Record]], list[ControlReply]]:
     """``(turn_id, seq, kind, record)`` for each event of ``batch``, in its order, and the
-    start answers it carried ahead of them (a batch to a node's Runtime only: see
-    ``TurnHost.answer_start``)."""
+    start answers it carried ahead of them (only a batch to a node's Runtime has any)."""
     out: list[tuple[str, int, str, Record]] = []
     replies: list[ControlReply] = []
     for fields, raw in split_encoded(batch.blob):
         if fields.get("kind") == "control_reply":
-            reply = decode(raw)
-            if not isinstance(reply, ControlReply):
-                raise CodecError("a malformed control_reply in an event batch")
-            replies.append(reply)
+            replies.append(cast(ControlReply, decode(raw)))  # decoded by its kind, validated
             continue
         turn_id, seq, kind = fields.get("turn_id"), fields.get("seq"), fields.get("kind")
         if (

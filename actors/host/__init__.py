@@ -7,8 +7,8 @@ the node's directory).
 in-process actor with its own mailbox (``actors.mailbox``), running its ``turn.rules``;
 ``registry`` keeps the host's turns by id (held, forwarded, found); ``llm_actor`` streams
 from providers on the host's stream loop (one thread); ``tool_runner`` sends calls to tool processes (or runs
-inline async tools); ``outbox`` batches events to subscribers and ``subscriptions`` tracks
-each one's window; ``held`` keeps commands that overtook their turn; ``durable`` is the
+inline async tools); ``outbox`` batches events to subscribers (``answers``: a
+start's answer to the Runtime rides with them) and ``subscriptions`` tracks each one's window; ``held`` keeps commands that overtook their turn; ``durable`` is the
 host's side of its store (leases, takeover, the command inbox); ``timers`` keeps the turns'
 timers behind a few Thespian wakeups; ``ports`` are the faces the parts see of the host.
 

@@ -10,8 +10,7 @@ each event at once; a busy one gets fewer, larger batches, never more than one w
 - ``Finish``, ``ToolApprovalRequest`` and ``Error`` are urgent: what is collected leaves at
   once, even while a batch is in flight (the transport queues it behind);
 - a start's answer to this node's Runtime travels in its outbox, ahead of the turn's first
-  events (``TurnHost.answer_start``): it leaves with them, or behind the batch in flight,
-  where the transport would have held it had it been sent alone;
+  events (``answers``): it leaves with them, or once the batch in flight is acknowledged;
 - a batch whose ACK was lost is resent by Thespian and acknowledged by the receiver's
   transport without being delivered twice (``wire.frames``); a batch the transport could
   not deliver at all (the subscriber's process is gone, or unreachable past Thespian's
@@ -130,6 +129,11 @@ class Outboxes:
         for outbox in self._dirty:
             outbox.flush_if_ready()
         self._dirty.clear()
+
+    def reachable(self, key: str) -> bool:
+        """False while ``key``'s outbox is dead (its subscriber is about to be dropped)."""
+        outbox = self._by_key.get(key)
+        return outbox is None or not outbox.dead
 
     def hold(self, key: str) -> None:
         self._refs[key] = self._refs.get(key, 0) + 1

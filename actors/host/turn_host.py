@@ -38,7 +38,6 @@ from thespian.system.transport import TransmitIntent
 
 from messages import (
     Consumed,
-    ControlReply,
     ReportProgress,
     RunTool,
     StartTurn,
@@ -47,7 +46,6 @@ from messages import (
     ToolAlive,
     TurnCommand,
     Unsubscribe,
-    encode,
 )
 
 from ..handoff import Handoff
@@ -78,8 +76,9 @@ from ..wire.protocol import (
     WorkersLeased,
 )
 from .admission import Limits
-from .draining import HostDraining, logged_reply
-from .durable import Durable, StoredSender
+from .answers import HostAnswers
+from .draining import HostDraining
+from .durable import Durable
 from .journal import Journal
 from .keeper import StoreKeeper
 from .llm_actor import LLMActor
@@ -95,7 +94,7 @@ __all__ = ["TurnHost"]
 log = logger("greenroom.host")
 
 
-class TurnHost(Dispatcher, HostDraining):
+class TurnHost(Dispatcher, HostDraining, HostAnswers):
     """Hosts many TurnActors, as host ``node/slot``; see the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -103,7 +102,6 @@ class TurnHost(Dispatcher, HostDraining):
         quiet_third_party()
         self.kernel = Kernel()
         self.handoff = Handoff()
-        self.put = self.handoff.put  # thread-safe: queue an item for the actor thread, wake it
         self.llm = LLMActor(self.kernel, self.handoff.put)
         self.tools = ToolRunner(self)
         self.registry = TurnRegistry(self)
@@ -112,7 +110,6 @@ class TurnHost(Dispatcher, HostDraining):
         self.keeper: StoreKeeper | None = None  # with a store: what the host does with it over time
         self.node = ""
         self.hold_outbox, self.release_outbox = self.outboxes.hold, self.outboxes.release  # by subscriber key
-        self.deliver = self.outboxes.deliver  # one encoded event for a subscriber: (str(to), to, payload, kind)
         self.slot = -1
         self.pool: Any = None
         self.directory: Any = None
@@ -314,7 +311,14 @@ class TurnHost(Dispatcher, HostDraining):
         if llm:
             self.llm.on_outputs(llm)
 
-    # -- events and replies ---------------------------------------------------------------
+    def put(self, item: Any) -> None:  # thread-safe: queue ``item`` for the actor thread, wake it
+        self.handoff.put(item)
+
+    # -- events (replies: ``answers``) ---------------------------------------------------
+
+    def deliver(self, key: str, to: Any, payload: bytes, kind: str) -> None:
+        """Queue one encoded event for the subscriber ``to`` (``key`` is ``str(to)``)."""
+        self.outboxes.deliver(key, to, payload, kind)
 
     def _drop_subscriber(self, outbox: Outbox) -> None:
         log().warning("subscriber %s cannot be reached; the turns here stop sending to it", outbox.key)
@@ -332,22 +336,6 @@ class TurnHost(Dispatcher, HostDraining):
             to, message, onSuccess=lambda r, i: finished(True), onError=lambda r, i: finished(False)
         )
         self._myRef._send_intent(intent)
-
-    def reply(self, to: Any, reply: ControlReply) -> None:
-        """Answer a command's sender; one queued in the store is answered there (off this thread)."""
-        if isinstance(to, StoredSender):
-            if self.durable is not None:
-                command_id = to.command_id
-                self.durable.journal.read(lambda store: store.inbox.answer(command_id, reply), logged_reply(command_id))
-        elif to is not None:
-            self.send(to, reply)
-
-    def answer_start(self, to: Any, reply: ControlReply) -> None:
-        """A start's answer; to this node's Runtime in its outbox, to leave with the turn's
-        ``TurnStarted`` in one batch (``outbox``); to anyone else as ``reply`` sends it."""
-        if self.owner is not None and self.owner == to:  # never a StoredSender: not an address
-            return self.outboxes.deliver(str(to), to, encode(reply), reply.kind)
-        self.reply(to, reply)
 
     # -- the end --------------------------------------------------------------------------
 

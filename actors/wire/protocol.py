@@ -362,7 +362,7 @@ class EventBatch(_Internal):
     stored), pickled as one ``bytes``: no second serialization of each event.
 
     A batch to a node's own Runtime may also carry the ``ControlReply`` to a turn's start,
-    ahead of the turn's first events (``TurnHost.answer_start``); a batch to any other
+    ahead of the turn's first events (``host.answers``); a batch to any other
     subscriber (a supervisor actor, a tool's sub-agent) holds events only.
     """
 
