@@ -2,7 +2,8 @@
 
 - A command queued in the store (its sender a ``StoredSender``) is answered there, off the
   actor thread.
-- A start's ``running`` answer to this node's own Runtime (the host's ``owner``) goes in the
+- A start's ``running`` answer to this node's own Runtime (``TurnHost.runtime``; not the
+  leader's Runtime that a member's hosts send their spans to) goes in the
   outbox of that Runtime's events, ahead of them. The host runs a new turn's mailbox in the
   handler that admitted it, so without a store the answer and the turn's ``TurnStarted``
   leave as one ``EventBatch`` at the end of that handler, one message less a turn; with a
@@ -46,8 +47,8 @@ class HostAnswers:
     def answer_start(self, to: Any, reply: ControlReply) -> None:
         """A start's ``running`` answer: to this node's Runtime with its turn's first events."""
         host: Any = self
-        owner = host.owner  # an address: never equal to a StoredSender
-        if owner is not None and owner == to and host.outboxes.reachable(str(to)):
+        runtime = host.runtime  # an address: never equal to a StoredSender
+        if runtime is not None and runtime == to and host.outboxes.reachable(str(to)):
             host.outboxes.deliver(str(to), to, encode(reply), reply.kind)
         else:
             self.reply(to, reply)
