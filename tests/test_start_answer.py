@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from messages import ChatMessage, StartTurn
 
 from . import tools_for_tests as T
 from .actors_for_tests import Begin, Report, Seen, Supervisor
+from .test_admission import Gates as AdmissionGates
 
 pytestmark = pytest.mark.integration
 
@@ -40,32 +40,15 @@ def frames(directory: Path) -> Counter[str]:
     return out
 
 
-class Gates:
-    """Each turn's last model call waits until the test opens the gate of the turn's prompt."""
-
-    def __init__(self) -> None:
-        self.gates: dict[str, threading.Event] = {}
-        self.lock = threading.Lock()
-        self.all_open = False
-
-    def gate(self, prompt: str) -> threading.Event:
-        with self.lock:
-            gate = self.gates.setdefault(prompt, threading.Event())
-            if self.all_open:
-                gate.set()
-            return gate
+class Gates(AdmissionGates):
+    """``test_admission``'s gates; here each turn calls a tool first, then its last model
+    call waits for the gate of the turn's prompt."""
 
     def respond(self, request: Request) -> Reply:
         prompt = request.messages[0]["content"]
         if request.messages[-1]["role"] == "user":
             return use_tools(call("add", {"a": 2, "b": 3}))
         return say(f"done {prompt}", hold=self.gate(prompt), hold_after=0)
-
-    def open_all(self) -> None:
-        with self.lock:
-            self.all_open = True
-            for gate in self.gates.values():
-                gate.set()
 
 
 Traced = Callable[..., tuple[Runtime, Path]]
