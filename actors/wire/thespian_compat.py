@@ -17,6 +17,11 @@ What greenroom patches or calls, and why:
   a transport's ``_waitingTransmits`` and ``_safeSocketShutdown``: a frame for another
   incarnation of its endpoint answered with a notice, and a notice making its message (and
   those queued behind it) sealed again and sent at once (``transport``, ``incarnation``);
+- ``TCPTransport._next_XMIT_1`` and ``_finishIntent``, ``opsKey``, ``TransmitIntent``'s
+  ``awaitingTXSlot`` and its ``_awaitingTXSlot`` and ``_retryTime``: messages to one target
+  leave one at a time and in the order they were sent. Thespian could have two in flight to
+  one target (on the connection it opened and on one the target opened to it) and sent a
+  message again behind those sent after it (``ordering.in_order``);
 - ``IPActorAddress.bindArgs``: binds sockets to the configured interface; its
   ``__getstate__`` (and a ``__setstate__``): a pickled address carries its endpoint's
   incarnation (``transport``);
@@ -96,6 +101,11 @@ def _internals() -> list[tuple[object, str]]:
         (TCPTransport.TCPTransport, "_processReceivedEnvelope"),
         (TCPTransport.TCPTransport, "_addedDataToIncoming"),
         (TCPTransport.TCPTransport, "_check_XMIT_4_done"),
+        (TCPTransport.TCPTransport, "_next_XMIT_1"),
+        (TCPTransport.TCPTransport, "_finishIntent"),
+        (TCPTransport, "opsKey"),
+        (TransmitIntent, "awaitingTXSlot"),
+        (TransmitIntent, "expired"),
         (TCPTransport.TCPTransport, "_XMITStepSendConnect"),
         (TCPTransport.TCPTransport, "_XMITStepRetry"),
         (TCPTransport, "_safeSocketShutdown"),

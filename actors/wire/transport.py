@@ -54,6 +54,7 @@ from .frames import (
     log_rejection,
 )
 from .incarnation import CURRENT
+from .ordering import in_order
 from .thespian_compat import check, report_child_exits, tune_delivery
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "TransportConfig", "current_key", "install", "load_key"]
@@ -199,6 +200,9 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
         if listened is not None:  # its port is free for any process now: frames for it are not ours
             CURRENT.unlisten(*listened)
 
+    TCPTransport.TCPTransport._next_XMIT_1, TCPTransport.TCPTransport._finishIntent = in_order(
+        TCPTransport.TCPTransport._next_XMIT_1, TCPTransport.TCPTransport._finishIntent
+    )
     IPBase.IPActorAddress.bindArgs = property(bind_args)
     TCPTransport.serializer = _Serializer(codec)
     TCPTransport.TCPTransport.serializer = seal
