@@ -20,6 +20,7 @@ from actors.testing import say
 from actors.testing.netns import available
 
 from .cluster_harness import Cluster, leftovers
+from .test_start_answer import frames
 
 pytestmark = [
     pytest.mark.integration,
@@ -86,4 +87,29 @@ def test_two_thousand_turns_at_once_fifty_run_five_hundred_queue_by_priority_and
         assert started[:11] == ["urgent", *round_robin]  # the 5 small ones within the first 11
         assert started[11:] == [p for p, _, _ in big[5:494]]  # then big's, in the order they came
         assert len(provider.requests) == RUNNING + QUEUED  # a refused turn never reached the model
+    assert leftovers(c) == []
+
+
+def test_a_start_onto_a_member_is_answered_in_the_first_batch_of_its_events_to_the_leader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The member's host answers the leader's Runtime, its owner, as a node's own: the answer
+    of each start rides ahead of its turn's first events, and no ``ControlReply`` crosses."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    monkeypatch.setenv("GREENROOM_TRACE_DIR", str(traces))  # in every process of both nodes
+    prompts = [f"turn{n}" for n in range(3)]
+    with Cluster(2, tmp_path, store=False) as c:
+        for prompt in prompts:
+            c.scripts.add(prompt, say(f"done {prompt}"))
+        c.start_leader(hosts=1, store=False)
+        caps = {"name": "m1"}
+        c.start_member(1, hosts=1, capabilities=caps)
+        c.ask(op="wait_node", caps=caps, timeout=60)
+        before = frames(traces)
+        out = c.ask(op="flood", turns=[[p, "", 0] for p in prompts], requires=caps, timeout=60)
+        assert (out["refused"], sorted(out["statuses"].values())) == ([], ["running"] * 3)
+        assert set(c.ask(op="finishes", prompts=prompts, timeout=60).values()) == {"stop"}
+        sent = frames(traces) - before
+        assert (sent["StartTurn"], sent["ControlReply"]) == (3, 0), sent
     assert leftovers(c) == []

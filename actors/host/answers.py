@@ -2,9 +2,9 @@
 
 - A command queued in the store (its sender a ``StoredSender``) is answered there, off the
   actor thread.
-- A start's ``running`` answer to this node's own Runtime (``TurnHost.runtime``; not the
-  leader's Runtime that a member's hosts send their spans to) goes in the
-  outbox of that Runtime's events, ahead of them. The host runs a new turn's mailbox in the
+- A start's ``running`` answer to the host's ``owner`` (its node's Runtime; on a member's
+  host, the leader's, named by ``NodesChanged``) goes in the outbox of that Runtime's events,
+  ahead of them. The host runs a new turn's mailbox in the
   handler that admitted it, so without a store the answer and the turn's ``TurnStarted``
   leave as one ``EventBatch`` at the end of that handler, one message less a turn; with a
   store the ``TurnStarted`` waits for its write and the answer leaves alone, as an
@@ -14,7 +14,7 @@
   after it (a refusal of the start's first write) may overtake it, and the Runtime takes
   either order. An outbox whose subscriber is being dropped is passed over: the answer is
   sent on its own.
-- Everyone else (a supervisor actor, a tool's sub-agent, a caller on another node, a
+- Everyone else (a supervisor actor, a tool's sub-agent, another node's Runtime, a
   ``queued`` or refused start) gets a ``ControlReply`` of its own, and batches that hold
   events only.
 """
@@ -45,10 +45,10 @@ class HostAnswers:
             host.send(to, reply)
 
     def answer_start(self, to: Any, reply: ControlReply) -> None:
-        """A start's ``running`` answer: to this node's Runtime with its turn's first events."""
+        """A start's ``running`` answer: to the host's owner with its turn's first events."""
         host: Any = self
-        runtime = host.runtime  # an address: never equal to a StoredSender
-        if runtime is not None and runtime == to and host.outboxes.reachable(str(to)):
+        owner = host.owner  # an address: never equal to a StoredSender
+        if owner is not None and owner == to and host.outboxes.reachable(str(to)):
             host.outboxes.deliver(str(to), to, encode(reply), reply.kind)
         else:
             self.reply(to, reply)

@@ -119,7 +119,6 @@ class TurnHost(Dispatcher, HostDraining, HostAnswers):
         self.shutting_down: Any = None
         self.ending_turns = False  # shutting down without a store: ShutdownDone waits for every turn's end
         self.owner: Any = None  # the Runtime's endpoint: where finished spans go
-        self.runtime: Any = None  # this node's Runtime (not a leader's): its start answers ride in batches
         route_stderr(lambda where, line: self.put(("mcp_stderr", where, line)))  # logged on this thread
 
     # -- dispatch -------------------------------------------------------------------------
@@ -147,7 +146,7 @@ class TurnHost(Dispatcher, HostDraining, HostAnswers):
 
     def receiveMsg_HostConfig(self, msg: HostConfig, sender: Any) -> None:
         self.slot, self.pool, self.directory = msg.slot, msg.pool, msg.directory
-        self.owner = self.runtime = msg.owner  # ``runtime``: this node's own Runtime, if it has one
+        self.owner = msg.owner
         METRICS.dirty = armed()  # a replacement host reports its (empty) state at once
         self.inline_async_tools = msg.inline_async_tools
         self.node = msg.node
