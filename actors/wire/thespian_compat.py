@@ -17,11 +17,13 @@ What greenroom patches or calls, and why:
   a transport's ``_waitingTransmits`` and ``_safeSocketShutdown``: a frame for another
   incarnation of its endpoint answered with a notice, and a notice making its message (and
   those queued behind it) sealed again and sent at once (``transport``, ``incarnation``);
-- ``TCPTransport._next_XMIT_1`` and ``_finishIntent``, ``opsKey``, ``TransmitIntent``'s
-  ``awaitingTXSlot`` and its ``_awaitingTXSlot`` and ``_retryTime``: messages to one target
-  leave one at a time and in the order they were sent. Thespian could have two in flight to
-  one target (on the connection it opened and on one the target opened to it) and sent a
-  message again behind those sent after it (``ordering.in_order``);
+- ``TCPTransport._next_XMIT_1`` and ``_finishIntent``, ``opsKey``, ``_finished_intents``,
+  ``TransmitIntent``'s ``awaitingTXSlot``, ``result`` and its ``_awaitingTXSlot`` and
+  ``_retryTime`` (set to an ``ExpirationTimer(0)`` to be stepped at the next pass of
+  ``_processIntentTimeouts``): messages to one target leave one at a time and in the order
+  they were sent. Thespian could have two in flight to one target (on the connection it
+  opened and on one the target opened to it) and sent a message again behind those sent
+  after it (``ordering.in_order``);
 - ``IPActorAddress.bindArgs``: binds sockets to the configured interface; its
   ``__getstate__`` (and a ``__setstate__``): a pickled address carries its endpoint's
   incarnation (``transport``);
@@ -84,7 +86,7 @@ _answered_creates_kept = False
 
 
 def _internals() -> list[tuple[object, str]]:
-    from thespian.system import actorManager, multiprocCommon, systemBase
+    from thespian.system import actorManager, multiprocCommon, systemBase, timing
     from thespian.system import transport as transport_package
     from thespian.system.admin import convention
     from thespian.system.transport import IPBase, ReceiveEnvelope, TCPTransport, TransmitIntent, streamBuffer
@@ -106,6 +108,8 @@ def _internals() -> list[tuple[object, str]]:
         (TCPTransport, "opsKey"),
         (TransmitIntent, "awaitingTXSlot"),
         (TransmitIntent, "expired"),
+        (TCPTransport.TCPTransport, "_processIntentTimeouts"),
+        (timing, "ExpirationTimer"),
         (TCPTransport.TCPTransport, "_XMITStepSendConnect"),
         (TCPTransport.TCPTransport, "_XMITStepRetry"),
         (TCPTransport, "_safeSocketShutdown"),
