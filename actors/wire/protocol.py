@@ -361,9 +361,8 @@ class EventBatch(_Internal):
     On the wire a batch is one msgpack array of its events' bytes as they were encoded (and
     stored), pickled as one ``bytes``: no second serialization of each event.
 
-    A batch to the host's owner (its node's Runtime, or the leader's on a member's host) may
-    also carry the ``ControlReply`` to a turn's start, ahead of the turn's first events
-    (``host.answers``); a batch to any other
+    A batch to the host's owner (its node's Runtime, or the leader's) may also carry the
+    ``ControlReply`` to a turn's start, ahead of its first events (``host.answers``); one to any other
     subscriber (a supervisor actor, a tool's sub-agent) holds events only.
     """
 
