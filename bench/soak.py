@@ -166,7 +166,10 @@ def run_block(seeds: list[int], args: argparse.Namespace, failures: list[dict[st
             relay, policy = stack.enter_context(network(seeds[0] + 1_000_000 * attempt, args.rates))
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-"))
         provider = stack.enter_context(FaultProvider())
-        store = through(*args.faulty_store[:2], f"soak_{seeds[0]}_{attempt}") if args.store_faults else None
+        store = None
+        if args.store_faults:
+            args.faulty_store[2].calm()  # a restart drawn in the block before may not have ended
+            store = through(*args.faulty_store[:2], f"soak_{seeds[0]}_{attempt}")
         rt = Runtime(provider.provider(), hosts=2, store=store)
         try:
             try:

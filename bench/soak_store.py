@@ -165,30 +165,42 @@ class Chaos:
         self.counts: Counter[str] = Counter()
         self.running = threading.Event()
         self._stop = threading.Event()
+        self._faulting = threading.Lock()  # held while a fault is in progress
         self._thread = threading.Thread(target=self._run, name="soak-store-chaos", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if self._stop.wait(self.rng.uniform(*EVERY_S)) or not self.running.is_set():
+            if self._stop.wait(self.rng.uniform(*EVERY_S)):
                 continue
-            kind = self.rng.choice(["restart", "pause", "cut"])
-            seconds = self.rng.uniform(*PAUSE_S)
-            if kind == "restart":
-                self.pg.crash()
-                self._stop.wait(seconds)
-                self.pg.start()
-            elif kind == "pause":
-                stopped = self.pg.pause()
-                self._stop.wait(seconds)
-                self.pg.resume(stopped)
-            else:
-                owners = self.relay.owners()
-                if not owners:
-                    continue
-                self.relay.cut(self.rng.choice(owners), seconds)
-                self._stop.wait(seconds)
-            self.counts[kind] += 1
+            with self._faulting:
+                if self.running.is_set():  # looked at here, so that calm() sees no fault begin
+                    self._fault()
+
+    def _fault(self) -> None:
+        kind = self.rng.choice(["restart", "pause", "cut"])
+        seconds = self.rng.uniform(*PAUSE_S)
+        if kind == "restart":
+            self.pg.crash()
+            self._stop.wait(seconds)
+            self.pg.start()
+        elif kind == "pause":
+            stopped = self.pg.pause()
+            self._stop.wait(seconds)
+            self.pg.resume(stopped)
+        else:
+            owners = self.relay.owners()
+            if not owners:
+                return
+            self.relay.cut(self.rng.choice(owners), seconds)
+            self._stop.wait(seconds)
+        self.counts[kind] += 1
+
+    def calm(self) -> None:
+        """Once no fault is in progress (``running`` cleared, one drawn before may still be):
+        a new block's database is created on a server that is up."""
+        with self._faulting:
+            pass
 
     def close(self) -> None:
         self._stop.set()
