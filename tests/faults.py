@@ -55,7 +55,7 @@ from actors.providers.openai import to_openai_message
 from actors.testing import Reply, Request, ScriptedProvider, call, fail, raw_response, say, use_tools
 from actors.tools.definition import Tool
 from actors.turn.history import history_problems
-from actors.turn.results import RECOVERED, interrupted_content, with_note
+from actors.turn.results import interrupted_content, unreported_note, with_note
 from actors.turn.sanitize import safe_text
 from messages import (
     CancelTurn,
@@ -1210,7 +1210,7 @@ def check(outcome: Outcome) -> list[str]:
         ]
         # its host lost the store while the call was stopping: the turn, claimed back, ends
         # the call as it was stopped, saying its process never reported (``rules.recover``)
-        wants += [with_note(w, f"{RECOVERED['store'][1]} before its process reported") for w in wants]
+        wants += [with_note(w, unreported_note("store")) for w in wants]
         # a tool that failed because the stop ended its children says so after its note
         raised = [w[: -len('", "data": null}')] + "; it raised " for w in wants]
         content = ends[0].content if ends else ""

@@ -3,17 +3,16 @@
 - A command queued in the store (its sender a ``StoredSender``) is answered there, off the
   actor thread.
 - A start's ``running`` answer to the host's ``owner`` (its node's Runtime; on a member's
-  host, the leader's, named by ``NodesChanged``) goes in the outbox of that Runtime's events,
-  ahead of them. The host runs a new turn's mailbox in the
-  handler that admitted it, so without a store the answer and the turn's ``TurnStarted``
-  leave as one ``EventBatch`` at the end of that handler, one message less a turn; with a
-  store the ``TurnStarted`` waits for its write and the answer leaves alone, as an
-  ``EventBatch``. The Runtime takes it out of the batch (``client.records.batch_records``).
-  While a batch to the Runtime is in flight the answer waits behind it in the outbox, where
-  a reply sent on its own would have gone at once to the transport's queue: a reply sent
-  after it (a refusal of the start's first write) may overtake it, and the Runtime takes
-  either order. An outbox whose subscriber is being dropped is passed over: the answer is
-  sent on its own.
+  host, the leader's, named by ``NodesChanged``) goes in the outbox of that Runtime's
+  events, ahead of them. The host runs a new turn's mailbox in the handler that admitted it,
+  so without a store the answer and the turn's ``TurnStarted`` leave as one ``EventBatch``
+  at the end of that handler, one message less a turn; with a store the ``TurnStarted``
+  waits for its write and the answer leaves alone, as an ``EventBatch``. The Runtime takes
+  it out of the batch (``client.records.batch_records``). While a batch to the Runtime is in
+  flight the answer waits behind it in the outbox, where a reply sent on its own would have
+  gone at once to the transport's queue: a reply sent after it (a refusal of the start's
+  first write) may overtake it, and the Runtime takes either order. An outbox whose
+  subscriber is being dropped is passed over: the answer is sent on its own.
 - Everyone else (a supervisor actor, a tool's sub-agent, another node's Runtime, a
   ``queued`` or refused start) gets a ``ControlReply`` of its own, and batches that hold
   events only.

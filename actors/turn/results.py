@@ -18,7 +18,16 @@ from typing import Any, Literal
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-__all__ = ["RECOVERED", "Recovery", "error_result", "interrupted_content", "ok_result", "with_edited", "with_note"]
+__all__ = [
+    "RECOVERED",
+    "Recovery",
+    "error_result",
+    "interrupted_content",
+    "ok_result",
+    "unreported_note",
+    "with_edited",
+    "with_note",
+]
 
 Recovery = Literal["restart", "takeover", "store"]  # why a turn was loaded from its store
 RECOVERED: dict[Recovery, tuple[str, str]] = {  # what happened to a call left running, and why the turn goes on
@@ -26,6 +35,12 @@ RECOVERED: dict[Recovery, tuple[str, str]] = {  # what happened to a call left r
     "takeover": ("its host was lost while the call ran", "another host took the turn over"),
     "store": ("its host lost the turn store while the call ran", "the turn went on once the store answered"),
 }
+
+
+def unreported_note(why: Recovery) -> str:
+    """The note on a call that was being stopped when its turn was recovered (``why``): its
+    process never reported how it ended."""
+    return f"{RECOVERED[why][1]} before its process reported"
 
 
 def ok_result(data: Any) -> str:

@@ -57,7 +57,7 @@ from .decisions import (
 )  # fmt: skip
 from .history import opening_problems
 from .priority import next_action, situation
-from .results import RECOVERED, Recovery, interrupted_content
+from .results import RECOVERED, Recovery, interrupted_content, unreported_note
 from .running import STOP_CONFIRM_MARGIN
 from .sanitize import safe_command
 
@@ -156,7 +156,7 @@ class TurnRules:
                 out.append(self.emit(TurnRetrying, attempt=1, delay=0.0, reason=f"{reason}: asking the model again"))
         for cs in s.batch or ():
             if cs.status == "stopping" and s.stop is None:  # it was stopped alone: its end is known
-                out.extend(running.done(self, cs, *running.unreported(cs, f"{reason} before its process reported")))
+                out.extend(running.done(self, cs, *running.unreported(cs, unreported_note(why))))
             if cs.status != "running" or s.stop is not None:
                 continue
             spec = self.specs.get(cs.call.name)
