@@ -12,7 +12,10 @@
   flight the answer waits behind it in the outbox, where a reply sent on its own would have
   gone at once to the transport's queue: a reply sent after it (a refusal of the start's
   first write) may overtake it, and the Runtime takes either order. An outbox whose
-  subscriber is being dropped is passed over: the answer is sent on its own.
+  subscriber is being dropped is passed over: the answer is sent on its own. So is a start
+  onto a member's host that came before the ``NodesChanged`` naming the leader's Runtime (the
+  Runtime may place a turn on a node as soon as its own directory tells it of the node; the
+  member's directory tells its hosts one hop later): one message more, once a host.
 - Everyone else (a supervisor actor, a tool's sub-agent, another node's Runtime, a
   ``queued`` or refused start) gets a ``ControlReply`` of its own, and batches that hold
   events only.
