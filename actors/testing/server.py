@@ -215,6 +215,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
+        if len(raw) < length:  # the client went away while sending (a stream aborted): no request
+            self.close_connection = True
+            return
         try:
             body = json.loads(raw or b"{}")
         except ValueError:

@@ -179,7 +179,7 @@ def _patch(bind_host: str, codec: FrameCodec, config: TransportConfig) -> None:
 
     def seal(self: Any, intent: Any) -> bytes:
         host, port = intent.targetAddr.addressDetails.connectArgs[0][:2]
-        trace("frame", type(intent.message).__name__)
+        trace("frame sealed again" if hasattr(intent, "serMsg") else "frame", type(intent.message).__name__)
         return toSendBuffer((self.myAddress, intent.message), lambda obj: codec.seal(obj, host, port))  # type: ignore[no-any-return]
 
     original_init, original_close = TCPTransport.TCPTransport.__init__, TCPTransport.TCPTransport.close
@@ -302,7 +302,6 @@ def _learn_from_notices(check: Any, codec: FrameCodec) -> Any:
         delattr(intent, "socket")
         delattr(intent, "ackbuf")
         intent.serMsg = self.serializer(intent)  # for the incarnation just learned, with a new counter
-        trace("frame sealed again", type(intent.message).__name__)
         for queued in getattr(self, "_waitingTransmits", ()):  # sealed before the notice, unsent: sealed again
             if queued.targetAddr == intent.targetAddr and queued.stage == self._XMITStepSendConnect:
                 if not hasattr(queued, "socket"):
