@@ -82,8 +82,9 @@ class Runtime(Attaching, Sessions):
     (default: one per CPU this process may use, its affinity and its cgroup quota: ``lifecycle.cpus``;
     0 leaves the turns to the members) run the turns; at most ``max_tool_processes`` tool processes run on
     this node (calls beyond them wait for one, and can be stopped or cancelled while they
-    wait); ``tool_processes`` idle tool processes are kept
-    forked ahead of need, each recycled after ``recycle_after`` calls;
+    wait); each host keeps one tool process for its next call and the pool ``tool_processes``
+    more, forked ahead of need (for a host's second call at once), each recycled after
+    ``recycle_after`` calls;
     ``inline_async_tools`` runs every ``async def`` tool in its turn's host. ``transport``
     sets encryption and the limits of the wire (``transport.TransportConfig``); the first
     Runtime of a process decides them for the process. Turns are traced with OpenTelemetry
@@ -113,7 +114,7 @@ class Runtime(Attaching, Sessions):
         key: bytes | None = None,
         capabilities: dict[str, Any] | None = None,
         hosts: int | None = None,
-        tool_processes: int = 2,
+        tool_processes: int = 1,
         max_tool_processes: int = 16,
         recycle_after: int = 100,
         inline_async_tools: bool = False,

@@ -78,7 +78,7 @@ def start_node(
     timeout: float = 30.0,
     hosts: int = 0,
     store: str | None = None,
-    tool_processes: int = 2,
+    tool_processes: int = 1,
     max_tool_processes: int = 16,
     max_running: int = 256,
     max_queued: int = 1024,
@@ -218,7 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         help="TurnHosts on this node (default: one per CPU this process may use)",
     )
     parser.add_argument("--store", default=None, help="a PostgreSQL URL every node reaches: durable turns here")
-    parser.add_argument("--tool-processes", type=_count(0), default=2, help="idle tool processes kept forked")
+    parser.add_argument(
+        "--tool-processes",
+        type=_count(0),
+        default=1,
+        help="idle tool processes the pool keeps, besides each host's one",
+    )
     parser.add_argument("--max-tool-processes", type=_count(1), default=16)
     parser.add_argument(
         "--max-running", type=_count(1), default=DEFAULT_MAX_RUNNING, help="turns running at once, per host"

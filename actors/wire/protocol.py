@@ -97,7 +97,7 @@ class Configure(_Internal):
 
     store: str | None = None  # a SQLite file's path or a PostgreSQL URL
     hosts: int = 1
-    tool_processes: int = 2
+    tool_processes: int = 1
     max_tool_processes: int = 16
     command_hold: float = 30.0
     recycle_after: int = 100
