@@ -188,7 +188,8 @@ def test_a_stop_while_its_calls_start_is_being_resent_goes_after_it_and_the_tool
         planned(len(resets) == 4, "RunTool was reset 4 times")
         assert first[0] < first[1], "the InterruptTool overtook its RunTool"
         assert (raised, seen[-1]) == (None, ("finish", "stopped"))
-        if wait_until(marker.exists, timeout=3):  # the tool started before its stop came
+        # the tool started before its stop came (the shell makes the file, then writes its pid)
+        if wait_until(lambda: marker.exists() and marker.read_text().endswith("\n"), timeout=3):
             pid = int(marker.read_text())
             assert wait_until(lambda: not alive(pid), timeout=5), "the tool runs on after Finish(stopped)"
 
