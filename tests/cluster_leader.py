@@ -84,7 +84,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--provider", default=None, help="an OpenAI-style base URL every node reaches")
     parser.add_argument("--store", default=None)
     parser.add_argument("--hosts", type=int, default=None)
-    parser.add_argument("--tool-processes", type=int, default=2)
+    parser.add_argument("--tool-processes", type=int, default=None)
     parser.add_argument("--capability", action="append", default=[])
     parser.add_argument("--rate-limit", default=None, help="REQUESTS/SECONDS: the provider's RateLimit")
     return parser.parse_args(argv)
@@ -111,6 +111,8 @@ class Leader:
         options: dict[str, Any] = {"store": args.store} if args.store else {}
         if args.hosts is not None:
             options["hosts"] = args.hosts
+        if args.tool_processes is not None:
+            options["tool_processes"] = args.tool_processes
         capabilities = dict(parse_capability(c) for c in args.capability)
         if capabilities:
             options["capabilities"] = capabilities
@@ -119,7 +121,6 @@ class Leader:
             host=args.host,
             admin_port=args.port,
             key=os.environ["GREENROOM_KEY"].encode(),
-            tool_processes=args.tool_processes,
             **options,
             **tracing,
         ).start()

@@ -74,27 +74,26 @@ ToolLike = Tool | Callable[..., Any] | ToolSpec
 class Runtime(Attaching, Sessions):
     """An embedded greenroom: its own actor system, its turns, and a clean end.
 
-    ``provider`` is the default for ``run()``; ``admin_port`` defaults to a free port; ``host`` is
-    the only interface anything listens on. With ``store`` (a SQLite file path, or a
-    ``postgresql://`` URL) every turn is durable: unfinished turns are recovered at start; on SQLite
-    the command line finds this runtime through ``<store>.runtime.json``, on PostgreSQL through the
-    store itself, and the turns go to every node on that store. ``hosts`` TurnHost processes
-    (default: one per CPU this process may use, its affinity and its cgroup quota:
-    ``lifecycle.cpus``; 0 leaves the turns to the members) run the turns; at most
-    ``max_tool_processes`` tool processes run on this node (calls beyond them wait for one, and can
-    be stopped or cancelled while they wait); each host keeps one tool process for its next call and
-    the pool ``tool_processes`` more (for a host's second call at once), each recycled after
-    ``recycle_after`` calls; ``inline_async_tools`` runs every ``async def`` tool in its turn's
-    host. ``transport`` sets encryption and the limits of the wire (``transport.TransportConfig``);
-    the first Runtime of a process decides them for the process. Turns are traced with OpenTelemetry
-    when ``tracer_provider`` (default: the global one) is configured (``telemetry.export``); metrics
-    likewise with ``meter_provider`` (``telemetry.metrics``). ``console`` serves the console
-    (``console``). ``event_window`` bounds what each turn handle holds unread: the turn's host sends
-    it at most that many events past what its readers have read, and keeps the rest in the turn's
-    log until they read on (``None``: no bound). A command for a turn its host does not know yet (it
-    overtook the turn's start, from another process) is held ``command_hold`` seconds (the
-    transport's ``deliver_within``) before ``unknown_turn``, and never more than three quarters of
-    the time its sender waits for the answer (what the command says in ``answer_within``:
+    ``provider`` is the default for ``run()``; ``admin_port`` defaults to a free port; ``host`` is the
+    only interface anything listens on. With ``store`` (a SQLite file path, or a ``postgresql://`` URL)
+    every turn is durable: unfinished turns are recovered at start; on SQLite the command line finds
+    this runtime through ``<store>.runtime.json``, on PostgreSQL through the store itself, and the turns
+    go to every node on that store. ``hosts`` TurnHost processes (default: one per CPU this process may
+    use, its affinity and its cgroup quota: ``lifecycle.cpus``; 0 leaves the turns to the members) run
+    the turns; at most ``max_tool_processes`` tool processes run on this node (calls beyond them wait
+    for one, and can be stopped or cancelled while they wait); each host keeps one tool process for its
+    next call, and the pool ``tool_processes`` more forked ahead of need, shared by the node's hosts;
+    every tool process is recycled after ``recycle_after`` calls; ``inline_async_tools`` runs every
+    ``async def`` tool in its turn's host. ``transport`` sets encryption and the limits of the wire
+    (``transport.TransportConfig``); the first Runtime of a process decides them for the process. Turns
+    are traced with OpenTelemetry when ``tracer_provider`` (default: the global one) is configured
+    (``telemetry.export``); metrics likewise with ``meter_provider`` (``telemetry.metrics``).
+    ``console`` serves the console (``console``). ``event_window`` bounds what each turn handle holds
+    unread: the turn's host sends it at most that many events past what its readers have read, and keeps
+    the rest in the turn's log until they read on (``None``: no bound). A command for a turn its host
+    does not know yet (it overtook the turn's start, from another process) is held ``command_hold``
+    seconds (the transport's ``deliver_within``) before ``unknown_turn``, and never more than three
+    quarters of the time its sender waits for the answer (what the command says in ``answer_within``:
     ``control()`` and the handles set their ``timeout``).
 
     Starting a Runtime changes Thespian in this process and every process it forks: frames
