@@ -53,6 +53,7 @@ from ..store.base import store_location
 from ..telemetry.export import SpanSink
 from ..telemetry.metrics import MetricSink
 from ..tools.definition import Tool
+from ..tools.pool import DEFAULT_MAX_TOOL_PROCESSES, DEFAULT_TOOL_PROCESSES
 from ..wire.protocol import Configure, HostReplaced, NodesChanged
 from ..wire.transport import TransportConfig
 from .attaching import Attaching
@@ -112,8 +113,8 @@ class Runtime(Attaching, Sessions):
         key: bytes | None = None,
         capabilities: dict[str, Any] | None = None,
         hosts: int | None = None,
-        tool_processes: int = 1,
-        max_tool_processes: int = 16,
+        tool_processes: int = DEFAULT_TOOL_PROCESSES,
+        max_tool_processes: int = DEFAULT_MAX_TOOL_PROCESSES,
         recycle_after: int = 100,
         inline_async_tools: bool = False,
         handle_signals: bool = True,

@@ -47,6 +47,7 @@ from ..lifecycle.cpus import usable_cpus
 from ..store import open_store
 from ..store.base import is_url
 from ..store.urls import keep
+from ..tools.pool import DEFAULT_MAX_TOOL_PROCESSES, DEFAULT_TOOL_PROCESSES
 from ..wire import transport
 from ..wire.thespian_compat import tune_convention
 
@@ -78,8 +79,8 @@ def start_node(
     timeout: float = 30.0,
     hosts: int = 0,
     store: str | None = None,
-    tool_processes: int = 1,
-    max_tool_processes: int = 16,
+    tool_processes: int = DEFAULT_TOOL_PROCESSES,
+    max_tool_processes: int = DEFAULT_MAX_TOOL_PROCESSES,
     max_running: int = 256,
     max_queued: int = 1024,
 ) -> tuple[Any, Any]:
@@ -221,10 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tool-processes",
         type=_count(0),
-        default=1,
+        default=DEFAULT_TOOL_PROCESSES,
         help="idle tool processes the pool keeps, besides each host's one",
     )
-    parser.add_argument("--max-tool-processes", type=_count(1), default=16)
+    parser.add_argument("--max-tool-processes", type=_count(1), default=DEFAULT_MAX_TOOL_PROCESSES)
     parser.add_argument(
         "--max-running", type=_count(1), default=DEFAULT_MAX_RUNNING, help="turns running at once, per host"
     )

@@ -48,6 +48,9 @@ from .worker import ToolWorker
 
 __all__ = ["ToolPool"]
 
+DEFAULT_TOOL_PROCESSES = 1  # idle tool processes a node's pool keeps, besides each host's one
+DEFAULT_MAX_TOOL_PROCESSES = 16  # tool processes a node runs at most
+
 
 log = logger("greenroom.pool")
 

@@ -97,8 +97,8 @@ class Configure(_Internal):
 
     store: str | None = None  # a SQLite file's path or a PostgreSQL URL
     hosts: int = 1
-    tool_processes: int = 1
-    max_tool_processes: int = 16
+    tool_processes: int = 1  # tools.pool.DEFAULT_TOOL_PROCESSES (the Runtime and greenroom node pass theirs)
+    max_tool_processes: int = 16  # tools.pool.DEFAULT_MAX_TOOL_PROCESSES
     command_hold: float = 30.0
     recycle_after: int = 100
     inline_async_tools: bool = False
