@@ -94,6 +94,21 @@ class Browser:
 
         return self.driver.find_element(By.CSS_SELECTOR, css)
 
+    def click(self, css: str, timeout: float = 30.0) -> None:
+        """Click the first element matching ``css``, once it is there. The page may replace
+        the element between finding and clicking it (a re-render): the click then never
+        happened, and the element is found again."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        def clicked(driver: Any) -> bool:
+            try:
+                self.find(css).click()
+            except StaleElementReferenceException:
+                return False
+            return True
+
+        self.until(clicked, timeout, f"a click on {css}")
+
     def find_all(self, css: str) -> list[Any]:
         from selenium.webdriver.common.by import By
 

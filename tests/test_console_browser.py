@@ -89,7 +89,7 @@ def test_a_person_watches_a_turn_stream_from_the_list_to_its_end(provider: Scrip
         assert host == f"127.0.0.1:{rt.admin_port}/0"
         assert browser.wait_text(f"{row(turn.turn_id)} td.host", lambda s: s != "-") == host
         browser.until(lambda d: browser.texts("#node-rows tr[data-node] td") == [f"127.0.0.1:{rt.admin_port}", "-", "1"])
-        browser.find(f"{row(turn.turn_id)} a").click()
+        browser.click(f"{row(turn.turn_id)} a")
         assert browser.wait_text("#text", lambda s: s == "Paris is the capit") == "Paris is the capit"
         assert browser.text("#turn-status") == "running"
         assert browser.text("#turn-host") == f"on host {host} (node 127.0.0.1:{rt.admin_port})"
@@ -99,12 +99,12 @@ def test_a_person_watches_a_turn_stream_from_the_list_to_its_end(provider: Scrip
         kinds = [a["data-kind"] for a in browser.attributes("#events li", ["data-kind"])]
         assert (kinds[0], kinds[-1], set(kinds[1:-1])) == ("turn_started", "finish", {"text_delta"})
         assert browser.text("#messages .message.assistant .content") == "Paris is the capital of France."
-        browser.find("#home").click()
+        browser.click("#home")
         browser.wait_text(f"{row(turn.turn_id)} td.status", lambda s: s == "finished: stop")
         assert browser.text("#n-live") == "0"
-        browser.find('#filters a[data-status="running"]').click()
+        browser.click('#filters a[data-status="running"]')
         browser.until(lambda d: browser.texts("#turn-rows td") == ["no turns"], message="no running turn listed")
-        browser.find('#filters a[data-status="finished"]').click()
+        browser.click('#filters a[data-status="finished"]')
         browser.wait_text(f"{row(turn.turn_id)} td.status", lambda s: s == "finished: stop")
         browser.screenshot("turns-list")
 
@@ -130,17 +130,17 @@ def test_two_people_decide_calls_the_first_decision_wins_and_the_model_reads_the
         browser.open(page)
         browser.wait_text(pending("call_1", "h3"), lambda s: s.startswith("publish call_1"))
         browser.driver.switch_to.window(first)
-        browser.find(pending("call_1", "button.approve")).click()
+        browser.click(pending("call_1", "button.approve"))
         assert browser.wait_text(pending("call_1", ".reply"), lambda s: s != "sending...") == "applied"
         browser.driver.switch_to.window(second)
         browser.find(pending("call_1", "input.reason")).send_keys("too risky")
-        browser.find(pending("call_1", "button.deny")).click()
+        browser.click(pending("call_1", "button.deny"))
         refused = browser.wait_text(pending("call_1", ".reply"), lambda s: s.startswith("refused"))
         assert refused == "refused: call 'call_1' was already approved"
         browser.driver.switch_to.window(first)
         browser.screenshot("turn-waiting-for-decisions", docs=True)
         browser.find(pending("call_2", "input.reason")).send_keys("the second note is not ready")
-        browser.find(pending("call_2", "button.deny")).click()
+        browser.click(pending("call_2", "button.deny"))
         assert browser.wait_text("#last-reply", lambda s: s != "sending...") == "deny call_2: applied"
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
         assert browser.driver.execute_script("return window.__pwned === undefined") is True
@@ -166,9 +166,9 @@ def test_stopping_one_running_call_lets_its_sibling_finish(
         browser.open(rt._console.url)
         turn = rt.run("run both", tools=[T.wait_for_stop, T.wait_for_file])
         browser.until(lambda d: browser.find_all(f"{row(turn.turn_id)} a"))
-        browser.find(f"{row(turn.turn_id)} a").click()
+        browser.click(f"{row(turn.turn_id)} a")
         browser.until(lambda d: len(browser.find_all(".running-call")) == 2, message="two calls running")
-        browser.find('.running-call[data-call="call_1"] button.stop-call').click()
+        browser.click('.running-call[data-call="call_1"] button.stop-call')
         assert browser.wait_text("#last-reply", lambda s: s != "sending...") == "stop call_1: applied"
         browser.until(lambda d: any("call_1 interrupted" in t for t in event_texts(browser, "tool_finished")))
         assert [a["data-call"] for a in browser.attributes(".running-call", ["data-call"])] == ["call_2"]
@@ -199,7 +199,7 @@ def test_stopping_a_turn_from_its_page_ends_it_and_marks_the_timeline(
         browser.open(rt._console.url + f"#/turn/{turn.turn_id}")
         browser.until(lambda d: browser.find_all('.running-call[data-call="call_1"]'))
         browser.find("#turn-reason").send_keys("the person pressed stop")
-        browser.find("#stop-turn").click()
+        browser.click("#stop-turn")
         assert browser.wait_text("#stop-reply", lambda s: s != "sending...") == "applied"
         assert browser.beside("#stop-reply", "#stop-turn") and not browser.beside("#stop-reply", "#cancel-turn")
         assert browser.text("#cancel-reply") == ""
@@ -223,7 +223,7 @@ def test_cancelling_with_a_grace_ends_the_turn_at_its_next_step(
         browser.open(rt._console.url + f"#/turn/{turn.turn_id}")
         browser.until(lambda d: browser.find_all('.running-call[data-call="call_1"]'))
         browser.find("#cancel-grace").send_keys("30")
-        browser.find("#cancel-turn").click()
+        browser.click("#cancel-turn")
         assert browser.wait_text("#cancel-reply", lambda s: s != "sending...") == "applied"
         assert browser.beside("#cancel-reply", "#cancel-turn") and not browser.beside("#cancel-reply", "#stop-turn")
         assert browser.text("#stop-reply") == ""
@@ -249,10 +249,10 @@ def test_a_sub_agents_approval_is_decided_from_its_parents_page(
         child = browser.attributes(pending("call_1"), ["data-turn"])[0]["data-turn"]
         assert heading == f"append_key call_1 of sub-agent {child}"
         assert browser.text("#children a.child") == child
-        browser.find(pending("call_1", "button.approve")).click()
+        browser.click(pending("call_1", "button.approve"))
         assert browser.wait_text("#last-reply", lambda s: s != "sending...") == "approve call_1: applied"
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
-        browser.find("#children a.child").click()
+        browser.click("#children a.child")
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
         assert browser.find("#parent").text == parent.turn_id
     assert keys.read_text() == f"{child}:0:call_1\n"
@@ -325,7 +325,7 @@ def test_a_durable_turn_is_approved_from_the_console_after_its_owner_was_killed(
         browser.wait_text("#turn-status", lambda s: s == "awaiting_approval")
         assert browser.text("#where").endswith("no host running on it" if shared else "no runtime running on it")
         assert browser.text("#turn-host").startswith("no live host holds it (last on host 127.0.0.1:")
-        browser.find(pending("call_1", "button.approve")).click()
+        browser.click(pending("call_1", "button.approve"))
         reply = browser.wait_text(pending("call_1", ".reply"), lambda s: s != "sending...")
         assert reply == (
             "queued (no host is running: queued in the store's inbox, applied when a host takes the turn)"
@@ -416,20 +416,20 @@ def test_a_person_sends_input_pauses_and_resumes_a_turn_from_its_page(
         browser.open(rt._console.url + f"#/turn/{turn.turn_id}")
         browser.wait_text("#text", lambda s: s.startswith("Writing"))
         browser.find("#input-text").send_keys("make it short")
-        browser.find("#input-now").click()
-        browser.find("#send-input").click()
+        browser.click("#input-now")
+        browser.click("#send-input")
         assert browser.wait_text("#input-reply", lambda s: s != "sending...") == "applied"
         browser.until(lambda d: event_texts(browser, "input_accepted"), message="the input entered")
         assert event_texts(browser, "input_accepted")[0].endswith("input_accepted make it short")
         browser.wait_text("#text", lambda s: "Short version" in s)
-        browser.find("#pause-now").click()
+        browser.click("#pause-now")
         assert browser.wait_text("#pause-reply", lambda s: s != "sending...") == "applied"
         browser.wait_text("#turn-status", lambda s: s == "paused")
         browser.screenshot("turn-paused")
-        browser.find("#resume-turn").click()
+        browser.click("#resume-turn")
         assert browser.wait_text("#pause-reply", lambda s: s != "sending...") == "applied"
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
-        browser.find("#resume-turn").click()
+        browser.click("#resume-turn")
         assert browser.wait_text("#pause-reply", lambda s: s.startswith("refused")) == (
             f"refused: turn {turn.turn_id} has finished (stop); it takes no resume"
         )
@@ -447,12 +447,12 @@ def test_a_person_edits_a_calls_arguments_before_approving_it(provider: Scripted
         assert turn.result(30).finish_reason == "awaiting_approval"
         browser.open(rt._console.url + f"#/turn/{turn.turn_id}")
         browser.until(lambda d: browser.find_all(pending("call_1")), message="the call waits")
-        browser.find(pending("call_1", "details.edit summary")).click()
+        browser.click(pending("call_1", "details.edit summary"))
         edit = browser.find(pending("call_1", "textarea.edit-arguments"))
         assert json.loads(edit.get_attribute("value")) == {"to": "alice", "amount": 200}
         edit.clear()
         edit.send_keys('{"to": "alice", "amount": "a lot"}')
-        browser.find(pending("call_1", "button.approve-edited")).click()
+        browser.click(pending("call_1", "button.approve-edited"))
         refused = browser.wait_text(pending("call_1", ".reply"), lambda s: s.startswith("refused"))
         assert refused == (
             "refused: the edited arguments of call 'call_1' do not fit tool 'transfer': Invalid arguments for tool "
@@ -460,7 +460,7 @@ def test_a_person_edits_a_calls_arguments_before_approving_it(provider: Scripted
         )
         edit.clear()
         edit.send_keys('{"to": "alice", "amount": 20}')
-        browser.find(pending("call_1", "button.approve-edited")).click()
+        browser.click(pending("call_1", "button.approve-edited"))
         # the call's own reply goes with it once approved: #last-reply stays
         last = browser.wait_text("#last-reply", lambda s: s != "sending..." and "refused" not in s)
         assert last == "approve call_1: applied"
@@ -485,20 +485,20 @@ def test_a_person_finds_a_session_its_turns_and_where_a_fork_came_from(
         assert fork.result(30).text == "Oslo: cold."
         browser.open(rt._console.url)
         browser.until(lambda d: browser.find_all("#sessions-link"), message="the list has its link to the sessions")
-        browser.find("#sessions-link").click()
+        browser.click("#sessions-link")
         session = f'tr[data-session="{chat.session_id}"]'
         assert browser.wait_text(f"{session} td:nth-child(2)", lambda s: s == "1") == "1"
-        browser.find(f"{session} a").click()
+        browser.click(f"{session} a")
         browser.wait_text("#session-id", lambda s: s == chat.session_id)
         assert browser.texts("#session-turns li") == [f"{original.turn_id} finished (stop)"]
         assert browser.texts("#messages .message .content") == ["Weather in Paris?", "Paris: sunny."]
         assert (browser.text("#session-running"), browser.text("#session-queued")) == ("Running: none", "Waiting: none")
-        browser.find("#home").click()
+        browser.click("#home")
         browser.wait_text(f"{row(fork.turn_id)} td.status", lambda s: s == "finished: stop")
-        browser.find(f"{row(fork.turn_id)} a").click()
+        browser.click(f"{row(fork.turn_id)} a")
         browser.until(lambda d: browser.find_all("#forked-from"), message="the fork's page says where it came from")
         expected = f"Forked from: {original.turn_id} at message 1, its last user message replaced"
         assert browser.wait_text("#forked-from", lambda s: s == expected) == expected
-        browser.find("#forked-from a").click()
+        browser.click("#forked-from a")
         browser.wait_text("#turn-id", lambda s: s == original.turn_id)
         assert browser.find_all("#forked-from") == []

@@ -79,7 +79,7 @@ def test_a_reviewer_approves_an_intern_is_refused_and_every_record_names_who_dec
         origin = rt._console.url.rstrip("/")
         sign_in(browser, origin, "intern", "#/turn/turn_team")
         assert browser.wait_text(pending("call_1", ".approvers"), bool) == "May be decided by: ops, reviewer"
-        browser.find(pending("call_1", "button.approve")).click()
+        browser.click(pending("call_1", "button.approve"))
         assert browser.wait_text(pending("call_1", ".reply"), lambda s: s != "sending...") == NOT_INTERN
         assert browser.text("#turn-status") == "awaiting_approval"
         assert [a["data-call"] for a in browser.attributes(".pending", ["data-call"])] == ["call_1"]
@@ -87,7 +87,7 @@ def test_a_reviewer_approves_an_intern_is_refused_and_every_record_names_who_dec
         browser.screenshot("team-intern-refused")
         sign_in(browser, origin, "reviewer", "#/turn/turn_team")  # another person, another login
         browser.wait_text(pending("call_1", "h3"), lambda s: s.startswith("release call_1"))
-        browser.find(pending("call_1", "button.approve")).click()
+        browser.click(pending("call_1", "button.approve"))
         # the call runs at once and leaves the pending list: its answer stays in #last-reply
         assert browser.wait_text("#last-reply", lambda s: s != "sending...") == "approve call_1: applied"
         browser.wait_text("#turn-status", lambda s: s == "finished: stop")
@@ -113,7 +113,7 @@ def test_behind_a_tls_proxy_a_person_signs_in_and_decides_with_a_secure_cookie(
             (cookie,) = browser.driver.get_cookies()
             assert (cookie["secure"], cookie["httpOnly"], cookie["sameSite"]) == (True, True, "Strict")
             browser.wait_text(pending("call_1", "h3"), lambda s: s.startswith("release call_1"))
-            browser.find(pending("call_1", "button.approve")).click()
+            browser.click(pending("call_1", "button.approve"))
             assert browser.wait_text("#last-reply", lambda s: s != "sending...") == "approve call_1: applied"
             browser.wait_text("#turn-status", lambda s: s == "finished: stop")  # the live stream came through the proxy
             assert event_texts(browser, "tool_call_started")[0].endswith("(approved by ops)")
