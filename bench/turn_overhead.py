@@ -2,16 +2,16 @@
 
 greenroom (TurnActor, LLMActor, a ToolActor per call, on multiprocTCPBase) against a
 baseline that does the same work with a minimal hand-written httpx loop in one process,
-against the same scripted provider, in the same run. Two cases:
+against the same scripted provider, in the same run. Three cases (all by default):
 
 - quiet: the scripted provider in this process (a thread), nothing else running;
 - loaded: the scripted provider in a process of its own, and a process spinning on one of
   the cores (pinned to CPU 0) for the whole case, baseline and greenroom alike;
-- apart: the scripted provider in a process of its own and nothing else running, as a
-  provider is in use (elsewhere): the baseline no longer shares its GIL with the provider.
+- apart: the scripted provider in a process of its own and nothing else running (loaded
+  without the hog): unlike quiet, the baseline does not share its GIL with the provider.
 
 Targets (issue 33): greenroom at most 2x the baseline (p50) quiet, 3x loaded; apart has none
-(the issue measured its own loop against a separate mock so: 6.2x).
+(the issue's own measurement, its loop against a mock in a separate process, was 6.2x).
 
     python bench/turn_overhead.py [--turns 200] [--cases quiet,loaded,apart]
 """
@@ -181,9 +181,8 @@ def main() -> None:
         results[case] = {"baseline": b, "greenroom": g, "ratio_p50": g["p50_ms"] / b["p50_ms"]}
         label = LABELS[case]
         rows.append([label, b["p50_ms"], b["p99_ms"], g["p50_ms"], g["p99_ms"], g["p50_ms"] / b["p50_ms"]])
-    print(
-        f"turn overhead, {args.turns} two-round turns each (targets: greenroom at most 2x the baseline's p50 quiet, 3x loaded)"
-    )
+    targets = "greenroom at most 2x the baseline's p50 quiet, 3x loaded"
+    print(f"turn overhead, {args.turns} two-round turns each (targets: {targets})")
     print(
         table(
             rows,

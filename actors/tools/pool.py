@@ -46,7 +46,7 @@ from ..wire.protocol import (
 from ..wire.thespian_compat import child_pid
 from .worker import ToolWorker
 
-__all__ = ["ToolPool"]
+__all__ = ["DEFAULT_MAX_TOOL_PROCESSES", "DEFAULT_TOOL_PROCESSES", "ToolPool"]
 
 DEFAULT_TOOL_PROCESSES = 1  # idle tool processes a node's pool keeps, besides each host's one
 DEFAULT_MAX_TOOL_PROCESSES = 16  # tool processes a node runs at most
