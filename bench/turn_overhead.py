@@ -179,8 +179,7 @@ def main() -> None:
                 remote.close()
         b, g = summary_ms(base), summary_ms(ours)
         results[case] = {"baseline": b, "greenroom": g, "ratio_p50": g["p50_ms"] / b["p50_ms"]}
-        label = LABELS[case]
-        rows.append([label, b["p50_ms"], b["p99_ms"], g["p50_ms"], g["p99_ms"], g["p50_ms"] / b["p50_ms"]])
+        rows.append([LABELS[case], b["p50_ms"], b["p99_ms"], g["p50_ms"], g["p99_ms"], g["p50_ms"] / b["p50_ms"]])
     targets = "greenroom at most 2x the baseline's p50 quiet, 3x loaded"
     print(f"turn overhead, {args.turns} two-round turns each (targets: {targets})")
     print(

@@ -81,8 +81,8 @@ def start_node(
     store: str | None = None,
     tool_processes: int = DEFAULT_TOOL_PROCESSES,
     max_tool_processes: int = DEFAULT_MAX_TOOL_PROCESSES,
-    max_running: int = 256,
-    max_queued: int = 1024,
+    max_running: int = DEFAULT_MAX_RUNNING,
+    max_queued: int = DEFAULT_MAX_QUEUED,
 ) -> tuple[Any, Any]:
     """Start this node's admin, join ``leader`` and configure the node's directory; the
     actor system and the leader's directory."""
