@@ -54,9 +54,11 @@ from ..mailbox import Kernel
 from ..mcp.session import close_all as close_mcp_sessions
 from ..mcp.session import log_stderr, route_stderr
 from ..mcp.session import open_count as open_mcp_sessions
+from ..providers.client import STREAMS
 from ..store import TurnStore, open_store
 from ..telemetry.metrics import METRICS, armed
 from ..telemetry.spans import RECORDER
+from ..tools import standby
 from ..turn.decisions import SetTimer, TimerFired
 from ..wire.dispatch import Dispatcher
 from ..wire.protocol import (
@@ -101,6 +103,7 @@ class TurnHost(Dispatcher, HostDraining, HostAnswers):
         super().__init__(*args, **kwargs)
         quiet_third_party()
         self.kernel = Kernel()
+        STREAMS.drive(standby.later)  # this thread runs the stream loop while the host has few streams
         self.handoff = Handoff()
         self.llm = LLMActor(self.kernel, self.handoff.put)
         self.tools = ToolRunner(self)
@@ -128,8 +131,12 @@ class TurnHost(Dispatcher, HostDraining, HostAnswers):
             if isinstance(message, Relay):  # forwarded by a directory: answer the original sender
                 message, sender = message.message, message.reply_to
             super().receiveMessage(message, sender)  # to receiveMsg_<Class>
-            self.receiveMsg_WatchMessage(None, None)  # what the threads handed over meanwhile
-            self.kernel.run()
+            for _ in range(4):  # the stream loop, when this thread runs it (``providers.client``)
+                STREAMS.run_ready()
+                self.receiveMsg_WatchMessage(None, None)  # what the threads handed over meanwhile
+                self.kernel.run()
+                if not STREAMS.ready():  # a stream the turns started: its request leaves now
+                    break
             spans = RECORDER.take() if RECORDER.finished else None
             if spans and self.owner is not None:  # to the Runtime's process, which exports them
                 self.send(self.owner, SpanBatch(spans))
@@ -139,7 +146,8 @@ class TurnHost(Dispatcher, HostDraining, HostAnswers):
             self.outboxes.flush()
             if self.shutting_down is not None:
                 self._maybe_shut()
-        return ThespianWatch([self.handoff.fd])
+        streams = STREAMS.fileno()
+        return ThespianWatch([self.handoff.fd] if streams is None else [self.handoff.fd, streams])
 
     def receiveUnrecognizedMessage(self, message: Any, sender: Any) -> None:
         log().debug("TurnHost ignored %s", type(message).__name__)

@@ -1,8 +1,9 @@
 """The HTTP side of provider streams: one asyncio loop per process reads all of them.
 
 - ``ssl_context()``: one verifying SSL context per process tree (built before the forks);
-- ``STREAMS``: the process's stream loop, a thread of its own running an asyncio event
-  loop, started by the process's first stream. Each stream is a task on that loop
+- ``STREAMS``: the process's stream loop, an asyncio event loop created by the process's
+  first stream and run by a thread of its own; in a TurnHost (``drive()``), by the host's
+  actor thread itself while the process has few streams (below). Each stream is a task on that loop
   (``streaming.StreamWorker``) with an ``httpx.AsyncClient`` of its own for as long as it
   runs (``take``), given back after (``give``) and kept, with its connection, for the next
   stream (``IDLE`` at most): a stream whose body was read to its end leaves its connection
@@ -10,6 +11,19 @@
   at once. A client per stream, not one for all: httpcore's pool walks its connections
   for every request and response (quadratically, in 1.0.9), which with a hundred streams
   on one client cost more than reading them (measured, ``docs/benchmarks.md``).
+
+Who runs the loop, in a process that ``drive()``s it: its actor thread, between its
+messages (``run_ready``: the loop's ready callbacks, at most ``BUDGET`` passes), watching the
+loop's selector as Thespian watches its other descriptors (``fileno``), while the process
+has at most ``OWN_UP_TO`` streams under way; a stream then reads without a hand-over
+between two threads at each step, which is most of what a single turn waits for
+(docs/benchmarks.md, "The cost of a turn"). Past ``HAND_OVER_PAST`` streams the loop moves
+to its thread, where a host serving many turns reads them best (its own thread has its
+messages to handle), and it comes back once they are down to ``OWN_UP_TO``: the thread is
+asked to stop, and the actor thread takes the loop over once it has (never both at once).
+While the actor thread runs it, the loop's timers wake the process through the timer
+thread ``drive`` was given (a host's: ``tools.standby.later``), and a pass that ended on its budget with callbacks
+still ready wakes it again at once.
 
 ``httpcore`` and ``anyio``'s asyncio backend (what httpx's async client runs on) are
 imported here, where httpx would import them on a host's first stream: in the process that
@@ -34,9 +48,21 @@ import anyio.to_thread  # noqa: F401
 import httpcore  # noqa: F401
 import httpx
 
+from ..debug_trace import trace
 from ..logs import logger
 
-__all__ = ["EXPIRY", "IDLE", "LIMITS", "STREAMS", "WAITS", "StreamLoop", "ssl_context"]
+__all__ = [
+    "BUDGET",
+    "EXPIRY",
+    "HAND_OVER_PAST",
+    "IDLE",
+    "LIMITS",
+    "OWN_UP_TO",
+    "STREAMS",
+    "WAITS",
+    "StreamLoop",
+    "ssl_context",
+]
 
 log = logger("greenroom.llm")
 
@@ -48,6 +74,9 @@ EXPIRY = 2.0
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=1, keepalive_expiry=EXPIRY)
 IDLE = 64  # clients kept for the next streams, per process
 WAITS = 4  # threads for the rate limit's calls that may wait for the store, per process
+OWN_UP_TO = 2  # streams a driving process's actor thread reads itself (see the module docstring)
+HAND_OVER_PAST = 8  # past this many the loop's own thread reads them, until they are down to OWN_UP_TO
+BUDGET = 16  # loop passes per ``run_ready`` at most: a host's messages do not wait for a busy loop
 
 _SSL_CONTEXT: ssl.SSLContext | None = None
 
@@ -78,20 +107,107 @@ class StreamLoop:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waits: ThreadPoolExecutor | None = None
+        self._driven = False  # ``drive()`` was called: who runs the loop is ``_mode``
+        self._later: Callable[..., Any] = _no_timer
+        self._mode = "thread"  # "own" (the actor thread), "thread", or "returning" (the thread asked to stop)
+        self._go = threading.Event()  # the thread may run the loop
+        self._parked = threading.Event()  # the thread has stopped running it
+        self._thread_started = False
+        self._armed = 0.0  # the loop time the standby timer wakes the actor thread at (own mode)
+        self._streams = 0  # clients taken and not given back: streams under way
         # only the loop's thread touches what follows
         self._idle: list[tuple[float, httpx.AsyncClient]] = []  # (given back at, client), oldest first
         self._pruning: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Task[None]] = set()
 
     def loop(self) -> asyncio.AbstractEventLoop:
-        """The running loop (started on first use in this process): schedule on it with
-        ``call_soon_threadsafe``."""
+        """The loop (created on first use in this process, and run: by its thread, or by the
+        actor thread that drives it): schedule on it with ``call_soon_threadsafe``."""
         with self._lock:
             if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=_serve, args=(loop,), name="greenroom streams", daemon=True).start()
-                self._loop = loop
+                self._loop = asyncio.new_event_loop()
+                self._mode = "own" if self._driven else "thread"
+                if not self._driven:
+                    self._start_thread()
             return self._loop
+
+    def drive(self, later: Callable[..., Any]) -> None:
+        """The calling thread (a TurnHost's actor thread) runs this process's loop while it has
+        few streams: it calls ``run_ready`` after each message and watches ``fileno()``;
+        ``later(delay, fn, *args)`` calls ``fn(*args)`` on a thread of its own after ``delay``
+        seconds (``tools.standby.later``): what wakes it for the loop's timers."""
+        with self._lock:
+            self._driven, self._later = True, later
+
+    def fileno(self) -> int | None:
+        """The descriptor the driving thread watches, readable when the loop has work; None
+        while the loop's own thread runs it (or there is no loop yet)."""
+        loop = self._loop
+        if loop is None or self._mode == "thread":
+            return None
+        return loop._selector.fileno()  # type: ignore[attr-defined]
+
+    def ready(self) -> bool:
+        """The driving thread: the loop has callbacks ready to run now (``run_ready`` again)."""
+        loop = self._loop
+        return loop is not None and self._mode == "own" and bool(loop._ready)  # type: ignore[attr-defined]
+
+    def run_ready(self) -> None:
+        """The driving thread: run what the loop has ready, if the loop is its to run; hand it
+        over, or take it back, as the streams under way say (see the module docstring)."""
+        loop = self._loop
+        if loop is None or not self._driven or not self._handed_right():
+            return
+        for _ in range(BUDGET):
+            loop.stop()
+            loop.run_forever()  # one pass: its callbacks ready, what the selector has, its timers due
+            if not loop._ready:  # type: ignore[attr-defined]
+                break
+        else:  # more is ready: the selector's descriptor is readable, so the actor wakes again
+            loop.call_soon_threadsafe(_nothing)
+        scheduled = loop._scheduled  # type: ignore[attr-defined]
+        if scheduled:
+            when, now = scheduled[0].when(), loop.time()
+            if when < self._armed or self._armed <= now:
+                self._armed = when
+                self._later(max(0.0, when - now), _wake, loop)
+
+    def _handed_right(self) -> bool:
+        """Whether the driving thread runs the loop now, after moving it if the streams say so."""
+        if self._mode == "returning":
+            if not self._parked.is_set():
+                return False
+            self._mode, self._armed = "own", 0.0
+            trace("stream loop", "own", self._streams)
+        if self._mode == "own" and self._streams > HAND_OVER_PAST:
+            self._mode = "thread"
+            trace("stream loop", "thread", self._streams)
+            self._parked.clear()
+            self._go.set()
+            if not self._thread_started:
+                self._start_thread()
+            return False
+        if self._mode == "thread":
+            if self._streams > OWN_UP_TO:
+                return False
+            self._mode = "returning"
+            self._loop.call_soon_threadsafe(self._loop.stop)  # type: ignore[union-attr]
+            return False
+        return True
+
+    def _start_thread(self) -> None:
+        self._thread_started = True
+        self._go.set()
+        threading.Thread(target=self._serve, args=(self._loop,), name="greenroom streams", daemon=True).start()
+
+    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        while True:
+            self._go.wait()
+            self._go.clear()
+            loop.run_forever()  # until the driving thread asks for it back (``loop.stop``)
+            self._parked.set()
+            loop.call_soon_threadsafe(_nothing)  # the driving thread watches the loop again: wake it
 
     def wait_on(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """The loop's thread: ``fn(*args)`` on one of ``WAITS`` threads of this process's own
@@ -104,11 +220,13 @@ class StreamLoop:
     def take(self) -> httpx.AsyncClient:
         """The loop's thread: a client for one stream, the one given back last if any."""
         self._prune()
+        self._streams += 1
         return self._idle.pop()[1] if self._idle else httpx.AsyncClient(verify=ssl_context(), limits=LIMITS)
 
     def give(self, client: httpx.AsyncClient) -> None:
         """The loop's thread: ``client``'s stream has ended; kept for the next, ``IDLE`` at
         most (the oldest closed first, with its connection) and ``EXPIRY`` s at most."""
+        self._streams -= 1
         self._idle.append((time.monotonic(), client))
         while len(self._idle) > IDLE:
             self._close(self._idle.pop(0)[1])
@@ -133,9 +251,18 @@ class StreamLoop:
         task.add_done_callback(self._closing.discard)
 
 
-def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    asyncio.set_event_loop(loop)
-    loop.run_forever()
+def _nothing() -> None:
+    pass
+
+
+def _no_timer(delay: float, fn: Callable[..., Any], *args: Any) -> None:
+    raise RuntimeError("a stream loop nobody drives has no timer")
+
+
+def _wake(loop: asyncio.AbstractEventLoop) -> None:
+    """The timer thread: a timer of the loop is due; its selector wakes the driving thread."""
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(_nothing)
 
 
 _INHERITED: list[tuple[asyncio.AbstractEventLoop, list[httpx.AsyncClient]]] = []
