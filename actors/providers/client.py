@@ -3,10 +3,10 @@
 - ``ssl_context()``: one verifying SSL context per process tree (built before the forks);
 - ``STREAMS``: the process's stream loop, an asyncio event loop created by the process's
   first stream and run by a thread of its own; in a TurnHost (``drive()``), by the host's
-  actor thread itself while the process has few streams (below). Each stream is a task on that loop
-  (``streaming.StreamWorker``) with an ``httpx.AsyncClient`` of its own for as long as it
-  runs (``take``), given back after (``give``) and kept, with its connection, for the next
-  stream (``IDLE`` at most): a stream whose body was read to its end leaves its connection
+  actor thread itself while the process has few streams (below). Each stream is a task on
+  that loop (``streaming.StreamWorker``) with an ``httpx.AsyncClient`` of its own for as
+  long as it runs (``take``), given back after (``give``) and kept, with its connection,
+  for the next stream (``IDLE`` at most): a stream whose body was read to its end leaves its connection
   fit for the next request. A task cancelled closes its own connection, and only that one,
   at once. A client per stream, not one for all: httpcore's pool walks its connections
   for every request and response (quadratically, in 1.0.9), which with a hundred streams
@@ -22,8 +22,8 @@ to its thread, where a host serving many turns reads them best (its own thread h
 messages to handle), and it comes back once they are down to ``OWN_UP_TO``: the thread is
 asked to stop, and the actor thread takes the loop over once it has (never both at once).
 While the actor thread runs it, the loop's timers wake the process through the timer
-thread ``drive`` was given (a host's: ``tools.standby.later``), and a pass that ended on its budget with callbacks
-still ready wakes it again at once.
+thread ``drive`` was given (a host's: ``tools.standby.later``), and a pass that ended on
+its budget with callbacks still ready wakes it again at once.
 
 ``httpcore`` and ``anyio``'s asyncio backend (what httpx's async client runs on) are
 imported here, where httpx would import them on a host's first stream: in the process that
