@@ -103,8 +103,8 @@ class TurnHost(Dispatcher, HostDraining, HostAnswers):
         super().__init__(*args, **kwargs)
         quiet_third_party()
         self.kernel = Kernel()
-        STREAMS.drive(standby.later)  # this thread runs the stream loop while the host has few streams
         self.handoff = Handoff()
+        STREAMS.drive(standby.later, lambda: self.handoff.put(("streams",)))  # this thread runs it, while few
         self.llm = LLMActor(self.kernel, self.handoff.put)
         self.tools = ToolRunner(self)
         self.registry = TurnRegistry(self)
@@ -131,7 +131,7 @@ class TurnHost(Dispatcher, HostDraining, HostAnswers):
             if isinstance(message, Relay):  # forwarded by a directory: answer the original sender
                 message, sender = message.message, message.reply_to
             super().receiveMessage(message, sender)  # to receiveMsg_<Class>
-            for _ in range(4):  # the stream loop, when this thread runs it (``providers.client``)
+            for _ in range(4):  # the stream loop, when this thread runs it: 4 x BUDGET passes at most
                 STREAMS.run_ready()
                 self.receiveMsg_WatchMessage(None, None)  # what the threads handed over meanwhile
                 self.kernel.run()
@@ -316,6 +316,7 @@ class TurnHost(Dispatcher, HostDraining, HostAnswers):
                 self.registry.stored_commands(item[1])
             elif item[0] == "mcp_stderr":
                 log_stderr(item[1], item[2])
+            # ("streams",): the stream loop's thread gave the loop back; run_ready takes it
         if llm:
             self.llm.on_outputs(llm)
 

@@ -14,16 +14,17 @@
 
 Who runs the loop, in a process that ``drive()``s it: its actor thread, between its
 messages (``run_ready``: the loop's ready callbacks, at most ``BUDGET`` passes), watching the
-loop's selector as Thespian watches its other descriptors (``fileno``), while the process
-has at most ``OWN_UP_TO`` streams under way; a stream then reads without a hand-over
+loop's selector as Thespian watches its other descriptors (``fileno``), until the process
+has more than ``HAND_OVER_PAST`` streams under way; a stream then reads without a hand-over
 between two threads at each step, which is most of what a single turn waits for
-(docs/benchmarks.md, "The cost of a turn"). Past ``HAND_OVER_PAST`` streams the loop moves
-to its thread, where a host serving many turns reads them best (its own thread has its
-messages to handle), and it comes back once they are down to ``OWN_UP_TO``: the thread is
-asked to stop, and the actor thread takes the loop over once it has (never both at once).
-While the actor thread runs it, the loop's timers wake the process through the timer
-thread ``drive`` was given (a host's: ``tools.standby.later``), and a pass that ended on
-its budget with callbacks still ready wakes it again at once.
+(docs/benchmarks.md, "The cost of a turn"). Past ``HAND_OVER_PAST`` the loop moves to its
+thread, where a host serving many turns reads them best (its own thread has its messages
+to handle), and it comes back once they are down to ``OWN_UP_TO``: the thread is asked to
+stop, and the actor thread takes the loop over once the thread has stopped and woken it
+(``drive``'s ``wake``); never both at once. While the actor thread runs it, the loop's
+timers wake the process through the timer thread ``drive`` was given (a host's:
+``tools.standby.later``), and a run of ``BUDGET`` passes that ends with callbacks still
+ready wakes it again at once.
 
 ``httpcore`` and ``anyio``'s asyncio backend (what httpx's async client runs on) are
 imported here, where httpx would import them on a host's first stream: in the process that
@@ -74,8 +75,8 @@ EXPIRY = 2.0
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=1, keepalive_expiry=EXPIRY)
 IDLE = 64  # clients kept for the next streams, per process
 WAITS = 4  # threads for the rate limit's calls that may wait for the store, per process
-OWN_UP_TO = 2  # streams a driving process's actor thread reads itself (see the module docstring)
-HAND_OVER_PAST = 8  # past this many the loop's own thread reads them, until they are down to OWN_UP_TO
+HAND_OVER_PAST = 8  # past this many streams a driving process's loop moves to its thread (module docstring)
+OWN_UP_TO = 2  # ... and comes back to the actor thread once they are down to this many
 BUDGET = 16  # loop passes per ``run_ready`` at most: a host's messages do not wait for a busy loop
 
 _SSL_CONTEXT: ssl.SSLContext | None = None
@@ -109,6 +110,7 @@ class StreamLoop:
         self._waits: ThreadPoolExecutor | None = None
         self._driven = False  # ``drive()`` was called: who runs the loop is ``_mode``
         self._later: Callable[..., Any] = _no_timer
+        self._wake_driver: Callable[[], None] = _nothing
         self._mode = "thread"  # "own" (the actor thread), "thread", or "returning" (the thread asked to stop)
         self._go = threading.Event()  # the thread may run the loop
         self._parked = threading.Event()  # the thread has stopped running it
@@ -131,19 +133,21 @@ class StreamLoop:
                     self._start_thread()
             return self._loop
 
-    def drive(self, later: Callable[..., Any]) -> None:
+    def drive(self, later: Callable[..., Any], wake: Callable[[], None]) -> None:
         """The calling thread (a TurnHost's actor thread) runs this process's loop while it has
         few streams: it calls ``run_ready`` after each message and watches ``fileno()``;
         ``later(delay, fn, *args)`` calls ``fn(*args)`` on a thread of its own after ``delay``
-        seconds (``tools.standby.later``): what wakes it for the loop's timers."""
+        seconds (``tools.standby.later``): what wakes it for the loop's timers; ``wake()``,
+        called on the loop's thread once it has given the loop back, wakes it to take it."""
         with self._lock:
-            self._driven, self._later = True, later
+            self._driven, self._later, self._wake_driver = True, later, wake
 
     def fileno(self) -> int | None:
         """The descriptor the driving thread watches, readable when the loop has work; None
-        while the loop's own thread runs it (or there is no loop yet)."""
+        while the loop's own thread runs it, or is asked to give it back (``wake`` says when
+        it has), or while there is no loop yet."""
         loop = self._loop
-        if loop is None or self._mode == "thread":
+        if loop is None or self._mode != "own":
             return None
         return loop._selector.fileno()  # type: ignore[attr-defined]
 
@@ -174,24 +178,21 @@ class StreamLoop:
 
     def _handed_right(self) -> bool:
         """Whether the driving thread runs the loop now, after moving it if the streams say so."""
-        if self._mode == "returning":
-            if not self._parked.is_set():
+        if self._mode != "own":
+            if not self._parked.is_set():  # the loop's thread runs it
+                if self._mode == "thread" and self._streams <= OWN_UP_TO:
+                    self._mode = "returning"
+                    self._loop.call_soon_threadsafe(self._loop.stop)  # type: ignore[union-attr]
                 return False
-            self._mode, self._armed = "own", 0.0
+            self._mode, self._armed = "own", 0.0  # given back (asked for, or its thread failed)
             trace("stream loop", "own", self._streams)
-        if self._mode == "own" and self._streams > HAND_OVER_PAST:
+        if self._streams > HAND_OVER_PAST:
             self._mode = "thread"
             trace("stream loop", "thread", self._streams)
             self._parked.clear()
             self._go.set()
             if not self._thread_started:
                 self._start_thread()
-            return False
-        if self._mode == "thread":
-            if self._streams > OWN_UP_TO:
-                return False
-            self._mode = "returning"
-            self._loop.call_soon_threadsafe(self._loop.stop)  # type: ignore[union-attr]
             return False
         return True
 
@@ -205,9 +206,15 @@ class StreamLoop:
         while True:
             self._go.wait()
             self._go.clear()
-            loop.run_forever()  # until the driving thread asks for it back (``loop.stop``)
-            self._parked.set()
-            loop.call_soon_threadsafe(_nothing)  # the driving thread watches the loop again: wake it
+            try:
+                loop.run_forever()  # until the driving thread asks for it back (``loop.stop``)
+            except BaseException:  # noqa: BLE001 - logged; the driving thread takes the loop back
+                log().exception("the stream loop's thread failed")
+                self._thread_started = False  # the next hand-over starts another
+                return
+            finally:  # given back: the driving thread takes it at its next message
+                self._parked.set()
+                self._wake_driver()
 
     def wait_on(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """The loop's thread: ``fn(*args)`` on one of ``WAITS`` threads of this process's own
@@ -220,8 +227,9 @@ class StreamLoop:
     def take(self) -> httpx.AsyncClient:
         """The loop's thread: a client for one stream, the one given back last if any."""
         self._prune()
-        self._streams += 1
-        return self._idle.pop()[1] if self._idle else httpx.AsyncClient(verify=ssl_context(), limits=LIMITS)
+        client = self._idle.pop()[1] if self._idle else httpx.AsyncClient(verify=ssl_context(), limits=LIMITS)
+        self._streams += 1  # once it has one: a stream whose client failed is not under way
+        return client
 
     def give(self, client: httpx.AsyncClient) -> None:
         """The loop's thread: ``client``'s stream has ended; kept for the next, ``IDLE`` at

@@ -190,7 +190,8 @@ class _PassSelector:
     timeout is rounded up to the millisecond. Where it does not: an fd closed between
     ``register`` and ``select`` (epoll forgets it) fails with EBADF too, and a regular file
     (epoll refuses it, EPERM) polls as ready; neither happens as greenroom runs a pass (one
-    thread owns each transport, and it watches only sockets and pipes)."""
+    thread owns each transport, and it watches only sockets, pipes and, in a TurnHost, its
+    stream loop's epoll descriptor, which polls as a pipe does and is never closed)."""
 
     __slots__ = ("_poll", "_events")
 
