@@ -104,7 +104,7 @@ class TurnHost(Dispatcher, HostDraining, HostAnswers):
         quiet_third_party()
         self.kernel = Kernel()
         self.handoff = Handoff()
-        STREAMS.drive(standby.later, lambda: self.handoff.put(("streams",)))  # this thread runs it, while few
+        STREAMS.drive(standby.later, lambda: self.handoff.put(("streams",)))  # this thread runs it, up to 8 streams
         self.llm = LLMActor(self.kernel, self.handoff.put)
         self.tools = ToolRunner(self)
         self.registry = TurnRegistry(self)
