@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -194,15 +195,19 @@ def test_a_stop_while_its_calls_start_is_being_resent_goes_after_it_and_the_tool
             assert wait_until(lambda: not alive(pid), timeout=5), "the tool runs on after Finish(stopped)"
 
 
-# issue 23 fixed: a stop that overtakes its StartTurn by more than 2 s is answered unknown_turn; the turn runs unstopped
+# issue 23 fixed: a stop that overtakes its StartTurn by more than 2 s is answered unknown_turn; the turn runs unstopped.
+# The directory holds the stop until the turn has started, then hands it on: the answer waits for it (``released``),
+# or the turn could finish on its own first (it did once its host read its stream itself, 801d7fa)
 def test_a_stop_that_overtakes_its_start_by_seconds_still_stops_the_turn() -> None:
     rule = Rule(carries("StartTurn", outbound=True), delay(4500))
+    released = threading.Event()
     with relayed_runtime(rule) as (rt, provider, relay):
-        provider.add(say("done"))
+        provider.add(say("done", hold_after=0, hold=released))
         turn = rt.run("hello")
         planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "StartTurn is held by the relay")
         stop = StopTurn(turn_id=turn.turn_id, reason="overtaking", request_id="overtaking")
         reply = rt.actor_system.ask(rt.directory, stop, 15)  # another sender: through the directory
+        released.set()
         seen = summary(events_of(turn, timeout=10))
         assert (getattr(reply, "ok", reply), seen[-1]) == (True, ("finish", "stopped"))
 
@@ -210,12 +215,14 @@ def test_a_stop_that_overtakes_its_start_by_seconds_still_stops_the_turn() -> No
 # issue 30: a command was held 30 s whatever its sender waited: the stop's sender could time out first
 def test_a_stop_that_overtakes_its_start_by_less_than_its_senders_wait_stops_the_turn() -> None:
     rule = Rule(carries("StartTurn", outbound=True), delay(2500))
+    released = threading.Event()  # as above: the answer waits for the stop
     with relayed_runtime(rule) as (rt, provider, relay):
-        provider.add(say("done"))
+        provider.add(say("done", hold_after=0, hold=released))
         turn = rt.run("hello")
         planned(relay.wait_for(lambda: relay.counts["delay"] == 1), "StartTurn is held by the relay")
         stop = StopTurn(turn_id=turn.turn_id, reason="overtaking", request_id="overtaking", answer_within=10)
         reply = rt.actor_system.ask(rt.directory, stop, 10)  # another sender, waiting 10 s: held up to 7.5 s
+        released.set()
         seen = summary(events_of(turn, timeout=10))
         assert (getattr(reply, "ok", reply), seen[-1]) == (True, ("finish", "stopped"))
 
