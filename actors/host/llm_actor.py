@@ -3,8 +3,8 @@
 One LLMActor lives in each TurnHost process, beside the TurnActors it serves; messages
 between them never leave the process. Each ``StreamChat`` is a ``StreamWorker``
 (``providers.streaming``), a task on the process's stream loop (one thread reads every
-stream of the host: the host's own while it has a few, the loop's past that,
-``providers.client``); the worker's only outputs are an item on the host's hand-off
+stream of the host: the host's own until it has more than eight, then the loop's own
+until they are down to two, ``providers.client``); the worker's only outputs are an item on the host's hand-off
 (``handoff``) and a wake-up byte, so the host keeps handling messages while a stream
 waits; an ``AbortStream`` cancels the stream's task, which closes its connection at once,
 also while the provider stalls.

@@ -6,8 +6,8 @@
   actor thread itself while the process has few streams (below). Each stream is a task on
   that loop (``streaming.StreamWorker``) with an ``httpx.AsyncClient`` of its own for as
   long as it runs (``take``), given back after (``give``) and kept, with its connection,
-  for the next stream (``IDLE`` at most): a stream whose body was read to its end leaves its connection
-  fit for the next request. A task cancelled closes its own connection, and only that one,
+  for the next stream (``IDLE`` at most): a stream whose body was read to its end leaves
+  its connection fit for the next request. A task cancelled closes its own connection, and only that one,
   at once. A client per stream, not one for all: httpcore's pool walks its connections
   for every request and response (quadratically, in 1.0.9), which with a hundred streams
   on one client cost more than reading them (measured, ``docs/benchmarks.md``).
